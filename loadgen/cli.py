@@ -1,0 +1,326 @@
+"""Command line: parse -> config -> one library call -> render -> exit code.
+
+The only module that maps errors to exit codes:
+0 done (and SLO met if given), 1 SLO missed or run INVALID, 2 usage error,
+3 endpoint unreachable, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from loadgen import __version__
+from loadgen.errors import ConfigError, EndpointUnreachable, LoadgenError
+from loadgen.redact import Redactor, find_body_secrets, is_sensitive_name, redact_body, redact_url, split_url_secrets
+from loadgen.slo import parse_duration_ns, parse_slo
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _duration_s(value: str | None, what: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration_ns(value, default_unit="s", what=what) / 1e9
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _parse_headers(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        name, sep, val = v.partition(":")
+        if not sep or not name.strip():
+            raise click.UsageError(f"--header {name.strip()!r}...: expected 'Name: value'")
+        out[name.strip()] = val.strip()
+    return out
+
+
+def _parse_extra_body(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.UsageError(f"--extra-body is not valid JSON (column {exc.colno}): {exc.msg}") from None
+    if not isinstance(obj, dict):
+        raise click.UsageError("--extra-body must be a JSON object")
+    return obj
+
+
+def _use_uvloop() -> None:
+    try:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="loadgen")
+def main() -> None:
+    """Realistic load on LLM inference endpoints, with numbers you can trust."""
+
+
+def _common_endpoint_options(f):  # type: ignore[no-untyped-def]
+    opts = [
+        click.option("--endpoint", help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint)."),
+        click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True),
+        click.option("--model", help="Model name sent in requests (default: the first model the endpoint lists)."),
+        click.option("--header", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable)."),
+        click.option("--api-key-env", help="Environment variable holding the API key (default OPENAI_API_KEY when set)."),
+        click.option("--timeout", "timeout", default="600s", show_default=True, help="Total per-request deadline."),
+        click.option("--connect-timeout", default="10s", show_default=True),
+        click.option("--extra-body", help="JSON object merged into every request body (sampling parameters, ...)."),
+        click.option("--no-preflight", is_flag=True, help="Skip the pre-flight request that detects optional fields."),
+        click.option("--no-stream", is_flag=True, help="Non-streaming requests (only E2E is measurable)."),
+        click.option("--insecure", is_flag=True, help="Do not verify TLS certificates (recorded in the result)."),
+        click.option("--sim-args", default="", help="Extra flags for the embedded simulated endpoint, e.g. '--itl-ms 10'."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _workload_options(f):  # type: ignore[no-untyped-def]
+    opts = [
+        click.option("--rate", type=float, help="Open loop: offered load in requests per second."),
+        click.option("--arrival", type=click.Choice(["poisson", "constant", "gamma"]), default="poisson", show_default=True),
+        click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1.0 = Poisson)."),
+        click.option("--concurrency", type=int, help="Closed loop: number of concurrent users."),
+        click.option("--requests", "n_requests", type=int, help="Measured requests (after warm-up)."),
+        click.option("--duration", help="Measured duration, e.g. 60s, 5m (default 60s when --requests is not given)."),
+        click.option("--warmup", help="Warm-up: a request count (N) or a time (10s); excluded from statistics."),
+        click.option("--max-concurrency", type=int, help="Cap on in-flight requests of an open-loop run."),
+        click.option("--input-tokens", type=int, default=128, show_default=True),
+        click.option("--output-tokens", type=int, default=64, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms (repeatable)."),
+        click.option("--save-text", is_flag=True, help="Keep each request's output text in requests.jsonl."),
+        click.option("--no-token-lists", is_flag=True, help="Leave per-token ITL lists out of requests.jsonl."),
+        click.option("--latency-origin", type=click.Choice(["scheduled", "sent"]), default="scheduled", show_default=True),
+        click.option("--drain-grace", default="30s", show_default=True, help="Time in-flight requests get after a stop."),
+        click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>/)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+@main.command("run")
+@_common_endpoint_options
+@_workload_options
+def run_cmd(**kw: Any) -> None:
+    """One sustained run (open loop with --rate, closed loop with --concurrency)."""
+    console = Console(stderr=False)
+    err = Console(stderr=True)
+    try:
+        code = _run(kw, console, err)
+    except click.UsageError:
+        raise
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    except EndpointUnreachable as exc:
+        err.print(f"[red]error:[/] {exc}")
+        sys.exit(EXIT_UNREACHABLE)
+    except LoadgenError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        sys.exit(EXIT_FAIL)
+    sys.exit(code)
+
+
+def build_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
+    from loadgen.measure import LoadConfig
+
+    if kw["rate"] is not None and kw["concurrency"] is not None:
+        raise click.UsageError("--rate (open loop) and --concurrency (closed loop) clash: give one")
+    if kw["rate"] is None and kw["concurrency"] is None:
+        raise click.UsageError("give --rate R (open loop) or --concurrency N (closed loop)")
+    if kw["n_requests"] is not None and kw["duration"] is not None:
+        raise click.UsageError("--requests and --duration clash: give one")
+    if kw["concurrency"] is not None and kw["max_concurrency"] is not None:
+        raise click.UsageError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
+    if kw["rate"] is not None and kw["rate"] <= 0:
+        raise click.UsageError("--rate must be > 0")
+    if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
+        raise click.UsageError("--burstiness needs --arrival gamma")
+    warm_n, warm_s = 0, 0.0
+    if kw["warmup"]:
+        if kw["warmup"].isdigit():
+            warm_n = int(kw["warmup"])
+        else:
+            warm_s = _duration_s(kw["warmup"], "--warmup") or 0.0
+    duration = _duration_s(kw["duration"], "--duration")
+    if kw["n_requests"] is None and duration is None:
+        duration = 60.0
+    slos = []
+    for s in kw["slos"]:
+        try:
+            slos.append(parse_slo(s))
+        except ConfigError as exc:
+            raise click.UsageError(f"--slo: {exc}") from None
+    return LoadConfig(
+        rate_rps=kw["rate"],
+        arrival=kw["arrival"],
+        burstiness=kw["burstiness"],
+        concurrency=kw["concurrency"],
+        requests=kw["n_requests"],
+        duration_s=duration,
+        warmup_requests=warm_n,
+        warmup_s=warm_s,
+        max_concurrency=kw["max_concurrency"],
+        input_tokens=kw["input_tokens"],
+        output_tokens=kw["output_tokens"],
+        seed=kw["seed"],
+        slos=slos,
+        save_text=kw["save_text"],
+        token_lists=not kw["no_token_lists"],
+        origin=kw["latency_origin"],
+        drain_grace_s=_duration_s(kw["drain_grace"], "--drain-grace") or 0.0,
+    )
+
+
+def config_record(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> dict[str, Any]:
+    """The resolved configuration as recorded in result.json: no secret values."""
+    rec = {k: v for k, v in kw.items() if k not in ("headers", "extra_body", "endpoint")}
+    rec["endpoint"] = redact_url(endpoint_url)
+    rec["embedded_simulated_endpoint"] = embedded
+    rec["header_names"] = sorted(_parse_headers(kw.get("headers") or ()))
+    if kw.get("extra_body"):
+        rec["extra_body"] = redact_body(_parse_extra_body(kw["extra_body"]))
+    rec["slos"] = list(kw.get("slos") or [])
+    return rec
+
+
+def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool, redactor: Redactor):  # type: ignore[no-untyped-def]
+    from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
+    from loadgen.measure import new_run_id
+
+    headers = _parse_headers(kw["headers"])
+    extra = _parse_extra_body(kw["extra_body"])
+    api_key = None
+    if not embedded:
+        env_name = kw["api_key_env"] or ("OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None)
+        if env_name:
+            api_key = os.environ.get(env_name)
+            if api_key is None and kw["api_key_env"]:
+                raise click.UsageError(f"--api-key-env {env_name}: that environment variable is not set")
+    for name, value in headers.items():
+        if is_sensitive_name(name):
+            redactor.add(value)
+            if " " in value:
+                redactor.add(value.split(" ", 1)[1])
+    for s in find_body_secrets(extra):
+        redactor.add(s)
+    for s in split_url_secrets(endpoint_url)[1]:
+        redactor.add(s)
+    redactor.add(api_key)
+    cfg = OpenAIConfig(
+        base_url=endpoint_url,
+        api=kw["api"],
+        model=kw["model"],
+        stream=not kw["no_stream"],
+        headers=headers,
+        api_key=api_key,
+        extra_body=extra,
+        timeout_s=_duration_s(kw["timeout"], "--timeout") or 600.0,
+        connect_timeout_s=_duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
+        verify_tls=not kw["insecure"],
+        request_id_prefix=new_run_id(),
+        preflight=not kw["no_preflight"],
+    )
+    return OpenAIEndpoint(cfg, redactor)
+
+
+def default_out_dir(kind: str = "") -> Path:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("results") / (stamp + (f"-{kind}" if kind else ""))
+
+
+def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from loadgen.measure import measure
+    from loadgen.report.console import render_run
+
+    load = build_load_config(kw)
+    load.validate()
+    out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir()
+    redactor = Redactor()
+    sim = None
+    embedded = kw["endpoint"] is None
+    if embedded:
+        from loadgen.sim.launch import SimProcess
+
+        sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])
+        sim.start()
+        err.print(f"no --endpoint: started the embedded simulated endpoint at {sim.url} (a test double, not a real server)")
+        endpoint_url = sim.url
+    else:
+        endpoint_url = kw["endpoint"]
+    try:
+        endpoint = endpoint_from_options(kw, endpoint_url, embedded, redactor)
+        _use_uvloop()
+
+        async def go():  # type: ignore[no-untyped-def]
+            await endpoint.open()
+            try:
+                total = load.requests if load.requests is not None else None
+                with Progress(
+                    TextColumn("[progress.description]{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=err,
+                    transient=True,
+                    disable=not err.is_terminal,
+                ) as progress:
+                    task = progress.add_task("requests", total=total)
+                    return await measure(
+                        endpoint,
+                        load,
+                        out_dir,
+                        config_record=config_record(kw, endpoint_url, embedded),
+                        redactor=redactor,
+                        on_record=lambda rec: progress.advance(task),
+                    )
+            finally:
+                await endpoint.close()
+
+        run = asyncio.run(go())
+    finally:
+        if sim is not None:
+            sim.stop()
+    render_run(run.result, console, str(out_dir))
+    if run.result["interrupted"]:
+        return EXIT_INTERRUPTED
+    if not run.result["validity"]["valid"]:
+        return EXIT_FAIL
+    if run.result.get("slo") and not run.result["slo"]["met"]:
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def _register_optional() -> None:
+    try:
+        from loadgen.sim.command import sim_command
+
+        main.add_command(sim_command, "sim")
+    except ImportError:  # pragma: no cover - the sim ships with the package
+        pass
+
+
+_register_optional()
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,517 @@
+"""OpenAI-compatible completions and chat endpoints (vLLM, SGLang, TGI, managed platforms).
+
+Streaming requests ask for ``stream_options.include_usage`` and, where the server
+accepts it (vLLM), ``continuous_usage_stats`` so each chunk's token count is
+known. Output lengths are forced with ``max_tokens`` plus ``ignore_eos`` /
+``min_tokens`` where accepted. A pre-flight request finds which optional fields
+the endpoint accepts (strict platforms answer 400 to unknown fields).
+
+Client settings are chosen on purpose and reported by :meth:`OpenAIEndpoint.describe`:
+a connection pool sized for the load (never the library's default cap of 100),
+a connect timeout and a total per-request deadline, no retries, no redirects
+(credentials are never forwarded to another origin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import orjson
+
+from loadgen.clock import now_ns
+from loadgen.endpoints.base import classify_exception, parse_retry_after
+from loadgen.errors import EndpointUnreachable, ProtocolError
+from loadgen.redact import Redactor, redact_headers, split_url_secrets
+from loadgen.sse import SSEDecoder
+from loadgen.types import RequestRecord, RequestSpec, TokenEvent
+
+OPTIONAL_FIELDS = ("continuous_usage_stats", "include_usage", "ignore_eos", "min_tokens")
+ERROR_BODY_LIMIT = 4096
+
+
+@dataclass
+class OpenAIConfig:
+    """How to talk to an OpenAI-compatible server.
+
+    ``base_url`` may be ``http://host:port``, ``.../v1`` or the full
+    ``.../v1/completions`` URL. ``timeout_s`` is the total per-request deadline;
+    ``pool_limit`` the maximum number of open connections.
+    """
+
+    base_url: str
+    api: Literal["completions", "chat"] = "completions"
+    model: str | None = None
+    stream: bool = True
+    headers: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    pool_limit: int = 4096
+    verify_tls: bool = True
+    request_id_prefix: str | None = None
+    preflight: bool = True
+    max_event_bytes: int = 16 * 1024 * 1024
+
+
+def _split_base(url: str) -> tuple[str, str]:
+    """Return (root_url_with_v1_prefix, explicit_path_or_empty)."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    explicit = ""
+    for suffix in ("/chat/completions", "/completions"):
+        if path.endswith(suffix):
+            explicit = path
+            path = path[: -len(suffix)]
+            break
+    if not path.endswith("/v1") and not explicit:
+        path = path + "/v1"
+    root = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    return root, explicit
+
+
+class OpenAIEndpoint:
+    """An OpenAI-compatible streaming endpoint over aiohttp.
+
+    Use as ``await ep.open()`` (creates the session, runs the pre-flight),
+    ``await ep.send(spec, record)`` per request, ``await ep.close()``.
+
+    Raises :class:`EndpointUnreachable` from ``open`` when the server cannot be
+    reached at all.
+    """
+
+    def __init__(self, config: OpenAIConfig, redactor: Redactor | None = None) -> None:
+        self.config = config
+        clean_url, url_secrets = split_url_secrets(config.base_url)
+        self.redactor = redactor or Redactor()
+        for s in url_secrets:
+            self.redactor.add(s)
+        self.redactor.add(config.api_key)
+        for k, v in config.headers.items():
+            if k.lower() in ("authorization", "cookie", "x-api-key", "api-key") or "key" in k.lower():
+                self.redactor.add(v)
+                if " " in v:
+                    self.redactor.add(v.split(" ", 1)[1])
+        self._root, explicit = _split_base(config.base_url)
+        self._clean_root, _ = _split_base(clean_url)
+        if explicit:
+            self._url = urlunsplit(urlsplit(config.base_url)._replace(path=explicit, query=urlsplit(config.base_url).query))
+        else:
+            q = urlsplit(config.base_url).query
+            path = "/chat/completions" if config.api == "chat" else "/completions"
+            self._url = self._root + path + (("?" + q) if q else "")
+        self.url_for_record = split_url_secrets(self._url)[0]
+        self._session: aiohttp.ClientSession | None = None
+        self.accepted: dict[str, bool] = {k: True for k in OPTIONAL_FIELDS}
+        self.served_models: list[str] = []
+        self.server_version: str | None = None
+        self.max_model_len: int | None = None
+        self.preflight_done = False
+        self._headers = {"Content-Type": "application/json"}
+        self._headers.update(config.headers)
+        if config.api_key:
+            self._headers.setdefault("Authorization", f"Bearer {config.api_key}")
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    async def open(self) -> None:
+        cfg = self.config
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(_on_headers_sent)
+        trace.on_connection_create_start.append(_on_conn_start)
+        trace.on_connection_create_end.append(_on_conn_end)
+        trace.on_connection_queued_start.append(_on_queued)
+        ssl_ctx: ssl.SSLContext | bool = True if cfg.verify_tls else False
+        connector = aiohttp.TCPConnector(
+            limit=cfg.pool_limit,
+            limit_per_host=0,
+            ssl=ssl_ctx,
+            ttl_dns_cache=300,
+            enable_cleanup_closed=False,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=cfg.connect_timeout_s, sock_connect=cfg.connect_timeout_s
+            ),
+            trace_configs=[trace],
+            auto_decompress=True,
+            skip_auto_headers=("User-Agent",),
+            headers={"User-Agent": "loadgen"},
+        )
+        await self._discover()
+        if cfg.preflight:
+            await self._preflight()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def describe(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "kind": "openai",
+            "api": cfg.api,
+            "url": self.url_for_record,
+            "model": cfg.model,
+            "served_models": self.served_models,
+            "server_version": self.server_version,
+            "max_model_len": self.max_model_len,
+            "stream": cfg.stream,
+            "header_names": sorted(redact_headers(cfg.headers)),
+            "client": {
+                "library": f"aiohttp {aiohttp.__version__}",
+                "pool_limit": cfg.pool_limit,
+                "connect_timeout_s": cfg.connect_timeout_s,
+                "request_timeout_s": cfg.timeout_s,
+                "retries": 0,
+                "redirects": "not followed",
+                "verify_tls": cfg.verify_tls,
+            },
+            "preflight": self.preflight_done,
+            "accepted_fields": dict(self.accepted),
+        }
+
+    # --- discovery and pre-flight --------------------------------------------------
+
+    async def _get_json(self, path: str) -> Any:
+        assert self._session is not None
+        async with self._session.get(
+            self._root + path if path.startswith("/models") else _origin(self._root) + path,
+            headers=self._headers,
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout_s + 5),
+        ) as resp:
+            if resp.status != 200:
+                return None
+            try:
+                return await resp.json(content_type=None)
+            except Exception:
+                return None
+
+    async def _discover(self) -> None:
+        """Read /v1/models (served model, max length) and /version where exposed."""
+        try:
+            models = await self._get_json("/models")
+        except (aiohttp.ClientConnectorError, aiohttp.ClientOSError, OSError, asyncio.TimeoutError) as exc:
+            raise EndpointUnreachable(
+                f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}"
+            ) from None
+        if isinstance(models, dict):
+            for m in models.get("data") or []:
+                if isinstance(m, dict) and m.get("id"):
+                    self.served_models.append(str(m["id"]))
+                    if self.max_model_len is None and isinstance(m.get("max_model_len"), int):
+                        self.max_model_len = m["max_model_len"]
+        if self.config.model is None:
+            if not self.served_models:
+                raise EndpointUnreachable(
+                    f"{self.url_for_record}: no model given (--model) and /v1/models lists none"
+                )
+            self.config.model = self.served_models[0]
+        try:
+            ver = await self._get_json("/version")
+            if isinstance(ver, dict) and ver.get("version"):
+                self.server_version = str(ver["version"])
+        except Exception:
+            pass
+
+    async def _preflight(self) -> None:
+        """Send short requests to learn which optional fields the endpoint accepts.
+
+        Tries everything; on HTTP 400/422 drops fields in order (continuous usage,
+        then ignore_eos, then min_tokens, then include_usage) until accepted.
+        """
+        drop_order = ["continuous_usage_stats", "ignore_eos", "min_tokens", "include_usage"]
+        spec = RequestSpec(index=-1, prompt="Hello", requested_output_tokens=2)
+        for _ in range(len(drop_order) + 1):
+            body = self.build_body(spec)
+            status = await self._probe(body)
+            if status is None or status < 400:
+                break
+            if status not in (400, 422):
+                break
+            for name in drop_order:
+                if self.accepted[name]:
+                    self.accepted[name] = False
+                    break
+            else:
+                break
+        self.preflight_done = True
+
+    async def _probe(self, body: dict[str, Any]) -> int | None:
+        assert self._session is not None
+        try:
+            async with self._session.post(
+                self._url,
+                data=orjson.dumps(body),
+                headers=self._headers,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=min(self.config.timeout_s, 60.0)),
+            ) as resp:
+                await resp.read()
+                return resp.status
+        except (aiohttp.ClientConnectorError, OSError) as exc:
+            raise EndpointUnreachable(
+                f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}"
+            ) from None
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+
+    # --- requests ------------------------------------------------------------------
+
+    def build_body(self, spec: RequestSpec) -> dict[str, Any]:
+        cfg = self.config
+        body: dict[str, Any] = {"model": cfg.model}
+        if cfg.api == "chat":
+            body["messages"] = (
+                list(spec.messages) if spec.messages else [{"role": "user", "content": spec.prompt}]
+            )
+        else:
+            body["prompt"] = spec.prompt
+        if spec.requested_output_tokens is not None:
+            body["max_tokens"] = spec.requested_output_tokens
+            if self.accepted["ignore_eos"]:
+                body["ignore_eos"] = True
+            if self.accepted["min_tokens"]:
+                body["min_tokens"] = spec.requested_output_tokens
+        if cfg.stream:
+            body["stream"] = True
+            opts: dict[str, Any] = {}
+            if self.accepted["include_usage"]:
+                opts["include_usage"] = True
+            if self.accepted["continuous_usage_stats"]:
+                opts["continuous_usage_stats"] = True
+            if opts:
+                body["stream_options"] = opts
+        body.update(cfg.extra_body)
+        return body
+
+    async def send(self, spec: RequestSpec, record: RequestRecord) -> None:
+        """Send one request and fill ``record`` (see :class:`RequestRecord`). Never raises
+        except ``asyncio.CancelledError``."""
+        assert self._session is not None, "open() first"
+        cfg = self.config
+        headers = self._headers
+        if cfg.request_id_prefix is not None:
+            headers = dict(headers)
+            headers["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
+        payload = orjson.dumps(self.build_body(spec))
+        response_started = False
+        t_call = now_ns()
+        try:
+            async with asyncio.timeout(cfg.timeout_s):
+                async with self._session.post(
+                    self._url,
+                    data=payload,
+                    headers=headers,
+                    allow_redirects=False,
+                    trace_request_ctx=record,
+                ) as resp:
+                    response_started = True
+                    if record.sent_ns is None:
+                        record.sent_ns = t_call
+                    if resp.status != 200:
+                        await self._http_error(resp, record)
+                        return
+                    if cfg.stream:
+                        await self._read_stream(resp, record)
+                    else:
+                        await self._read_body(resp, record)
+        except asyncio.CancelledError:
+            raise
+        except ProtocolError as exc:
+            _fail(record, "protocol", self.redactor(str(exc)))
+        except Exception as exc:  # transport errors become data, never escape
+            kind = classify_exception(exc, response_started=response_started)
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            _fail(record, kind, self.redactor(detail))
+        if record.sent_ns is None and record.error_kind not in ("connect", "client_limit"):
+            record.sent_ns = t_call
+
+    async def _http_error(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+        record.http_status = resp.status
+        try:
+            body = await resp.content.read(ERROR_BODY_LIMIT)
+        except Exception:
+            body = b""
+        record.end_ns = now_ns()
+        text = body.decode("utf-8", "replace").strip().replace("\n", " ")[:300]
+        if resp.status == 429:
+            record.retry_after_s = parse_retry_after(
+                resp.headers.get("Retry-After"), resp.headers.get("Date")
+            )
+            record.error_kind = "rate_limited"
+        else:
+            record.error_kind = "http_error"
+        record.status = "error"
+        record.error_detail = self.redactor(f"HTTP {resp.status}: {text}")
+
+    async def _read_body(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+        raw = await resp.read()
+        record.end_ns = now_ns()
+        record.streamed = False
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise ProtocolError("response body is not JSON") from None
+        if not isinstance(obj, dict):
+            raise ProtocolError("response body is not a JSON object")
+        if obj.get("error"):
+            _fail(record, "stream_error", self.redactor(_error_text(obj["error"])))
+            return
+        choices = obj.get("choices") or []
+        text = ""
+        if choices and isinstance(choices[0], dict):
+            c = choices[0]
+            if self.config.api == "chat":
+                msg = c.get("message") or {}
+                text = (msg.get("reasoning_content") or msg.get("reasoning") or "") + (
+                    msg.get("content") or ""
+                )
+            else:
+                text = c.get("text") or ""
+            record.finish_reason = c.get("finish_reason")
+        record.body_text = text
+        _take_usage(record, obj.get("usage"))
+        record.status = "ok"
+
+    async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+        dec = SSEDecoder(self.config.max_event_bytes)
+        chat = self.config.api == "chat"
+        events = record.events
+        done = False
+        async for chunk in resp.content.iter_any():
+            t = now_ns()
+            for ev in dec.feed(chunk):
+                data = ev.data
+                if data == "[DONE]":
+                    done = True
+                    break
+                if not data.strip():
+                    continue
+                try:
+                    obj = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    raise ProtocolError(f"malformed JSON in event: {data[:80]!r}") from None
+                if not isinstance(obj, dict):
+                    raise ProtocolError("event data is not a JSON object")
+                err = obj.get("error")
+                if err:
+                    record.end_ns = t
+                    _fail(record, "stream_error", self.redactor(_error_text(err)))
+                    return
+                usage = obj.get("usage")
+                cont = None
+                if usage:
+                    _take_usage(record, usage)
+                    cont = record.completion_tokens
+                choices = obj.get("choices")
+                if not choices:
+                    continue
+                c = choices[0]
+                if not isinstance(c, dict):
+                    raise ProtocolError("choices[0] is not an object")
+                if chat:
+                    delta = c.get("delta") or {}
+                    content = delta.get("content") or ""
+                    other = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                    tools = delta.get("tool_calls")
+                    if tools:
+                        other += _tool_text(tools)
+                    if content or other or tools:
+                        events.append(TokenEvent(t, other + content, bool(content), cont))
+                else:
+                    text = c.get("text") or ""
+                    if text:
+                        events.append(TokenEvent(t, text, True, cont))
+                fr = c.get("finish_reason")
+                if fr:
+                    record.finish_reason = fr
+            if done:
+                record.end_ns = t
+                break
+        if done:
+            # read the rest of the body (the chunked terminator) so the connection can be reused
+            async for _ in resp.content.iter_any():
+                pass
+        if not done:
+            dec.close()
+            if record.finish_reason is None or dec.pending:
+                record.end_ns = now_ns()
+                _fail(record, "incomplete_stream", "stream closed before [DONE] or finish_reason")
+                return
+            record.end_ns = now_ns()
+        record.status = "ok"
+
+
+def _origin(url: str) -> str:
+    p = urlsplit(url)
+    return urlunsplit((p.scheme, p.netloc, "", "", ""))
+
+
+def _fail(record: RequestRecord, kind: str, detail: str) -> None:
+    record.status = "error"
+    record.error_kind = kind
+    record.error_detail = detail
+    if record.end_ns is None:
+        record.end_ns = now_ns()
+
+
+def _take_usage(record: RequestRecord, usage: Any) -> None:
+    if not isinstance(usage, dict):
+        return
+    ct = usage.get("completion_tokens")
+    if isinstance(ct, int):
+        record.completion_tokens = ct
+    pt = usage.get("prompt_tokens")
+    if isinstance(pt, int):
+        record.prompt_tokens = pt
+    det = usage.get("completion_tokens_details")
+    if isinstance(det, dict) and isinstance(det.get("reasoning_tokens"), int):
+        record.reasoning_tokens = det["reasoning_tokens"]
+
+
+def _error_text(err: Any) -> str:
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("type") or err)[:300]
+    return str(err)[:300]
+
+
+def _tool_text(tools: Any) -> str:
+    out = []
+    if isinstance(tools, list):
+        for t in tools:
+            if isinstance(t, dict):
+                fn = t.get("function") or {}
+                out.append(str(fn.get("name") or "") + str(fn.get("arguments") or ""))
+    return "".join(out) or " "
+
+
+async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord):
+        rec.sent_ns = now_ns()
+
+
+async def _on_conn_start(session: Any, ctx: Any, params: Any) -> None:
+    ctx.conn_start_ns = now_ns()
+
+
+async def _on_conn_end(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    start = getattr(ctx, "conn_start_ns", None)
+    if isinstance(rec, RequestRecord) and start is not None:
+        rec.connect_ns = now_ns() - start
+
+
+async def _on_queued(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord):
+        rec.pool_queued = True

@@ -1,0 +1,286 @@
+"""One measured run: schedule + endpoint -> runner -> records on disk -> result.json.
+
+This is the library call behind ``loadgen run`` and each probe of a sweep.
+Files in ``out_dir``: ``requests.jsonl`` (written as requests finish),
+``result.json`` (schema below, version 1) and ``histograms.hlog`` (HdrHistogram
+interval log, one tagged histogram per metric, microsecond values).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import resource
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import orjson
+
+from loadgen import __version__
+from loadgen.conditions import client_conditions
+from loadgen.endpoints.base import Endpoint
+from loadgen.errors import ConfigError
+from loadgen.metrics import TokenCounter, compute
+from loadgen.recordlog import RecordWriter
+from loadgen.redact import Redactor
+from loadgen.results import Aggregator, ValidityBounds
+from loadgen.clock import now_ns
+from loadgen.runner import LEAD_IN_NS, RunOutcome, RunPlan, Runner
+from loadgen.slo import SLOTarget
+from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest
+from loadgen.workload.arrivals import arrival_offsets_ns
+from loadgen.workload.prompts import synthetic_prompt
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class LoadConfig:
+    """The workload and engine settings of one run (configuration only).
+
+    Open loop when ``rate_rps`` is set, closed loop when ``concurrency`` is.
+    Exactly one of ``requests`` / ``duration_s`` bounds the measured part;
+    ``warmup_requests`` or ``warmup_s`` precede it and are excluded from statistics.
+    """
+
+    rate_rps: float | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    concurrency: int | None = None
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int = 0
+    warmup_s: float = 0.0
+    max_concurrency: int | None = None
+    input_tokens: int = 128
+    output_tokens: int | None = 64
+    seed: int = 0
+    salt: str | None = None
+    slos: list[SLOTarget] = field(default_factory=list)
+    save_text: bool = False
+    token_lists: bool = True
+    origin: Literal["scheduled", "sent"] = "scheduled"
+    drain_grace_s: float = 30.0
+    bounds: ValidityBounds = field(default_factory=ValidityBounds)
+
+    def validate(self) -> None:
+        if (self.rate_rps is None) == (self.concurrency is None):
+            raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
+        if self.requests is not None and self.duration_s is not None:
+            raise ConfigError("--requests and --duration clash: give one of them")
+        if self.requests is None and self.duration_s is None:
+            raise ConfigError("give --requests N or --duration D")
+        if self.concurrency is not None and self.max_concurrency is not None:
+            raise ConfigError("--max-concurrency caps an open-loop run; with --concurrency it clashes")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ConfigError("--concurrency must be at least 1")
+        if self.requests is not None and self.requests < 1:
+            raise ConfigError("--requests must be at least 1")
+
+
+def make_specs(cfg: LoadConfig, count: int) -> Callable[[int], RequestSpec]:
+    """A deterministic spec factory: request ``i`` always gets the same prompt for a seed+salt."""
+    salt = cfg.salt or ""
+
+    def make(i: int) -> RequestSpec:
+        rng = random.Random(f"{cfg.seed}:{i}")
+        return RequestSpec(
+            index=i,
+            prompt=synthetic_prompt(cfg.input_tokens, rng, salt=f"{salt}{i}" if salt else ""),
+            requested_input_tokens=cfg.input_tokens,
+            requested_output_tokens=cfg.output_tokens,
+        )
+
+    return make
+
+
+def build_plan(cfg: LoadConfig) -> RunPlan:
+    """The schedule (open loop) or the user plan (closed loop) for ``cfg``."""
+    cfg.validate()
+    if cfg.rate_rps is not None:
+        if cfg.requests is not None:
+            total = cfg.warmup_requests + cfg.requests
+            offsets = arrival_offsets_ns(cfg.arrival, cfg.rate_rps, count=total, seed=cfg.seed, burstiness=cfg.burstiness)
+            phases = ["warmup" if i < cfg.warmup_requests else "measure" for i in range(total)]
+        else:
+            span = cfg.warmup_s + cfg.duration_s  # type: ignore[operator]
+            offsets = arrival_offsets_ns(cfg.arrival, cfg.rate_rps, duration_s=span, seed=cfg.seed, burstiness=cfg.burstiness)
+            if cfg.warmup_requests:
+                phases = ["warmup" if i < cfg.warmup_requests else "measure" for i in range(len(offsets))]
+            else:
+                w = int(cfg.warmup_s * 1e9)
+                phases = ["warmup" if o < w else "measure" for o in offsets]
+        make = make_specs(cfg, len(offsets))
+        schedule = [ScheduledRequest(o, make(i), ph) for i, (o, ph) in enumerate(zip(offsets, phases))]  # type: ignore[arg-type]
+        return RunPlan(
+            mode="open",
+            schedule=schedule,
+            max_concurrency=cfg.max_concurrency,
+            drain_grace_s=cfg.drain_grace_s,
+        )
+    return RunPlan(
+        mode="closed",
+        concurrency=cfg.concurrency or 1,
+        make_spec=make_specs(cfg, 0),
+        max_requests=(cfg.requests + cfg.warmup_requests) if cfg.requests is not None else None,
+        duration_s=cfg.duration_s,
+        warmup_requests=cfg.warmup_requests,
+        warmup_s=cfg.warmup_s,
+        drain_grace_s=cfg.drain_grace_s,
+    )
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft open-file limit to the hard limit; returns the (soft, hard) now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft, hard
+
+
+@dataclass
+class MeasuredRun:
+    result: dict[str, Any]
+    outcome: RunOutcome
+    aggregator: Aggregator
+    out_dir: Path
+
+
+async def measure(
+    endpoint: Endpoint,
+    cfg: LoadConfig,
+    out_dir: Path,
+    *,
+    config_record: dict[str, Any] | None = None,
+    redactor: Redactor | None = None,
+    tokenizer: TokenCounter | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    install_signal_handlers: bool = True,
+    runner_hook: Callable[[Runner], None] | None = None,
+) -> MeasuredRun:
+    """Run ``cfg`` against an opened ``endpoint``; write files to ``out_dir``; return the result.
+
+    ``config_record`` is the resolved configuration as it should appear in
+    ``result.json`` (secrets already removed). Raises ConfigError on a bad plan.
+    """
+    redactor = redactor or Redactor()
+    plan = build_plan(cfg)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd_soft, fd_hard = raise_fd_limit()
+    agg = Aggregator(cfg.slos)
+    started_at = dt.datetime.now(dt.timezone.utc)
+    with open(out_dir / "requests.jsonl", "wb") as fh:
+        writer_box: list[RecordWriter] = []
+
+        def sink(rec: RequestRecord) -> None:
+            m = compute(rec, tokenizer, cfg.origin)
+            agg.add(rec, m)
+            writer_box[0].write(rec, m)
+            if on_record is not None:
+                on_record(rec)
+
+        t0 = now_ns() + LEAD_IN_NS
+        writer_box.append(
+            RecordWriter(fh, t0, save_text=cfg.save_text, token_lists=cfg.token_lists, redactor=redactor)
+        )
+        runner = Runner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        if runner_hook is not None:
+            runner_hook(runner)
+        outcome = await runner.run()
+    agg.unsent = outcome.unsent
+    result = build_result(
+        agg,
+        outcome,
+        cfg,
+        endpoint,
+        started_at=started_at,
+        config_record=config_record or {},
+        fd_limit=(fd_soft, fd_hard),
+    )
+    write_json(out_dir / "result.json", result)
+    write_hlog(out_dir / "histograms.hlog", agg, outcome)
+    return MeasuredRun(result, outcome, agg, out_dir)
+
+
+def build_result(
+    agg: Aggregator,
+    outcome: RunOutcome,
+    cfg: LoadConfig,
+    endpoint: Endpoint,
+    *,
+    started_at: dt.datetime,
+    config_record: dict[str, Any],
+    fd_limit: tuple[int, int],
+) -> dict[str, Any]:
+    """The ``result.json`` body (schema_version 1)."""
+    validity = agg.validity(outcome.client, cfg.bounds)
+    cond = client_conditions()
+    cond["endpoint"] = endpoint.describe()
+    cond["open_file_limit"] = {"soft": fd_limit[0], "hard": fd_limit[1]}
+    cond["latency_origin"] = cfg.origin
+    cond["t0_monotonic_ns"] = outcome.t0_ns
+    cond["t0_wall"] = dt.datetime.fromtimestamp(outcome.t0_wall_ns / 1e9, dt.timezone.utc).isoformat()
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "loadgen_version": __version__,
+        "started_at": started_at.isoformat(),
+        "interrupted": outcome.interrupted,
+        "config": config_record,
+        "conditions": cond,
+        "duration_s": agg.duration_s,
+        "counts": agg.counts(),
+        "tokens": agg.tokens(),
+        "throughput": agg.throughput(),
+        "latency_ms": agg.latency_ms(),
+        "validity": validity,
+    }
+    if outcome.unsent_warmup:
+        result["counts"]["unsent_warmup"] = outcome.unsent_warmup
+    slo = agg.slo_result()
+    if slo is not None:
+        result["slo"] = slo
+    result["client"] = {
+        "cpu_s": outcome.client.cpu_s,
+        "wall_s": outcome.client.wall_s,
+        "cpu_fraction": validity["client_cpu_fraction"],
+        "schedule_realized_rps": outcome.client.schedule_realized_rps,
+    }
+    return result
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (temp file + rename), so a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    os.replace(tmp, path)
+
+
+def write_hlog(path: Path, agg: Aggregator, outcome: RunOutcome) -> None:
+    """HdrHistogram log (V1.3 text format): one tagged interval per metric, values in µs."""
+    start_s = outcome.t0_wall_ns / 1e9
+    end_s = start_s + max(outcome.end_ns - outcome.t0_ns, 0) / 1e9
+    lines = [
+        "#[Histogram log format version 1.3]",
+        f"#[StartTime: {start_s:.3f} (seconds since epoch)]",
+        f"#[BaseTime: {start_s:.3f} (seconds since epoch)]",
+        "#[loadgen: values in microseconds; one tagged histogram per metric]",
+        '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"',
+    ]
+    for name, h in agg.hist.items():
+        if h.hist.get_total_count() == 0:
+            continue
+        lines.append(
+            f"Tag={name},{0.0:.3f},{end_s - start_s:.3f},{h.hist.get_max_value() / 1e6:.3f},{h.encode()}"
+        )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]

@@ -1,0 +1,222 @@
+"""Per-request metrics, each with one definition, computed from a RequestRecord's raw facts.
+
+Conventions (shared/cases/streams.json, the project's reference):
+
+* **Request start** (the latency origin) is the scheduled send time by default,
+  as MLPerf LoadGen and wrk2 measure (coordinated-omission free); ``origin="sent"``
+  measures from the actual send (request headers written) instead.
+* A **token-bearing event** is a stream event that carries at least one generated
+  token: non-empty completion ``text``, or a chat delta with non-empty ``content``,
+  ``reasoning_content``, ``reasoning`` or ``tool_calls``. Role-only deltas, empty
+  content, finish-only and usage-only chunks, ``[DONE]`` and comments carry none.
+* **Output tokens** = ``usage.completion_tokens`` when the server reports it; else the
+  configured tokenizer's count over the whole output text (``output_tokens_estimated``);
+  else ``ceil(characters / 4)`` (also estimated). Never the number of chunks.
+
+Functions here are pure: integers in nanoseconds in, values out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from loadgen.types import RequestRecord, TokenEvent
+
+CHARS_PER_TOKEN_ESTIMATE = 4
+"""Fallback characters-per-token when neither usage nor a tokenizer is available."""
+
+
+class TokenCounter(Protocol):
+    """Anything that counts the tokens of a text (a tokenizer adapter)."""
+
+    def count(self, text: str) -> int: ...
+
+
+@dataclass(slots=True)
+class RequestMetrics:
+    """Derived metrics of one request. None means "no sample" (never 0 as a stand-in).
+
+    * ``ttft_ns``: TTFT = first token-bearing event - request start.
+    * ``time_to_first_answer_token_ns``: first event carrying answer content
+      (not reasoning or tool calls) - request start.
+    * ``tpot_ns``: TPOT = (last token event - first token event) / (output_tokens - 1),
+      as in vLLM ``bench serve``; None when output_tokens <= 1.
+    * ``e2e_ns``: E2E latency = clean end - request start (ok requests only).
+    * ``itl_ns``: per-token gaps, output_tokens - 1 samples whose mean equals TPOT
+      (see :func:`itl_samples`).
+    * ``inter_chunk_ns``: raw gaps between consecutive token-bearing events
+      (what vLLM ``bench serve`` calls ITL).
+    * ``error_e2e_ns``: for failed requests, the time from request start to the
+      failure (kept apart from success latencies).
+    """
+
+    output_tokens: int = 0
+    output_tokens_estimated: bool = False
+    itl_estimated: bool = False
+    ttft_ns: int | None = None
+    time_to_first_answer_token_ns: int | None = None
+    tpot_ns: float | None = None
+    e2e_ns: int | None = None
+    itl_ns: list[float] = field(default_factory=list)
+    inter_chunk_ns: list[int] = field(default_factory=list)
+    error_e2e_ns: int | None = None
+    schedule_lag_ns: int | None = None
+
+    @property
+    def zero_output(self) -> bool:
+        return self.output_tokens == 0
+
+
+def estimate_tokens(text: str) -> int:
+    """Fallback token estimate: ceil(len(text) / 4); documented as an approximation."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN_ESTIMATE)
+
+
+def count_output_tokens(
+    record: RequestRecord, tokenizer: TokenCounter | None = None
+) -> tuple[int, bool]:
+    """Return ``(output_tokens, estimated)`` for a record (see module docstring)."""
+    if record.completion_tokens is not None:
+        return record.completion_tokens, False
+    last_usage = None
+    for ev in reversed(record.events):
+        if ev.usage_completion_tokens is not None:
+            last_usage = ev.usage_completion_tokens
+            break
+    if last_usage is not None:
+        return last_usage, False
+    text = record.text
+    if not text:
+        return 0, bool(record.events)
+    if tokenizer is not None:
+        return tokenizer.count(text), True
+    return estimate_tokens(text), True
+
+
+def allocate_tokens(weights: list[int], total: int) -> list[int]:
+    """Split ``total`` tokens over chunks in proportion to ``weights`` (largest remainder).
+
+    Shares are ``total * w / sum(w)``, floored, with the remaining tokens going to
+    the largest remainders (ties to the earlier chunk). Every chunk gets at least
+    one token when ``total >= len(weights)`` (a token-bearing event carries at
+    least one token), taken from the chunks with the most. Returns a list summing
+    to ``total``.
+    """
+    n = len(weights)
+    if n == 0:
+        return []
+    if total < n:
+        # more events than tokens: give one to the first `total` chunks
+        return [1] * total + [0] * (n - total)
+    w = [max(x, 0) for x in weights]
+    wsum = sum(w)
+    if wsum == 0:
+        w, wsum = [1] * n, n
+    shares = [total * x / wsum for x in w]
+    ks = [int(x) for x in shares]
+    left = total - sum(ks)
+    for i in sorted(range(n), key=lambda i: (-(shares[i] - ks[i]), i))[:left]:
+        ks[i] += 1
+    for i in range(n):
+        while ks[i] < 1:
+            j = max(range(n), key=lambda j: (ks[j], -j))
+            ks[j] -= 1
+            ks[i] += 1
+    return ks
+
+
+def tokens_per_event(
+    events: list[TokenEvent], output_tokens: int, tokenizer: TokenCounter | None = None
+) -> tuple[list[int], bool]:
+    """Tokens carried by each token-bearing event, and whether that is estimated.
+
+    From continuous usage (cumulative ``usage.completion_tokens`` on every chunk)
+    when present on all events: exact. Else from the tokenizer per chunk, scaled
+    so the counts sum to ``output_tokens``; else from the characters. Both estimated.
+    """
+    if events and all(e.usage_completion_tokens is not None for e in events):
+        ks = []
+        prev = 0
+        for e in events:
+            ks.append(e.usage_completion_tokens - prev)  # type: ignore[operator]
+            prev = e.usage_completion_tokens  # type: ignore[assignment]
+        if sum(ks) == output_tokens and all(k >= 1 for k in ks):
+            return ks, False
+    if tokenizer is not None:
+        weights = [max(tokenizer.count(e.text), 1) for e in events]
+    else:
+        weights = [max(len(e.text), 1) for e in events]
+    return allocate_tokens(weights, output_tokens), True
+
+
+def itl_samples(events: list[TokenEvent], ks: list[int], output_tokens: int) -> list[float]:
+    """Per-token inter-token latencies (ns) for one request.
+
+    A chunk that carries k tokens after a gap g contributes k samples of g/k; the
+    extra tokens of the first token-bearing chunk contribute samples of 0. The
+    result has ``output_tokens - 1`` samples and its mean equals TPOT
+    (shared/cases conventions). A chunk assigned 0 tokens folds its gap into the
+    next chunk that carries tokens.
+    """
+    if output_tokens <= 1 or not events:
+        return []
+    if len(events) > output_tokens:
+        # more token events than tokens (inconsistent server): spread evenly
+        span = events[-1].t_ns - events[0].t_ns
+        return [span / (output_tokens - 1)] * (output_tokens - 1)
+    out: list[float] = [0.0] * (ks[0] - 1)
+    prev_t = events[0].t_ns
+    for ev, k in zip(events[1:], ks[1:]):
+        if k <= 0:
+            continue
+        g = (ev.t_ns - prev_t) / k
+        out.extend([g] * k)
+        prev_t = ev.t_ns
+    return out
+
+
+def compute(
+    record: RequestRecord,
+    tokenizer: TokenCounter | None = None,
+    origin: Literal["scheduled", "sent"] = "scheduled",
+) -> RequestMetrics:
+    """Derive the metrics of one finished request (see :class:`RequestMetrics`).
+
+    A request with zero output tokens adds no TTFT/TPOT/ITL/E2E sample; a failed
+    request adds only ``error_e2e_ns``.
+    """
+    m = RequestMetrics()
+    if record.sent_ns is not None:
+        m.schedule_lag_ns = record.sent_ns - record.scheduled_ns
+    start = record.scheduled_ns
+    if origin == "sent" and record.sent_ns is not None:
+        start = record.sent_ns
+    n, est = count_output_tokens(record, tokenizer)
+    m.output_tokens = n
+    m.output_tokens_estimated = est
+    if not record.ok:
+        if record.end_ns is not None:
+            m.error_e2e_ns = record.end_ns - start
+        return m
+    if n == 0:
+        return m
+    events = record.events
+    if record.end_ns is not None:
+        m.e2e_ns = record.end_ns - start
+    if not events:
+        # non-streaming response: only E2E is measurable
+        return m
+    first = events[0].t_ns
+    m.ttft_ns = first - start
+    for ev in events:
+        if ev.answer:
+            m.time_to_first_answer_token_ns = ev.t_ns - start
+            break
+    if n >= 2:
+        m.tpot_ns = (events[-1].t_ns - first) / (n - 1)
+    m.inter_chunk_ns = [b.t_ns - a.t_ns for a, b in zip(events, events[1:])]
+    ks, m.itl_estimated = tokens_per_event(events, n, tokenizer)
+    m.itl_ns = itl_samples(events, ks, n)
+    return m

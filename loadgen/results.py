@@ -1,0 +1,425 @@
+"""Streaming aggregation of request records into a run result, with validity checks.
+
+:class:`Aggregator` takes each finished request once (``add(record, metrics)``),
+keeps exact per-request samples (for exact percentiles) and HDR histograms of
+every metric (for merging and per-token percentiles), and produces the
+``result.json`` body with :meth:`Aggregator.result`.
+
+Percentile method: per-request metrics (TTFT, time to first answer token,
+TPOT, E2E, schedule lag, error E2E) are exact over the run's samples with linear
+interpolation (numpy's default); per-token metrics (ITL, inter-chunk latency)
+come from HDR histograms (3 significant digits, ±0.1 %), their means exact.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from loadgen.histograms import LatencyHistogram
+from loadgen.metrics import RequestMetrics
+from loadgen.slo import SLOTarget, exact_percentile
+from loadgen.types import RequestRecord
+
+PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
+PER_REQUEST_METRICS = ("ttft", "time_to_first_answer_token", "tpot", "e2e", "schedule_lag", "error_e2e")
+PER_TOKEN_METRICS = ("itl", "inter_chunk")
+LATENCY_METRICS = ("ttft", "time_to_first_answer_token", "itl", "inter_chunk", "tpot", "e2e", "schedule_lag", "error_e2e")
+
+
+@dataclass
+class ValidityBounds:
+    """Bounds of the validity checks (MLPerf LoadGen style)."""
+
+    max_schedule_lag_p99_ms: float = 5.0
+    send_rate_tolerance: float = 0.01
+    max_client_cpu: float = 0.95
+    max_loop_lag_p99_ms: float = 10.0
+    min_requests: int = 100
+    min_duration_s: float = 10.0
+    max_error_rate: float = 0.01
+
+
+@dataclass
+class ClientStats:
+    """Facts about the generator itself, filled by the runner."""
+
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    loop_lag_ms: list[float] = field(default_factory=list)
+    schedule_realized_rps: float | None = None  # the schedule's own rate over the measured sends
+    open_loop: bool = True
+    aborted_reason: str | None = None  # the generator gave up (fell too far behind)
+
+
+def summarize_exact(values: list[float] | array, scale: float = 1e-6) -> dict[str, Any]:
+    """count/mean/percentiles/max of exact samples (ns in, ms out by default)."""
+    n = len(values)
+    out: dict[str, Any] = {"count": n}
+    if n == 0:
+        out.update({"mean": None, **{k: None for k, _ in PERCENTILES}, "max": None})
+        return out
+    a = np.asarray(values, dtype=np.float64)
+    ps = np.percentile(a, [p for _, p in PERCENTILES])
+    out["mean"] = float(a.mean()) * scale
+    for (k, _), v in zip(PERCENTILES, ps):
+        out[k] = float(v) * scale
+    out["max"] = float(a.max()) * scale
+    low = [k for k, p in PERCENTILES if n < math.ceil(100 / (100 - p))]
+    if low:
+        out["low_sample_percentiles"] = low
+    return out
+
+
+def summarize_hdr(h: LatencyHistogram) -> dict[str, Any]:
+    out: dict[str, Any] = {"count": h.count, "mean": h.mean_ms()}
+    for k, p in PERCENTILES:
+        out[k] = h.percentile_ms(p)
+    out["max"] = h.max_ms()
+    if h.overflow_count:
+        out["overflow_count"] = h.overflow_count
+    if h.count:
+        low = [k for k, p in PERCENTILES if h.count < math.ceil(100 / (100 - p))]
+        if low:
+            out["low_sample_percentiles"] = low
+    out["method"] = "hdr"
+    return out
+
+
+class Aggregator:
+    """Streaming aggregation of one run's measured requests.
+
+    ``add(record, metrics)`` once per finished request (warm-up records are
+    counted apart and excluded from statistics). ``unsent`` is set by the runner.
+    """
+
+    def __init__(self, slos: list[SLOTarget] | None = None) -> None:
+        self.slos = list(slos or [])
+        self.samples: dict[str, array] = {m: array("d") for m in PER_REQUEST_METRICS}
+        self.hist: dict[str, LatencyHistogram] = {m: LatencyHistogram(m) for m in LATENCY_METRICS}
+        self.requests = 0
+        self.completed = 0
+        self.failed = 0
+        self.zero_output = 0
+        self.unsent = 0
+        self.warmup_requests = 0
+        self.errors_by_kind: dict[str, int] = {}
+        self.retry_after_s: list[float] = []
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.output_tokens_estimated = 0
+        self.itl_estimated = 0
+        self.reasoning_tokens = 0
+        self.length_mismatch = 0
+        self.length_checked = 0
+        self.pool_queued = 0
+        self.conforming = 0
+        self.first_scheduled_ns: int | None = None
+        self.last_end_ns: int | None = None
+        self.first_sent_ns: int | None = None
+        self.last_sent_ns: int | None = None
+        self.sent = 0
+        self.generator_lag = array("d")
+        # per-target exceedance counting for SLO verdicts
+        self.slo_values: dict[str, array] = {t.label: array("d") for t in self.slos}
+
+    # ------------------------------------------------------------------ adding
+
+    def add(self, rec: RequestRecord, m: RequestMetrics) -> None:
+        if rec.phase != "measure":
+            self.warmup_requests += 1
+            return
+        self.requests += 1
+        if self.first_scheduled_ns is None or rec.scheduled_ns < self.first_scheduled_ns:
+            self.first_scheduled_ns = rec.scheduled_ns
+        if rec.end_ns is not None and (self.last_end_ns is None or rec.end_ns > self.last_end_ns):
+            self.last_end_ns = rec.end_ns
+        if rec.sent_ns is not None:
+            self.sent += 1
+            if self.first_sent_ns is None or rec.sent_ns < self.first_sent_ns:
+                self.first_sent_ns = rec.sent_ns
+            if self.last_sent_ns is None or rec.sent_ns > self.last_sent_ns:
+                self.last_sent_ns = rec.sent_ns
+        if m.schedule_lag_ns is not None:
+            self._sample("schedule_lag", m.schedule_lag_ns)
+            self.generator_lag.append(max(m.schedule_lag_ns - rec.connect_ns, 0))
+        if rec.pool_queued:
+            self.pool_queued += 1
+        if not rec.ok:
+            self.failed += 1
+            kind = rec.error_kind or "unknown"
+            self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
+            if rec.retry_after_s is not None:
+                self.retry_after_s.append(rec.retry_after_s)
+            if m.error_e2e_ns is not None:
+                self._sample("error_e2e", m.error_e2e_ns)
+            self._slo_miss()
+            return
+        self.completed += 1
+        self.output_tokens += m.output_tokens
+        self.output_tokens_estimated += int(m.output_tokens_estimated)
+        if rec.reasoning_tokens:
+            self.reasoning_tokens += rec.reasoning_tokens
+        inp = rec.prompt_tokens if rec.prompt_tokens is not None else rec.requested_input_tokens
+        if inp:
+            self.input_tokens += inp
+        if rec.requested_output_tokens is not None and not m.output_tokens_estimated:
+            self.length_checked += 1
+            if m.output_tokens != rec.requested_output_tokens:
+                self.length_mismatch += 1
+        if m.zero_output:
+            self.zero_output += 1
+            self._slo_miss()
+            return
+        if m.itl_ns and m.itl_estimated:
+            self.itl_estimated += 1
+        for name, v in (
+            ("ttft", m.ttft_ns),
+            ("time_to_first_answer_token", m.time_to_first_answer_token_ns),
+            ("tpot", m.tpot_ns),
+            ("e2e", m.e2e_ns),
+        ):
+            if v is not None:
+                self._sample(name, v)
+        hi = self.hist["itl"]
+        for v in m.itl_ns:
+            hi.record_ns(v)
+        hc = self.hist["inter_chunk"]
+        for v in m.inter_chunk_ns:
+            hc.record_ns(v)
+        if self.slos:
+            ok = True
+            for t in self.slos:
+                v = request_value(t, m)
+                self.slo_values[t.label].append(v)
+                if v > t.threshold_ns:
+                    ok = False
+            if ok:
+                self.conforming += 1
+        else:
+            self.conforming += 1
+
+    def _sample(self, name: str, v: float) -> None:
+        self.samples[name].append(v)
+        self.hist[name].record_ns(v)
+
+    def _slo_miss(self) -> None:
+        for t in self.slos:
+            self.slo_values[t.label].append(math.inf)
+
+    # ------------------------------------------------------------------ results
+
+    @property
+    def duration_s(self) -> float:
+        """First measured scheduled send to last measured completion, in seconds."""
+        if self.first_scheduled_ns is None or self.last_end_ns is None:
+            return 0.0
+        return max(self.last_end_ns - self.first_scheduled_ns, 0) / 1e9
+
+    def latency_ms(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in LATENCY_METRICS:
+            if name in PER_TOKEN_METRICS:
+                out[name] = summarize_hdr(self.hist[name])
+            else:
+                out[name] = summarize_exact(self.samples[name])
+        return out
+
+    def throughput(self) -> dict[str, Any]:
+        d = self.duration_s
+        per = (lambda x: x / d) if d > 0 else (lambda x: None)
+        achieved = None
+        if self.sent >= 2 and self.last_sent_ns and self.first_sent_ns and self.last_sent_ns > self.first_sent_ns:
+            achieved = (self.sent - 1) / ((self.last_sent_ns - self.first_sent_ns) / 1e9)
+        return {
+            "request_rps": per(self.completed),
+            "achieved_send_rps": achieved,
+            "output_tps": per(self.output_tokens),
+            "input_tps": per(self.input_tokens),
+            "total_tps": per(self.input_tokens + self.output_tokens),
+            "goodput_rps": per(self.conforming) if self.slos else None,
+        }
+
+    def slo_result(self) -> dict[str, Any] | None:
+        if not self.slos:
+            return None
+        total = self.requests
+        targets = []
+        all_met = True
+        for t in self.slos:
+            vals = sorted(self.slo_values[t.label])
+            # failures counted as +inf; cases that never produced a value (e.g. no requests) fail
+            if t.metric == "itl":
+                v_ms = self.hist["itl"].percentile_ms(t.percentile)
+                exceed = sum(1 for v in vals if v > t.threshold_ns)
+                misses = (self.failed + self.zero_output) / total if total else 1.0
+                met = v_ms is not None and v_ms * 1e6 <= t.threshold_ns and misses <= 1 - t.percentile / 100
+                value = v_ms
+                method = "pooled per-token percentile (HDR); no confidence bound"
+            else:
+                pv = exact_percentile(vals, t.percentile)
+                value = None if math.isnan(pv) else (None if math.isinf(pv) else pv / 1e6)
+                exceed = sum(1 for v in vals if v > t.threshold_ns)
+                met = bool(vals) and not math.isnan(pv) and pv <= t.threshold_ns
+                method = "exact percentile over requests; failures and zero-output count as over"
+            all_met &= bool(met)
+            targets.append(
+                {
+                    "target": t.label,
+                    "metric": t.metric,
+                    "percentile": t.percentile,
+                    "threshold_ms": t.threshold_ns / 1e6,
+                    "value_ms": value,
+                    "met": bool(met),
+                    "exceedances": exceed,
+                    "denominator": len(vals),
+                    "method": method,
+                }
+            )
+        return {
+            "met": all_met,
+            "targets": targets,
+            "conforming_requests": self.conforming,
+            "denominator": total,
+            "attainment": (self.conforming / total) if total else None,
+            "goodput_rps": (self.conforming / self.duration_s) if self.duration_s > 0 else None,
+            "note": "failed and zero-output requests count as non-conforming; thresholds inclusive",
+        }
+
+    def validity(self, client: ClientStats, bounds: ValidityBounds) -> dict[str, Any]:
+        checks: list[dict[str, Any]] = []
+
+        def check(name: str, group: str, ok: bool, detail: str) -> None:
+            checks.append({"name": name, "group": group, "ok": bool(ok), "detail": detail})
+
+        # generator checks: failing any makes the run INVALID (limited_by: client)
+        if client.aborted_reason:
+            check("generator_kept_up", "generator", False, client.aborted_reason)
+        if client.open_loop:
+            lag = np.percentile(np.asarray(self.generator_lag), 99) / 1e6 if len(self.generator_lag) else 0.0
+            check(
+                "schedule_lag_p99",
+                "generator",
+                lag <= bounds.max_schedule_lag_p99_ms,
+                f"p99 schedule lag {lag:.3f} ms (excluding connection set-up) <= {bounds.max_schedule_lag_p99_ms:g} ms",
+            )
+            ach = self.throughput()["achieved_send_rps"]
+            want = client.schedule_realized_rps
+            if ach is not None and want:
+                err = abs(ach - want) / want
+                check(
+                    "send_rate",
+                    "generator",
+                    err <= bounds.send_rate_tolerance,
+                    f"achieved send rate {ach:.3f} req/s vs the schedule's realized {want:.3f} req/s "
+                    f"({err * 100:.2f} % off, bound {bounds.send_rate_tolerance * 100:g} %)",
+                )
+        cpu = client.cpu_s / client.wall_s if client.wall_s > 0 else 0.0
+        check(
+            "client_cpu",
+            "generator",
+            cpu <= bounds.max_client_cpu,
+            f"client process CPU {cpu * 100:.1f} % of one core (bound {bounds.max_client_cpu * 100:g} %)",
+        )
+        if client.loop_lag_ms:
+            ll = float(np.percentile(np.asarray(client.loop_lag_ms), 99))
+            check(
+                "event_loop_lag_p99",
+                "generator",
+                ll <= bounds.max_loop_lag_p99_ms,
+                f"p99 event-loop lag {ll:.3f} ms (bound {bounds.max_loop_lag_p99_ms:g} ms)",
+            )
+        cl = self.errors_by_kind.get("client_limit", 0)
+        check(
+            "client_resources",
+            "generator",
+            cl == 0 and self.pool_queued == 0,
+            f"{cl} requests hit a descriptor limit, {self.pool_queued} waited for a pool slot",
+        )
+        # measurement checks: warnings, not client limits
+        check(
+            "min_requests",
+            "measurement",
+            self.requests >= bounds.min_requests,
+            f"{self.requests} measured requests (minimum {bounds.min_requests})",
+        )
+        check(
+            "min_duration",
+            "measurement",
+            self.duration_s >= bounds.min_duration_s,
+            f"{self.duration_s:.2f} s measured (minimum {bounds.min_duration_s:g} s)",
+        )
+        er = self.failed / self.requests if self.requests else 0.0
+        check(
+            "error_rate",
+            "measurement",
+            er <= bounds.max_error_rate,
+            f"{self.failed} of {self.requests} requests failed ({er * 100:.2f} %, bound {bounds.max_error_rate * 100:g} %)",
+        )
+        if self.length_checked:
+            check(
+                "output_lengths",
+                "measurement",
+                self.length_mismatch == 0,
+                f"{self.length_mismatch} of {self.length_checked} completed requests delivered a different "
+                "output length than requested (does the server honour ignore_eos/min_tokens?)",
+            )
+        gen_ok = all(c["ok"] for c in checks if c["group"] == "generator")
+        out: dict[str, Any] = {
+            "valid": gen_ok,
+            "limited_by": None if gen_ok else "client",
+            "checks": checks,
+            "warnings": [c["detail"] for c in checks if c["group"] == "measurement" and not c["ok"]],
+            "client_cpu_fraction": cpu,
+        }
+        if not gen_ok:
+            out["remedy"] = (
+                "the load generator could not keep to the schedule: lower the rate, use --workers, "
+                "or run the client on a machine with more free CPU"
+            )
+        return out
+
+    def counts(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "completed": self.completed,
+            "failed": self.failed,
+            "zero_output": self.zero_output,
+            "unsent": self.unsent,
+            "warmup": self.warmup_requests,
+            "errors_by_kind": {k: self.errors_by_kind[k] for k in sorted(self.errors_by_kind)},
+        }
+
+    def tokens(self) -> dict[str, Any]:
+        out = {
+            "input": self.input_tokens,
+            "output": self.output_tokens,
+            "output_estimated_requests": self.output_tokens_estimated,
+            "itl_estimated_requests": self.itl_estimated,
+        }
+        if self.reasoning_tokens:
+            out["reasoning"] = self.reasoning_tokens
+            out["note"] = "output includes hidden reasoning tokens reported in usage.completion_tokens_details"
+        return out
+
+
+def request_value(t: SLOTarget, m: RequestMetrics) -> float:
+    """The value a request is judged on for target ``t`` (ns; +inf = miss; TPOT None = conforms)."""
+    if t.metric == "ttft":
+        return math.inf if m.ttft_ns is None else m.ttft_ns
+    if t.metric == "time_to_first_answer_token":
+        return math.inf if m.time_to_first_answer_token_ns is None else m.time_to_first_answer_token_ns
+    if t.metric == "e2e":
+        return math.inf if m.e2e_ns is None else m.e2e_ns
+    if t.metric == "tpot":
+        return 0.0 if m.tpot_ns is None else m.tpot_ns
+    if t.metric == "itl":
+        if not m.itl_ns:
+            return 0.0
+        return float(np.percentile(np.asarray(m.itl_ns), t.percentile))
+    raise ValueError(t.metric)
+

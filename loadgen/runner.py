@@ -1,0 +1,331 @@
+"""The engine: open-loop dispatch on absolute deadlines, closed-loop users, draining.
+
+Open loop (MLPerf LoadGen Server, wrk2): the whole schedule is built first; the
+dispatcher sleeps until ``t0 + offset`` for each entry (never a relative
+``sleep(interval)``, so no drift), and each request's latency origin is its
+scheduled time. If the dispatcher falls more than ``abort_lag_s`` behind, it
+stops sending, counts the rest as unsent and the run is INVALID (the client,
+not the server, limited it).
+
+Closed loop: N users, each sending its next request when the last completes
+(scheduled time = the moment the user sends).
+
+One ``asyncio.TaskGroup`` owns every in-flight request. Every request ends as one
+record passed to ``sink`` (ok, or an error of a named kind). A stop (SIGINT or
+SIGTERM, or :meth:`Runner.request_stop`) ends sending; in-flight requests get
+``drain_grace_s`` to finish, then are cancelled and recorded as ``cancelled``;
+never-sent requests are counted as ``unsent``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import itertools
+import resource
+import signal
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from loadgen.clock import now_ns, wall_anchor
+from loadgen.endpoints.base import Endpoint
+from loadgen.results import ClientStats
+from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest
+
+LEAD_IN_NS = 100_000_000  # t0 is set this far ahead so the first deadline is not already late
+LOOP_PROBE_S = 0.005
+SPIN_NS = 1_200_000  # the last 1.2 ms before a deadline are spent yielding, not sleeping
+
+
+@dataclass
+class RunPlan:
+    """What to run (configuration only; no runtime state).
+
+    Open loop: ``schedule`` (offsets from t0; phases set). Closed loop:
+    ``concurrency`` users drawing specs from ``make_spec(index)`` until
+    ``max_requests`` (warm-up included) or ``t0 + warmup_s + duration_s``.
+    """
+
+    mode: Literal["open", "closed"]
+    schedule: list[ScheduledRequest] = field(default_factory=list)
+    concurrency: int = 1
+    make_spec: Callable[[int], RequestSpec] | None = None
+    max_requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int = 0
+    warmup_s: float = 0.0
+    max_concurrency: int | None = None
+    drain_grace_s: float = 30.0
+    abort_lag_s: float = 1.0
+
+
+@dataclass
+class RunOutcome:
+    t0_ns: int
+    t0_wall_ns: int
+    interrupted: bool
+    unsent: int
+    unsent_warmup: int
+    client: ClientStats
+    end_ns: int
+
+
+class Runner:
+    """Runs one plan against one endpoint; ``sink(record)`` is called once per request."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        plan: RunPlan,
+        sink: Callable[[RequestRecord], None],
+        *,
+        t0_ns: int | None = None,
+        install_signal_handlers: bool = True,
+    ) -> None:
+        self.endpoint = endpoint
+        self.plan = plan
+        self.sink = sink
+        self._t0_override = t0_ns
+        self._signals = install_signal_handlers
+        self._stop = asyncio.Event()
+        self._stop_fut: asyncio.Future[None] | None = None
+        self.interrupted = False
+        self.unsent = 0
+        self.unsent_warmup = 0
+        self.aborted_reason: str | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._loop_lag_ms: list[float] = []
+        self.t0_ns = 0
+
+    def request_stop(self, interrupted: bool = True) -> None:
+        """Stop sending; in-flight requests drain (used by signal handlers and the sweep)."""
+        if interrupted:
+            self.interrupted = True
+        self._stop.set()
+        if self._stop_fut is not None and not self._stop_fut.done():
+            self._stop_fut.set_result(None)
+
+    async def run(self) -> RunOutcome:
+        loop = asyncio.get_running_loop()
+        self._stop_fut = loop.create_future()
+        installed: list[int] = []
+        if self._signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(sig, self._on_signal)
+                    installed.append(sig)
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        anchor_m, anchor_w = wall_anchor()
+        self.t0_ns = self._t0_override if self._t0_override is not None else now_ns() + LEAD_IN_NS
+        t0_wall = anchor_w + (self.t0_ns - anchor_m)
+        w0 = now_ns()
+        monitor = asyncio.create_task(self._loop_monitor())
+        # Cyclic GC passes over many live objects stall the loop for milliseconds: freeze what
+        # exists now and collect young generations less often while the run is on.
+        gc_threshold = gc.get_threshold()
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(max(gc_threshold[0], 50_000), 50, 1000)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                if self.plan.mode == "open":
+                    await self._dispatch_open(tg)
+                else:
+                    await self._run_closed(tg)
+                await self._drain()
+        finally:
+            gc.set_threshold(*gc_threshold)
+            gc.unfreeze()
+            for u in getattr(self, "_users", ()):
+                u.cancel()
+            monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await monitor
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        end = now_ns()
+        sched = [s.offset_ns for s in self.plan.schedule if s.phase == "measure"]
+        client = ClientStats(
+            cpu_s=(ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+            wall_s=(end - w0) / 1e9,
+            loop_lag_ms=self._loop_lag_ms,
+            open_loop=self.plan.mode == "open",
+            aborted_reason=self.aborted_reason,
+        )
+        if self.plan.mode == "open" and len(sched) >= 2:
+            sent_part = sched[: len(sched) - self.unsent] if self.unsent else sched
+            if len(sent_part) >= 2 and sent_part[-1] > sent_part[0]:
+                client.schedule_realized_rps = (len(sent_part) - 1) / ((sent_part[-1] - sent_part[0]) / 1e9)
+        return RunOutcome(
+            t0_ns=self.t0_ns,
+            t0_wall_ns=t0_wall,
+            interrupted=self.interrupted,
+            unsent=self.unsent,
+            unsent_warmup=self.unsent_warmup,
+            client=client,
+            end_ns=end,
+        )
+
+    def _on_signal(self) -> None:
+        if self._stop.is_set():
+            # second signal: cancel what is in flight now
+            for t in list(self._inflight):
+                t.cancel()
+        self.request_stop(True)
+
+    async def _loop_monitor(self) -> None:
+        lags = self._loop_lag_ms
+        while True:
+            t = now_ns()
+            await asyncio.sleep(LOOP_PROBE_S)
+            lag = (now_ns() - t) / 1e6 - LOOP_PROBE_S * 1e3
+            if len(lags) < 2_000_000:
+                lags.append(max(lag, 0.0))
+
+    async def _wait_until(self, deadline_ns: int) -> None:
+        """Sleep until an absolute deadline; wakes ~1 ms early and yields until it.
+
+        The event loop's timers have millisecond granularity (epoll rounds up), so a
+        plain sleep lands up to 1 ms late; the last stretch is spent yielding to the
+        loop (I/O keeps flowing) instead. Long waits also wake on a stop request.
+        """
+        delay = deadline_ns - now_ns()
+        if delay > 20_000_000:
+            assert self._stop_fut is not None
+            await asyncio.wait({self._stop_fut}, timeout=(delay - SPIN_NS) / 1e9)
+            if self._stop.is_set():
+                return
+            delay = deadline_ns - now_ns()
+        if delay > SPIN_NS:
+            await asyncio.sleep((delay - SPIN_NS) / 1e9)
+        while now_ns() < deadline_ns:
+            await asyncio.sleep(0)
+
+    async def _dispatch_open(self, tg: asyncio.TaskGroup) -> None:
+        plan = self.plan
+        sem = asyncio.Semaphore(plan.max_concurrency) if plan.max_concurrency else None
+        abort_ns = int(plan.abort_lag_s * 1e9)
+        schedule = plan.schedule
+        t0 = self.t0_ns
+        for pos, item in enumerate(schedule):
+            deadline = t0 + item.offset_ns
+            await self._wait_until(deadline)
+            if not self._stop.is_set() and now_ns() - deadline > abort_ns:
+                self.aborted_reason = (
+                    f"the generator fell {(now_ns() - deadline) / 1e9:.2f} s behind its schedule at request "
+                    f"{pos} of {len(schedule)}; it stopped sending"
+                )
+                self._stop.set()
+            if self._stop.is_set():
+                self._count_unsent(schedule[pos:])
+                return
+            if sem is not None:
+                await sem.acquire()
+                if self._stop.is_set():
+                    sem.release()
+                    self._count_unsent(schedule[pos:])
+                    return
+            self._start(tg, item.spec, item.phase, deadline, sem)
+
+    def _count_unsent(self, rest: list[ScheduledRequest]) -> None:
+        for it in rest:
+            if it.phase == "measure":
+                self.unsent += 1
+            else:
+                self.unsent_warmup += 1
+
+    def _start(
+        self,
+        tg: asyncio.TaskGroup,
+        spec: RequestSpec,
+        phase: str,
+        scheduled_ns: int,
+        sem: asyncio.Semaphore | None = None,
+    ) -> asyncio.Task[None]:
+        task = tg.create_task(self._one(spec, phase, scheduled_ns, sem))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return task
+
+    async def _one(
+        self, spec: RequestSpec, phase: str, scheduled_ns: int, sem: asyncio.Semaphore | None
+    ) -> None:
+        rec = RequestRecord(
+            index=spec.index,
+            phase=phase,  # type: ignore[arg-type]
+            scheduled_ns=scheduled_ns,
+            requested_input_tokens=spec.requested_input_tokens,
+            requested_output_tokens=spec.requested_output_tokens,
+            prefix_group=spec.prefix_group,
+            session_id=spec.session_id,
+        )
+        try:
+            await self.endpoint.send(spec, rec)
+        except asyncio.CancelledError:
+            rec.status = "error"
+            rec.error_kind = "cancelled"
+            rec.error_detail = "in flight at the drain deadline"
+            rec.end_ns = now_ns()
+        except Exception as exc:  # an endpoint bug must not lose the record
+            rec.status = "error"
+            rec.error_kind = rec.error_kind or "protocol"
+            rec.error_detail = f"internal error: {type(exc).__name__}: {exc}"
+            rec.end_ns = rec.end_ns or now_ns()
+        finally:
+            if sem is not None:
+                sem.release()
+        self.sink(rec)
+
+    async def _run_closed(self, tg: asyncio.TaskGroup) -> None:
+        plan = self.plan
+        assert plan.make_spec is not None
+        counter = itertools.count()
+        t0 = self.t0_ns
+        await self._wait_until(t0)
+        end_ns = None
+        if plan.duration_s is not None:
+            end_ns = t0 + int((plan.warmup_s + plan.duration_s) * 1e9)
+        warm_end = t0 + int(plan.warmup_s * 1e9)
+
+        async def user() -> None:
+            while not self._stop.is_set():
+                idx = next(counter)
+                if plan.max_requests is not None and idx >= plan.max_requests:
+                    return
+                now = now_ns()
+                if end_ns is not None and now >= end_ns:
+                    return
+                phase = "warmup" if (idx < plan.warmup_requests or now < warm_end) else "measure"
+                task = self._start(tg, plan.make_spec(idx), phase, now)  # type: ignore[misc]
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(task)
+                if task.cancelled():
+                    return
+
+        users = [asyncio.create_task(user()) for _ in range(plan.concurrency)]
+        self._users = users
+        assert self._stop_fut is not None
+        pending = set(users)
+        while pending and not self._stop.is_set():
+            _, pending = await asyncio.wait(pending | {self._stop_fut}, return_when=asyncio.FIRST_COMPLETED)
+            pending.discard(self._stop_fut)  # type: ignore[arg-type]
+
+    async def _drain(self) -> None:
+        """Wait for in-flight requests; after a stop, at most ``drain_grace_s``, then cancel."""
+        while self._inflight:
+            pending = set(self._inflight)
+            if self._stop.is_set() and self.interrupted:
+                done, still = await asyncio.wait(pending, timeout=self.plan.drain_grace_s)
+                for t in still:
+                    t.cancel()
+                if still:
+                    await asyncio.wait(still, timeout=5.0)
+                return
+            assert self._stop_fut is not None
+            await asyncio.wait(pending | {self._stop_fut}, return_when=asyncio.FIRST_COMPLETED)
+            if self._stop_fut.done() and not self.interrupted:
+                # a non-interrupting stop (generator abort): just wait for completion
+                await asyncio.wait(set(self._inflight))

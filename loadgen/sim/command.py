@@ -1,0 +1,151 @@
+"""The ``sim`` command: serve the simulated OpenAI-compatible endpoint.
+
+The main CLI mounts it with ``main.add_command(sim_command)``; ``python -m
+loadgen.sim`` runs it standalone. It binds 127.0.0.1 unless told otherwise,
+prints ``loadgen-sim listening on http://HOST:PORT`` once listening, and stops
+cleanly on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from loadgen.sim.model import SimParams
+from loadgen.sim.server import FaultConfig, SimServer
+
+__all__ = ["sim_command"]
+
+_PROB = click.FloatRange(0.0, 1.0)
+_NONNEG = click.FloatRange(min=0.0)
+_DEFAULTS = SimParams()
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop factory when uvloop is importable, else None (the default loop)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
+
+
+def _write_port_file(path: str, port: int) -> None:
+    """Write the port atomically, so a reader never sees a partial file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    """Set ``stop`` once the parent process is gone (we were re-parented)."""
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(0.5)
+    stop.set()
+
+
+async def _serve(
+    server: SimServer, host: str, port: int, port_file: str | None, parent_pid: int | None = None
+) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    watcher = loop.create_task(_watch_parent(parent_pid, stop)) if parent_pid else None
+    try:
+        bound = await server.start(host, port)
+        try:
+            shown = f"[{host}]" if ":" in host else host
+            click.echo(f"loadgen-sim listening on http://{shown}:{bound}")
+            click.get_text_stream("stdout").flush()
+            if port_file:
+                _write_port_file(port_file, bound)
+            await stop.wait()
+        finally:
+            await server.stop()
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+@click.command("sim")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port to bind; 0 picks a free port.")
+@click.option("--port-file", type=click.Path(dir_okay=False), default=None,
+              help="Write the bound port to this file once listening.")
+@click.option("--model-name", default="sim-model", show_default=True, help="Model id to serve.")
+@click.option("--slots", type=click.IntRange(min=1), default=_DEFAULTS.slots, show_default=True,
+              help="Max concurrent sequences in the batch.")
+@click.option("--ttft-ms", type=_NONNEG, default=_DEFAULTS.ttft_ms, show_default=True,
+              help="Fixed prefill cost per request (ms).")
+@click.option("--prefill-per-token-ms", type=_NONNEG, default=_DEFAULTS.prefill_per_token_ms,
+              show_default=True, help="Extra prefill cost per input token (ms).")
+@click.option("--itl-ms", type=_NONNEG, default=_DEFAULTS.itl_ms, show_default=True,
+              help="Decode step time with one running sequence (ms).")
+@click.option("--itl-per-seq-ms", type=_NONNEG, default=_DEFAULTS.itl_per_seq_ms, show_default=True,
+              help="Extra decode step time per additional running sequence (ms).")
+@click.option("--tokens-per-chunk", type=click.IntRange(min=1), default=_DEFAULTS.tokens_per_chunk,
+              show_default=True, help="Tokens per SSE write.")
+@click.option("--default-max-tokens", type=click.IntRange(min=1), default=_DEFAULTS.default_max_tokens,
+              show_default=True, help="Output tokens when a request gives no max_tokens.")
+@click.option("--strict", is_flag=True, help="Reject unknown request fields with HTTP 400.")
+@click.option("--fault-429", type=_PROB, default=0.0, help="Probability of HTTP 429 (Retry-After: 1).")
+@click.option("--fault-500", type=_PROB, default=0.0, help="Probability of HTTP 500.")
+@click.option("--fault-drop", type=_PROB, default=0.0,
+              help="Probability of aborting the connection after half the tokens.")
+@click.option("--fault-stall", type=_PROB, default=0.0, help="Probability of a mid-stream pause.")
+@click.option("--stall-ms", type=_NONNEG, default=1000.0, show_default=True,
+              help="Length of a stall fault (ms).")
+@click.option("--fault-malformed", type=_PROB, default=0.0,
+              help="Probability of one malformed (invalid JSON) SSE event.")
+@click.option("--fault-inband-error", type=_PROB, default=0.0,
+              help="Probability of an error event inside the 200 stream, which then ends.")
+@click.option("--slow-ms", type=_NONNEG, default=0.0, help="Extra latency before the first byte (ms).")
+@click.option("--truth-log", type=click.Path(dir_okay=False), default=None,
+              help="Append one JSON line per finished request (server-side ground truth).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault draws.")
+@click.option("--parent-pid", type=int, default=None, hidden=True,
+              help="Exit when this process is no longer our parent (used by SimProcess).")
+def sim_command(**kw: Any) -> None:
+    """Serve a simulated OpenAI-compatible LLM endpoint (continuous-batching model)."""
+    params = SimParams(
+        slots=kw["slots"],
+        ttft_ms=kw["ttft_ms"],
+        prefill_per_token_ms=kw["prefill_per_token_ms"],
+        itl_ms=kw["itl_ms"],
+        itl_per_seq_ms=kw["itl_per_seq_ms"],
+        tokens_per_chunk=kw["tokens_per_chunk"],
+        default_max_tokens=kw["default_max_tokens"],
+    )
+    faults = FaultConfig(
+        p_429=kw["fault_429"],
+        p_500=kw["fault_500"],
+        p_drop=kw["fault_drop"],
+        p_stall=kw["fault_stall"],
+        p_malformed=kw["fault_malformed"],
+        p_inband_error=kw["fault_inband_error"],
+        stall_ms=kw["stall_ms"],
+        slow_ms=kw["slow_ms"],
+    )
+    server = SimServer(
+        params,
+        model_name=kw["model_name"],
+        strict=kw["strict"],
+        faults=faults,
+        truth_log=kw["truth_log"],
+        seed=kw["seed"],
+    )
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_serve(server, kw["host"], kw["port"], kw["port_file"], kw["parent_pid"]))
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {kw['host']}:{kw['port']}: {exc}") from exc

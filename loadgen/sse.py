@@ -1,0 +1,136 @@
+"""Sans-IO Server-Sent Events decoder: bytes in, events out.
+
+Follows the WHATWG HTML "server-sent events" parsing rules
+(https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation):
+lines end in CRLF, LF or CR; a line starting with ``:`` is a comment; fields
+``data``, ``event``, ``id``, ``retry``; an event is dispatched at a blank line and
+only if it has data (so comments, keep-alives and id/retry-only blocks produce
+no event). Any split of the byte stream into ``feed`` calls yields the same
+events, including UTF-8 characters and CRLF pairs split across reads.
+
+The decoder does no I/O and reads no clock: the caller stamps the events that a
+``feed`` call returns with the arrival time of that read, which is the arrival
+of each event's terminating blank line.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+
+from loadgen.errors import ProtocolError
+
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""An event (or a line) larger than this many characters aborts the stream with a protocol error."""
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One dispatched event: ``data`` lines joined with ``\\n``; ``event`` defaults to "message"."""
+
+    data: str
+    event: str = "message"
+    id: str | None = None
+    retry_ms: int | None = None
+
+
+class SSEDecoder:
+    """Incremental SSE decoder.
+
+    ``feed(chunk: bytes) -> list[SSEEvent]`` returns the events completed by this
+    chunk. Raises :class:`ProtocolError` on invalid UTF-8 or when one event grows
+    past ``max_event_bytes`` (memory stays bounded whatever the server sends).
+    """
+
+    __slots__ = ("_dec", "_buf", "_data", "_event", "_id", "_retry", "_skip_lf", "_max", "_size", "_start")
+
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        self._dec = codecs.getincrementaldecoder("utf-8")("strict")
+        self._buf = ""
+        self._data: list[str] = []
+        self._event = ""
+        self._id: str | None = None
+        self._retry: int | None = None
+        self._skip_lf = False
+        self._max = max_event_bytes
+        self._size = 0
+        self._start = True
+
+    @property
+    def pending(self) -> bool:
+        """True when bytes of an unfinished event are buffered (at EOF: an incomplete event)."""
+        return bool(self._buf or self._data or self._event)
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        try:
+            text = self._dec.decode(chunk)
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"invalid UTF-8 in event stream: {exc.reason}") from None
+        if self._start and text:
+            self._start = False
+            if text[0] == "\ufeff":  # one leading byte-order mark is dropped, as the spec says
+                text = text[1:]
+        if not text:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if text[0] == "\n":
+                text = text[1:]
+        buf = self._buf + text if self._buf else text
+        if "\r" in buf:
+            if buf[-1] == "\r":
+                self._skip_lf = True
+            buf = buf.replace("\r\n", "\n").replace("\r", "\n")
+        if "\n" not in buf:
+            self._buf = buf
+            self._check_size(len(buf))
+            return []
+        lines = buf.split("\n")
+        self._buf = lines.pop()
+        self._check_size(len(self._buf))
+        events: list[SSEEvent] = []
+        for line in lines:
+            if not line:
+                if self._data:
+                    events.append(
+                        SSEEvent("\n".join(self._data), self._event or "message", self._id, self._retry)
+                    )
+                self._data = []
+                self._event = ""
+                self._retry = None
+                self._size = 0
+                continue
+            if line[0] == ":":
+                continue
+            name, sep, value = line.partition(":")
+            if sep and value[:1] == " ":
+                value = value[1:]
+            if name == "data":
+                self._data.append(value)
+                self._size += len(value)
+                if self._size > self._max:
+                    raise ProtocolError(f"event larger than {self._max} bytes")
+            elif name == "event":
+                self._event = value
+            elif name == "id":
+                if "\0" not in value:
+                    self._id = value
+            elif name == "retry":
+                if value.isdigit():
+                    self._retry = int(value)
+            # any other field name is ignored, as the spec says
+        return events
+
+    def _check_size(self, n: int) -> None:
+        if n + self._size > self._max:
+            raise ProtocolError(f"event larger than {self._max} bytes")
+
+    def close(self) -> list[SSEEvent]:
+        """Signal EOF. Per the spec an unterminated event is discarded: check ``pending`` first."""
+        try:
+            tail = self._dec.decode(b"", final=True)
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"truncated UTF-8 at end of stream: {exc.reason}") from None
+        if tail:
+            self._buf += tail
+        return []

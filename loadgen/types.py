@@ -1,0 +1,117 @@
+"""Plain data passed between layers: specs, the schedule, raw request facts.
+
+Everything here is a value: no I/O, no clocks. Times are integer nanoseconds on
+the monotonic clock of :mod:`loadgen.clock` unless a name says otherwise.
+Derived metrics (TTFT, ITL, ...) are *not* stored here: :mod:`loadgen.metrics`
+computes them from the raw facts of a :class:`RequestRecord`, so each metric has
+exactly one definition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ERROR_KINDS: tuple[str, ...] = (
+    "connect",  # TCP/TLS connection could not be made (refused, DNS, reset before headers)
+    "timeout",  # the per-request total deadline (or connect timeout) expired
+    "rate_limited",  # HTTP 429; Retry-After kept in retry_after_s
+    "http_error",  # any other non-2xx status; http_status kept
+    "incomplete_stream",  # the stream closed before a clean end ([DONE] or finish_reason + EOF)
+    "stream_error",  # an error object inside a 200 stream
+    "protocol",  # malformed SSE framing or JSON
+    "cancelled",  # still in flight at the drain deadline (stop or Ctrl-C)
+    "client_limit",  # the client ran out of descriptors or pool slots: not a server fault
+)
+"""Every error kind a request can end with; each is counted separately."""
+
+Phase = Literal["warmup", "measure"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """What to send: one request of the workload.
+
+    ``prompt`` is the completion prompt text; ``messages`` (chat) takes precedence
+    for the chat API when given. ``requested_output_tokens`` is enforced with
+    ``max_tokens`` (+ ``ignore_eos``/``min_tokens`` where accepted).
+    """
+
+    index: int
+    prompt: str
+    requested_input_tokens: int | None = None
+    requested_output_tokens: int | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
+    prefix_group: int | None = None
+    session_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRequest:
+    """One entry of a schedule: send ``spec`` at ``t0 + offset_ns``."""
+
+    offset_ns: int
+    spec: RequestSpec
+    phase: Phase = "measure"
+
+
+@dataclass(slots=True)
+class TokenEvent:
+    """A token-bearing stream event, stamped at the arrival of its terminating blank line.
+
+    ``text`` is the generated text it carries (content, reasoning and tool-call
+    arguments concatenated); ``answer`` is True when it carries answer content
+    (``content`` / completion ``text``), False for reasoning or tool calls only.
+    ``usage_completion_tokens`` is the cumulative completion-token count when the
+    server sends continuous usage stats on this chunk, else None.
+    """
+
+    t_ns: int
+    text: str
+    answer: bool = True
+    usage_completion_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """The raw facts of one request, ok or failed. Every scheduled request ends as one.
+
+    Times are absolute monotonic ns. ``scheduled_ns`` is the latency origin
+    (coordinated-omission free, as MLPerf LoadGen and wrk2); ``sent_ns`` is when
+    the request headers were written (None if never sent). ``end_ns`` is the clean
+    end for ok requests, or the moment the failure was observed.
+    """
+
+    index: int
+    phase: Phase
+    scheduled_ns: int
+    requested_input_tokens: int | None = None
+    requested_output_tokens: int | None = None
+    sent_ns: int | None = None
+    connect_ns: int = 0  # time spent creating a new connection for this request (0 if reused)
+    end_ns: int | None = None
+    status: Literal["ok", "error"] = "error"
+    error_kind: str | None = None
+    error_detail: str | None = None
+    http_status: int | None = None
+    retry_after_s: float | None = None
+    events: list[TokenEvent] = field(default_factory=list)
+    prompt_tokens: int | None = None  # usage.prompt_tokens
+    completion_tokens: int | None = None  # usage.completion_tokens (final)
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    finish_reason: str | None = None
+    streamed: bool = True
+    prefix_group: int | None = None
+    session_id: str | None = None
+    body_text: str | None = None  # whole output text of a non-streamed response
+    pool_queued: bool = False  # waited for a free connection-pool slot (a client limit)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def text(self) -> str:
+        if self.body_text is not None:
+            return self.body_text
+        return "".join(e.text for e in self.events)

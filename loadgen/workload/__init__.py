@@ -1,0 +1,1 @@
+"""Workloads: arrival processes, prompts and lengths, traces. Pure (no network)."""

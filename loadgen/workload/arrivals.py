@@ -1,0 +1,79 @@
+"""Arrival processes: seeded offsets (ns from t0) of an open-loop schedule.
+
+* ``poisson``: exponential inter-arrival gaps with mean 1/rate.
+* ``gamma``: gamma-distributed gaps with shape = ``burstiness`` and mean 1/rate,
+  as vLLM ``bench serve --burstiness`` (1.0 = Poisson; inter-arrival CV =
+  1/sqrt(burstiness); smaller is burstier).
+* ``constant``: gaps of exactly 1/rate.
+
+The first request is sent at offset 0. Offsets are non-decreasing integers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadgen.errors import ConfigError
+
+ARRIVALS = ("poisson", "gamma", "constant")
+
+
+def _gaps(kind: str, rate_rps: float, n: int, rng: np.random.Generator, burstiness: float) -> np.ndarray:
+    mean_s = 1.0 / rate_rps
+    if kind == "constant":
+        return np.full(n, mean_s)
+    if kind == "poisson":
+        return rng.exponential(mean_s, n)
+    if kind == "gamma":
+        if burstiness <= 0:
+            raise ConfigError("--burstiness must be > 0")
+        return rng.gamma(burstiness, mean_s / burstiness, n)
+    raise ConfigError(f"unknown arrival process {kind!r}; choose one of {', '.join(ARRIVALS)}")
+
+
+def arrival_offsets_ns(
+    kind: str,
+    rate_rps: float,
+    *,
+    count: int | None = None,
+    duration_s: float | None = None,
+    seed: int = 0,
+    burstiness: float = 1.0,
+) -> list[int]:
+    """Offsets (ns) of ``count`` arrivals, or of every arrival before ``duration_s``.
+
+    Exactly one of ``count`` / ``duration_s``. Raises ConfigError on a bad rate or kind.
+    """
+    if not rate_rps or rate_rps <= 0:
+        raise ConfigError("--rate must be > 0")
+    if (count is None) == (duration_s is None):
+        raise ConfigError("give exactly one of a request count or a duration")
+    rng = np.random.default_rng(seed)
+    if count is not None:
+        if count <= 0:
+            return []
+        gaps = _gaps(kind, rate_rps, count, rng, burstiness)
+        gaps[0] = 0.0
+        return [int(round(x)) for x in np.cumsum(gaps) * 1e9]
+    out: list[int] = []
+    t = 0.0
+    first = True
+    limit = duration_s * 1e9  # type: ignore[operator]
+    batch = max(int(rate_rps * duration_s * 1.2) + 16, 16)  # type: ignore[operator]
+    while True:
+        gaps = _gaps(kind, rate_rps, batch, rng, burstiness) * 1e9
+        if first:
+            gaps[0] = 0.0
+            first = False
+        for g in gaps:
+            t += g
+            if t >= limit:
+                return out
+            out.append(int(round(t)))
+
+
+def realized_rate_rps(offsets_ns: list[int]) -> float | None:
+    """The schedule's own rate: (n - 1) / (last - first). None for fewer than 2 arrivals."""
+    if len(offsets_ns) < 2 or offsets_ns[-1] == offsets_ns[0]:
+        return None
+    return (len(offsets_ns) - 1) / ((offsets_ns[-1] - offsets_ns[0]) / 1e9)

@@ -1,0 +1,53 @@
+"""Shared helpers of the benchmark scripts: run loadgen against a SimProcess, read files back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
+from loadgen.measure import LoadConfig, MeasuredRun, measure
+from loadgen.sim.launch import SimProcess
+
+
+def run_against(url: str, load: LoadConfig, out: Path, *, api: str = "completions", prefix: str = "b") -> MeasuredRun:
+    async def go() -> MeasuredRun:
+        ep = OpenAIEndpoint(OpenAIConfig(base_url=url, api=api, request_id_prefix=prefix))  # type: ignore[arg-type]
+        await ep.open()
+        try:
+            return await measure(ep, load, out, install_signal_handlers=False)
+        finally:
+            await ep.close()
+
+    try:
+        import uvloop
+
+        return uvloop.run(go())
+    except ImportError:
+        return asyncio.run(go())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def pct(values: list[float], p: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype=float), p)) if values else float("nan")
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def tmpdir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+__all__ = ["SimProcess", "LoadConfig", "run_against", "read_jsonl", "pct", "median", "tmpdir"]

@@ -1,0 +1,40 @@
+"""Shared pytest setup: the repo root on sys.path, and the ``scripted_server`` fixture."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.fixtures.scripted_server import ScriptedServer  # noqa: E402
+
+
+@pytest.fixture
+def scripted_server() -> Iterator[Callable[..., ScriptedServer]]:
+    """A factory for :class:`tests.fixtures.scripted_server.ScriptedServer`.
+
+    ``make(scripts=None, crlf=False)`` returns an unstarted server to use inside a test's
+    event loop (``async with make(scripts) as srv: ... srv.url``);
+    ``make(scripts, thread=True)`` returns one already serving from its own thread (for
+    synchronous tests, e.g. driving the CLI in a subprocess). Threaded servers are
+    stopped at teardown.
+    """
+    started: list[ScriptedServer] = []
+
+    def make(scripts: list[dict[str, Any]] | None = None, *, crlf: bool = False,
+             thread: bool = False, **kw: Any) -> ScriptedServer:
+        srv = ScriptedServer(scripts, crlf=crlf, **kw)
+        if thread:
+            srv.start_in_thread()
+            started.append(srv)
+        return srv
+
+    yield make
+    for srv in started:
+        srv.stop_thread()
