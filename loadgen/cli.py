@@ -92,25 +92,33 @@ def _common_endpoint_options(f):  # type: ignore[no-untyped-def]
     return f
 
 
-def _workload_options(f):  # type: ignore[no-untyped-def]
+def _run_only_options(f):  # type: ignore[no-untyped-def]
     opts = [
         click.option("--rate", type=float, help="Open loop: offered load in requests per second."),
-        click.option("--arrival", type=click.Choice(["poisson", "constant", "gamma"]), default="poisson", show_default=True),
-        click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1.0 = Poisson)."),
         click.option("--concurrency", type=int, help="Closed loop: number of concurrent users."),
         click.option("--requests", "n_requests", type=int, help="Measured requests (after warm-up)."),
         click.option("--duration", help="Measured duration, e.g. 60s, 5m (default 60s when --requests is not given)."),
         click.option("--warmup", help="Warm-up: a request count (N) or a time (10s); excluded from statistics."),
+        click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms (repeatable)."),
+        click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>/)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _workload_options(f):  # type: ignore[no-untyped-def]
+    opts = [
+        click.option("--arrival", type=click.Choice(["poisson", "constant", "gamma"]), default="poisson", show_default=True),
+        click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1.0 = Poisson)."),
         click.option("--max-concurrency", type=int, help="Cap on in-flight requests of an open-loop run."),
         click.option("--input-tokens", type=int, default=128, show_default=True),
         click.option("--output-tokens", type=int, default=64, show_default=True),
         click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms (repeatable)."),
         click.option("--save-text", is_flag=True, help="Keep each request's output text in requests.jsonl."),
         click.option("--no-token-lists", is_flag=True, help="Leave per-token ITL lists out of requests.jsonl."),
         click.option("--latency-origin", type=click.Choice(["scheduled", "sent"]), default="scheduled", show_default=True),
         click.option("--drain-grace", default="30s", show_default=True, help="Time in-flight requests get after a stop."),
-        click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>/)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -119,6 +127,7 @@ def _workload_options(f):  # type: ignore[no-untyped-def]
 
 @main.command("run")
 @_common_endpoint_options
+@_run_only_options
 @_workload_options
 def run_cmd(**kw: Any) -> None:
     """One sustained run (open loop with --rate, closed loop with --concurrency)."""
@@ -140,8 +149,6 @@ def run_cmd(**kw: Any) -> None:
 
 
 def build_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
-    from loadgen.measure import LoadConfig
-
     if kw["rate"] is not None and kw["concurrency"] is not None:
         raise click.UsageError("--rate (open loop) and --concurrency (closed loop) clash: give one")
     if kw["rate"] is None and kw["concurrency"] is None:
@@ -152,8 +159,6 @@ def build_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
         raise click.UsageError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
     if kw["rate"] is not None and kw["rate"] <= 0:
         raise click.UsageError("--rate must be > 0")
-    if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
-        raise click.UsageError("--burstiness needs --arrival gamma")
     warm_n, warm_s = 0, 0.0
     if kw["warmup"]:
         if kw["warmup"].isdigit():
@@ -169,20 +174,33 @@ def build_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
             slos.append(parse_slo(s))
         except ConfigError as exc:
             raise click.UsageError(f"--slo: {exc}") from None
+    base = base_load_config(kw)
+    base.rate_rps = kw["rate"]
+    base.concurrency = kw["concurrency"]
+    base.requests = kw["n_requests"]
+    base.duration_s = duration
+    base.warmup_requests = warm_n
+    base.warmup_s = warm_s
+    base.slos = slos
+    return base
+
+
+def base_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """The workload part of the options shared by run and sweep."""
+    from loadgen.measure import LoadConfig
+
+    if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
+        raise click.UsageError("--burstiness needs --arrival gamma")
+    for name in ("input_tokens", "output_tokens"):
+        if kw[name] is not None and kw[name] < 1:
+            raise click.UsageError(f"--{name.replace('_', '-')} must be at least 1")
     return LoadConfig(
-        rate_rps=kw["rate"],
         arrival=kw["arrival"],
         burstiness=kw["burstiness"],
-        concurrency=kw["concurrency"],
-        requests=kw["n_requests"],
-        duration_s=duration,
-        warmup_requests=warm_n,
-        warmup_s=warm_s,
         max_concurrency=kw["max_concurrency"],
         input_tokens=kw["input_tokens"],
         output_tokens=kw["output_tokens"],
         seed=kw["seed"],
-        slos=slos,
         save_text=kw["save_text"],
         token_lists=not kw["no_token_lists"],
         origin=kw["latency_origin"],
@@ -292,7 +310,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
                         out_dir,
                         config_record=config_record(kw, endpoint_url, embedded),
                         redactor=redactor,
-                        on_record=lambda rec: progress.advance(task),
+                        on_record=lambda rec, m: progress.advance(task),
                     )
             finally:
                 await endpoint.close()
@@ -309,6 +327,176 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
     if run.result.get("slo") and not run.result["slo"]["met"]:
         return EXIT_FAIL
     return EXIT_OK
+
+
+def _parse_ratio(text: str, what: str) -> float:
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            return float(t[:-1]) / 100
+        v = float(t)
+    except ValueError:
+        raise click.UsageError(f"{what} {text!r}: expected a percentage such as 5%") from None
+    return v / 100 if v >= 1 else v
+
+
+@main.command("sweep")
+@_common_endpoint_options
+@_workload_options
+@click.option("--slo-p99", help="Shorthand: p99 of --slo-metric (TTFT by default) at most this, e.g. 300ms.")
+@click.option("--slo-metric", type=click.Choice(["ttft", "e2e", "tpot", "itl", "time_to_first_answer_token"]), default="ttft", show_default=True)
+@click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE (repeatable; all must hold).")
+@click.option("--probe-duration", default="60s", show_default=True, help="Minimum measured time of each probe.")
+@click.option("--probe-warmup", help="Warm-up before each probe (default 10 % of the probe, at most 5 s).")
+@click.option("--confidence", default="95%", show_default=True, help="Confidence of the probe verdicts.")
+@click.option("--precision", default="5%", show_default=True, help="Stop when (fail - pass) / pass is at most this.")
+@click.option("--repeats", type=int, default=1, show_default=True, help="A rate passes only if all K probes pass.")
+@click.option("--max-rate", type=float, help="Never offer more than this (req/s).")
+@click.option("--min-rate", type=float, help="Lowest rate to try (default: the rate that reaches the minimum request count).")
+@click.option("--start-rate", type=float, help="First probe's rate (default: half the calibrated capacity).")
+@click.option("--calibration", default="10s", show_default=True, help="Closed-loop calibration time (0 to skip).")
+@click.option("--calibration-concurrency", type=int, default=32, show_default=True)
+@click.option("--max-extensions", type=int, default=2, show_default=True, help="Extra segments for an undecided probe.")
+@click.option("--cost-per-hour", type=float, help="USD per hour of the system under test (cost per million tokens).")
+@click.option("--accelerators", type=int, help="Accelerators serving the endpoint (throughput per accelerator).")
+@click.option("--concurrency-levels", help="Closed-loop sweep over these user counts, e.g. 1,2,4,8,16.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/).")
+def sweep_cmd(**kw: Any) -> None:
+    """Find the highest offered load that still meets the SLO."""
+    console = Console()
+    err = Console(stderr=True)
+    try:
+        code = _sweep(kw, console, err)
+    except click.UsageError:
+        raise
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    except EndpointUnreachable as exc:
+        err.print(f"[red]error:[/] {exc}")
+        sys.exit(EXIT_UNREACHABLE)
+    except LoadgenError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        sys.exit(EXIT_FAIL)
+    sys.exit(code)
+
+
+def build_sweep_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
+    from loadgen.sweep import SweepConfig
+
+    slos = []
+    if kw["slo_p99"]:
+        try:
+            slos.append(parse_slo(f"{kw['slo_metric']}:p99<={kw['slo_p99']}"))
+        except ConfigError as exc:
+            raise click.UsageError(f"--slo-p99: {exc}") from None
+    for s in kw["slos"]:
+        try:
+            slos.append(parse_slo(s))
+        except ConfigError as exc:
+            raise click.UsageError(f"--slo: {exc}") from None
+    if not slos:
+        raise click.UsageError("give an SLO: --slo-p99 300ms or --slo METRIC:pNN<=VALUE")
+    levels = None
+    if kw["concurrency_levels"]:
+        try:
+            levels = [int(x) for x in kw["concurrency_levels"].split(",") if x.strip()]
+        except ValueError:
+            raise click.UsageError("--concurrency-levels: expected integers such as 1,2,4,8") from None
+        if not levels or min(levels) < 1:
+            raise click.UsageError("--concurrency-levels: each level must be at least 1")
+    conf = _parse_ratio(kw["confidence"], "--confidence")
+    if not 0.5 <= conf < 1:
+        raise click.UsageError("--confidence must be between 50% and 99.99%")
+    prec = _parse_ratio(kw["precision"], "--precision")
+    if not 0 < prec < 1:
+        raise click.UsageError("--precision must be between 0% and 100%")
+    if kw["repeats"] < 1:
+        raise click.UsageError("--repeats must be at least 1")
+    return SweepConfig(
+        slos=slos,
+        probe_duration_s=_duration_s(kw["probe_duration"], "--probe-duration") or 60.0,
+        probe_warmup_s=_duration_s(kw["probe_warmup"], "--probe-warmup"),
+        confidence=conf,
+        precision=prec,
+        repeats=kw["repeats"],
+        max_rate_rps=kw["max_rate"],
+        min_rate_rps=kw["min_rate"],
+        start_rate_rps=kw["start_rate"],
+        calibration_s=_duration_s(kw["calibration"], "--calibration") or 0.0,
+        calibration_concurrency=kw["calibration_concurrency"],
+        max_extensions=kw["max_extensions"],
+        cost_per_hour_usd=kw["cost_per_hour"],
+        accelerators=kw["accelerators"],
+        concurrency_levels=levels,
+    )
+
+
+def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
+    import signal
+
+    from loadgen.measure import write_json
+    from loadgen.report.sweep_report import render_sweep, write_report
+    from loadgen.sweep import Sweep
+
+    scfg = build_sweep_config(kw)
+    base = base_load_config(kw)
+    out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    redactor = Redactor()
+    sim = None
+    embedded = kw["endpoint"] is None
+    if embedded:
+        from loadgen.sim.launch import SimProcess
+
+        sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])
+        sim.start()
+        err.print(f"no --endpoint: started the embedded simulated endpoint at {sim.url} (a test double, not a real server)")
+        endpoint_url = sim.url
+    else:
+        endpoint_url = kw["endpoint"]
+    try:
+        endpoint = endpoint_from_options(kw, endpoint_url, embedded, redactor)
+        _use_uvloop()
+
+        async def go():  # type: ignore[no-untyped-def]
+            await endpoint.open()
+            loop = asyncio.get_running_loop()
+            sweep = Sweep(
+                endpoint,
+                base,
+                scfg,
+                out_dir,
+                config_record=config_record(kw, endpoint_url, embedded),
+                redactor=redactor,
+                progress=lambda msg: err.print(redactor(msg)),
+            )
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, sweep.interrupt)
+            try:
+                if scfg.concurrency_levels:
+                    out = await sweep.concurrency_sweep()
+                else:
+                    out = await sweep.search()
+                from loadgen.conditions import client_conditions
+
+                cond = client_conditions()
+                cond["endpoint"] = endpoint.describe()
+                out.result["conditions"] = cond
+                out.result["config"] = config_record(kw, endpoint_url, embedded)
+                return out
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+                await endpoint.close()
+
+        out = asyncio.run(go())
+    finally:
+        if sim is not None:
+            sim.stop()
+    write_json(out_dir / "sweep.json", out.result)
+    write_report(out.result, out_dir)
+    render_sweep(out.result, console, str(out_dir))
+    return out.exit_code
 
 
 def _register_optional() -> None:

@@ -23,7 +23,7 @@ from loadgen import __version__
 from loadgen.conditions import client_conditions
 from loadgen.endpoints.base import Endpoint
 from loadgen.errors import ConfigError
-from loadgen.metrics import TokenCounter, compute
+from loadgen.metrics import RequestMetrics, TokenCounter, compute
 from loadgen.recordlog import RecordWriter
 from loadgen.redact import Redactor
 from loadgen.results import Aggregator, ValidityBounds
@@ -161,7 +161,7 @@ async def measure(
     config_record: dict[str, Any] | None = None,
     redactor: Redactor | None = None,
     tokenizer: TokenCounter | None = None,
-    on_record: Callable[[RequestRecord], None] | None = None,
+    on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
     install_signal_handlers: bool = True,
     runner_hook: Callable[[Runner], None] | None = None,
 ) -> MeasuredRun:
@@ -184,7 +184,7 @@ async def measure(
             agg.add(rec, m)
             writer_box[0].write(rec, m)
             if on_record is not None:
-                on_record(rec)
+                on_record(rec, m)
 
         t0 = now_ns() + LEAD_IN_NS
         writer_box.append(

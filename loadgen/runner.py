@@ -95,14 +95,21 @@ class Runner:
         self.unsent_warmup = 0
         self.aborted_reason: str | None = None
         self._inflight: set[asyncio.Task[None]] = set()
+        self.inflight_records: dict[int, RequestRecord] = {}
+        self.cancel_reason = "in flight at the drain deadline"
         self._loop_lag_ms: list[float] = []
         self.t0_ns = 0
 
-    def request_stop(self, interrupted: bool = True) -> None:
-        """Stop sending; in-flight requests drain (used by signal handlers and the sweep)."""
+    def request_stop(self, interrupted: bool = True, cancel_inflight: bool = False) -> None:
+        """Stop sending; in-flight requests drain (signal handlers), or are cancelled at once
+        with ``cancel_inflight`` (a sweep probe whose verdict is already certain)."""
         if interrupted:
             self.interrupted = True
         self._stop.set()
+        if cancel_inflight:
+            self.cancel_reason = "stopped early: the probe's verdict was already certain"
+            for t in list(self._inflight):
+                t.cancel()
         if self._stop_fut is not None and not self._stop_fut.done():
             self._stop_fut.set_result(None)
 
@@ -262,12 +269,13 @@ class Runner:
             prefix_group=spec.prefix_group,
             session_id=spec.session_id,
         )
+        self.inflight_records[spec.index] = rec
         try:
             await self.endpoint.send(spec, rec)
         except asyncio.CancelledError:
             rec.status = "error"
             rec.error_kind = "cancelled"
-            rec.error_detail = "in flight at the drain deadline"
+            rec.error_detail = self.cancel_reason
             rec.end_ns = now_ns()
         except Exception as exc:  # an endpoint bug must not lose the record
             rec.status = "error"
@@ -275,6 +283,7 @@ class Runner:
             rec.error_detail = f"internal error: {type(exc).__name__}: {exc}"
             rec.end_ns = rec.end_ns or now_ns()
         finally:
+            self.inflight_records.pop(spec.index, None)
             if sem is not None:
                 sem.release()
         self.sink(rec)
@@ -326,6 +335,6 @@ class Runner:
                 return
             assert self._stop_fut is not None
             await asyncio.wait(pending | {self._stop_fut}, return_when=asyncio.FIRST_COMPLETED)
-            if self._stop_fut.done() and not self.interrupted:
-                # a non-interrupting stop (generator abort): just wait for completion
+            if self._stop_fut.done() and not self.interrupted and self._inflight:
+                # a non-interrupting stop (early stop, generator abort): wait for completion
                 await asyncio.wait(set(self._inflight))

@@ -328,7 +328,7 @@ def test_preflight_request_count(tmp_path: Path) -> None:
         assert len(t) == 5 + n_probes
         assert len(probes) == n_probes
         assert [p["status"] for p in probes] == ["rejected:400"] * (n_probes - 1) + ["ok"]
-        assert all(p["max_tokens"] == 2 for p in probes)
+        assert probes[-1]["max_tokens"] == 2 and probes[-1]["output_tokens"] == 2
         assert res["counts"]["requests"] == 5 and res["counts"]["errors_by_kind"] == {}
         accepted = res["conditions"]["endpoint"]["accepted_fields"]
         want = {"continuous_usage_stats": not strict, "include_usage": True,
@@ -386,7 +386,7 @@ def test_client_limit(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
 
     n = 40
-    with SimProcess(["--truth-log", str(truth), "--ttft-ms", "500", "--itl-ms", "1"]) as sim:
+    with SimProcess(["--truth-log", str(truth), "--slow-ms", "500", "--ttft-ms", "5", "--itl-ms", "1"]) as sim:
         proc = run_cli(["--endpoint", sim.url, "--rate", "400", "--arrival", "constant", "--requests", str(n),
                         "--output-tokens", "4", "--no-preflight", "--out", str(tmp_path / "out")],
                        preexec_fn=low_fd_limit)

@@ -1,0 +1,73 @@
+"""Small exact statistics used by SLO verdicts: binomial confidence bounds.
+
+Clopper-Pearson ("exact") one-sided bounds for an exceedance fraction, found by
+bisection on the binomial CDF computed in log space (no SciPy needed). MLPerf
+LoadGen's early stopping uses the same kind of binomial test to decide whether a
+latency percentile is met from the count of queries over the bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _log_binom_pmf(i: int, n: int, p: float) -> float:
+    if p <= 0.0:
+        return 0.0 if i == 0 else -math.inf
+    if p >= 1.0:
+        return 0.0 if i == n else -math.inf
+    return (
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+        + i * math.log(p) + (n - i) * math.log1p(-p)
+    )
+
+
+def binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    logs = [_log_binom_pmf(i, n, p) for i in range(k + 1)]
+    m = max(logs)
+    if m == -math.inf:
+        return 0.0
+    return min(1.0, math.exp(m) * sum(math.exp(x - m) for x in logs))
+
+
+def _bisect(f, lo: float, hi: float, iters: int = 80) -> float:  # type: ignore[no-untyped-def]
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        if f(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def upper_bound(k: int, n: int, confidence: float) -> float:
+    """One-sided Clopper-Pearson upper bound of the fraction: smallest p with P(X <= k) <= 1 - c."""
+    if n <= 0:
+        return 1.0
+    if k >= n:
+        return 1.0
+    alpha = 1.0 - confidence
+    return _bisect(lambda p: binom_cdf(k, n, p) <= alpha, k / n, 1.0)
+
+
+def lower_bound(k: int, n: int, confidence: float) -> float:
+    """One-sided Clopper-Pearson lower bound: largest p with P(X >= k) <= 1 - c."""
+    if n <= 0 or k <= 0:
+        return 0.0
+    alpha = 1.0 - confidence
+    # P(X >= k) = 1 - P(X <= k - 1) grows with p; find where it reaches alpha
+    return _bisect(lambda p: 1.0 - binom_cdf(k - 1, n, p) > alpha, 0.0, k / n)
+
+
+def min_requests(percentile: float, confidence: float) -> int:
+    """Requests needed for a percentile target to be decidable with no exceedance.
+
+    Smallest n with (percentile/100)^n <= 1 - confidence; 299 for p99 at 95 %.
+    """
+    q = percentile / 100.0
+    return math.ceil(math.log(1.0 - confidence) / math.log(q))

@@ -1,0 +1,172 @@
+"""Ctrl-C (SIGINT) and SIGTERM during ``loadgen run``: drain, cancel, write everything, exit 130.
+
+``loadgen run`` runs in a subprocess against its embedded simulated endpoint
+(``--duration 60s``, so the run is always stopped by the signal). The schedule a
+run would have sent is rebuilt with ``arrival_offsets_ns`` so the split between
+measured and unsent requests is checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadgen.workload.arrivals import arrival_offsets_ns
+
+REPO = Path(__file__).resolve().parents[2]
+RATE = 20.0
+DURATION_S = 60.0
+SCHEDULE_LEN = len(arrival_offsets_ns("poisson", RATE, duration_s=DURATION_S, seed=0))
+BASE_ARGS = ["--rate", "20", "--duration", "60s", "--output-tokens", "40", "--drain-grace", "2s",
+             "--no-preflight"]
+SIM = "--itl-ms 20 --ttft-ms 10"
+
+
+class Run:
+    """A ``loadgen run`` subprocess writing into ``out``; killed at teardown if still alive."""
+
+    def __init__(self, tmp: Path, args: list[str]) -> None:
+        self.out = tmp / "out"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        env.pop("OPENAI_API_KEY", None)
+        self.stdout_path, self.stderr_path = tmp / "stdout.txt", tmp / "stderr.txt"
+        with open(self.stdout_path, "wb") as so, open(self.stderr_path, "wb") as se:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "loadgen.cli", "run", *args, "--out", str(self.out)],
+                cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
+            )
+
+    @property
+    def jsonl(self) -> Path:
+        return self.out / "requests.jsonl"
+
+    def lines(self) -> list[str]:
+        return self.jsonl.read_text().splitlines() if self.jsonl.exists() else []
+
+    def wait_for(self, pred: Any, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"loadgen exited early ({self.proc.returncode}): {self.stderr()}"
+            if pred():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}: {self.stderr()}")
+
+    def signal_and_wait(self, sig: int, timeout_s: float = 20.0) -> tuple[int, float]:
+        t = time.monotonic()
+        self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=timeout_s)
+        return rc, time.monotonic() - t
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def result(self) -> dict[str, Any]:
+        return json.loads((self.out / "result.json").read_text())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def start(tmp_path: Path):  # type: ignore[no-untyped-def]
+    runs: list[Run] = []
+
+    def make(args: list[str]) -> Run:
+        r = Run(tmp_path, args)
+        runs.append(r)
+        return r
+
+    yield make
+    for r in runs:
+        r.close()
+
+
+def parse_lines(raw: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for line in raw:
+        obj = json.loads(line)  # every line is complete, valid JSON
+        assert isinstance(obj, dict)
+        out.append(obj)
+    return out
+
+
+def check_interrupted(run: Run, rc: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    assert rc == 130, run.stderr()
+    assert "Traceback" not in run.stderr()
+    res = run.result()
+    assert res["interrupted"] is True
+    lines = parse_lines(run.lines())
+    c = res["counts"]
+    assert len(lines) == c["requests"]  # every finished request was written
+    assert sorted(ln["index"] for ln in lines) == list(range(c["requests"]))
+    assert c["unsent"] > 0
+    assert c["requests"] + c["unsent"] == SCHEDULE_LEN
+    assert c["completed"] + c["failed"] == c["requests"]
+    assert (run.out / "histograms.hlog").read_text().startswith("#[Histogram log format version")
+    return res, lines
+
+
+def test_sigint_drains_in_flight(start) -> None:  # type: ignore[no-untyped-def]
+    run = start([*BASE_ARGS, "--sim-args", SIM])
+    run.wait_for(lambda: len(run.lines()) >= 10, 30.0, "10 finished requests")
+    rc, took = run.signal_and_wait(signal.SIGINT)
+    res, lines = check_interrupted(run, rc)
+    c = res["counts"]
+    # a request takes ~0.9 s: everything in flight finished inside the 2 s grace
+    assert c["errors_by_kind"] == {}
+    assert c["completed"] == c["requests"] >= 10
+    assert all(ln["status"] == "ok" and ln["output_tokens"] == 40 for ln in lines)
+    assert res["latency_ms"]["ttft"]["count"] == c["completed"]
+    assert took < 2.0 + 8.0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_stop_cancels_requests_past_the_grace(start, sig: int) -> None:  # type: ignore[no-untyped-def]
+    # every request stalls 10 s half-way: none can finish inside the 2 s grace
+    run = start([*BASE_ARGS, "--sim-args", f"{SIM} --fault-stall 1.0 --stall-ms 10000"])
+    run.wait_for(run.jsonl.exists, 30.0, "the run to start")
+    time.sleep(1.5)
+    assert run.lines() == []  # nothing can have finished yet
+    rc, took = run.signal_and_wait(sig)
+    res, lines = check_interrupted(run, rc)
+    c = res["counts"]
+    assert c["requests"] >= 5
+    assert c["errors_by_kind"] == {"cancelled": c["requests"]}
+    assert c["completed"] == 0
+    assert res["latency_ms"]["error_e2e"]["count"] == c["requests"]
+    for ln in lines:
+        assert ln["status"] == "error" and ln["error_kind"] == "cancelled", ln
+        assert ln["error_detail"] == "in flight at the drain deadline"
+        assert ln["sent_s"] is not None
+        assert ln["ttft_ms"] is None and ln["e2e_ms"] is None
+        # sent before the stop, ended at the end of the 2 s grace
+        assert ln["error_e2e_ms"] >= 1990.0, ln
+        assert ln["chunks"] <= 20  # stalled at token 20 of 40
+    assert 1.9 <= took < 2.0 + 8.0  # waited for the grace, not for the 10 s stall
+
+
+def test_second_sigint_cancels_at_once(start) -> None:  # type: ignore[no-untyped-def]
+    args = [a if a != "2s" else "30s" for a in BASE_ARGS]  # --drain-grace 30s
+    run = start([*args, "--sim-args", f"{SIM} --fault-stall 1.0 --stall-ms 10000"])
+    run.wait_for(run.jsonl.exists, 30.0, "the run to start")
+    time.sleep(1.0)
+    run.proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert run.proc.poll() is None  # still draining (30 s grace)
+    rc, took = run.signal_and_wait(signal.SIGINT)
+    res, _ = check_interrupted(run, rc)
+    assert took < 8.0
+    assert res["counts"]["errors_by_kind"] == {"cancelled": res["counts"]["requests"]}
+    assert res["counts"]["requests"] >= 3
