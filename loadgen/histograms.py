@@ -13,6 +13,8 @@ processes or hosts give the same histogram as one process recording everything.
 
 from __future__ import annotations
 
+import math
+
 from hdrh.histogram import HdrHistogram
 
 HIGHEST_US = 3_600_000_000
@@ -59,11 +61,14 @@ class LatencyHistogram:
         """Value at percentile ``p`` (0-100) in ms; HDR-precision (±0.1 %); None if empty."""
         if self.count == 0:
             return None
-        if self.hist.get_total_count() == 0 or (
-            self.overflow_count and p / 100 * self.count > self.hist.get_total_count()
-        ):
+        n_hdr = self.hist.get_total_count()
+        if not self.overflow_count:
+            return self.hist.get_value_at_percentile(p) / 1000
+        # overflowed values rank above everything recorded: rank against the full count
+        rank = max(1, math.ceil(p / 100 * self.count))
+        if rank > n_hdr:
             return self.overflow_max_us / 1000
-        return self.hist.get_value_at_percentile(p) / 1000
+        return self.hist.get_value_at_percentile(100.0 * rank / n_hdr) / 1000
 
     def mean_ms(self) -> float | None:
         """Exact mean (from the running sum of recorded integer µs), in ms."""
