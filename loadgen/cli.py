@@ -132,7 +132,7 @@ def _workload_options(f):  # type: ignore[no-untyped-def]
 def run_cmd(**kw: Any) -> None:
     """One sustained run (open loop with --rate, closed loop with --concurrency)."""
     console = Console(stderr=False)
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         code = _run(kw, console, err)
     except click.UsageError:
@@ -280,8 +280,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
     if embedded:
         from loadgen.sim.launch import SimProcess
 
-        sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])
-        sim.start()
+        sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])  # started by __init__
         err.print(f"no --endpoint: started the embedded simulated endpoint at {sim.url} (a test double, not a real server)")
         endpoint_url = sim.url
     else:
@@ -291,8 +290,8 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
         _use_uvloop()
 
         async def go():  # type: ignore[no-untyped-def]
-            await endpoint.open()
             try:
+                await endpoint.open()
                 total = load.requests if load.requests is not None else None
                 with Progress(
                     TextColumn("[progress.description]{task.description}"),
@@ -364,7 +363,7 @@ def _parse_ratio(text: str, what: str) -> float:
 def sweep_cmd(**kw: Any) -> None:
     """Find the highest offered load that still meets the SLO."""
     console = Console()
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         code = _sweep(kw, console, err)
     except click.UsageError:
@@ -448,8 +447,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
     if embedded:
         from loadgen.sim.launch import SimProcess
 
-        sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])
-        sim.start()
+        sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])  # started by __init__
         err.print(f"no --endpoint: started the embedded simulated endpoint at {sim.url} (a test double, not a real server)")
         endpoint_url = sim.url
     else:

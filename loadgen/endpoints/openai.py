@@ -18,7 +18,7 @@ import asyncio
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 import orjson
@@ -97,12 +97,16 @@ class OpenAIEndpoint:
                 self.redactor.add(v)
                 if " " in v:
                     self.redactor.add(v.split(" ", 1)[1])
-        self._root, explicit = _split_base(config.base_url)
+        # userinfo never goes into a request URL: aiohttp refuses it next to an
+        # Authorization header; without one it becomes an explicit Basic header below
+        parts = urlsplit(config.base_url)
+        base_url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        self._root, explicit = _split_base(base_url)
         self._clean_root, _ = _split_base(clean_url)
         if explicit:
-            self._url = urlunsplit(urlsplit(config.base_url)._replace(path=explicit, query=urlsplit(config.base_url).query))
+            self._url = urlunsplit(urlsplit(base_url)._replace(path=explicit, query=urlsplit(base_url).query))
         else:
-            q = urlsplit(config.base_url).query
+            q = urlsplit(base_url).query
             path = "/chat/completions" if config.api == "chat" else "/completions"
             self._url = self._root + path + (("?" + q) if q else "")
         self.url_for_record = split_url_secrets(self._url)[0]
@@ -116,6 +120,10 @@ class OpenAIEndpoint:
         self._headers.update(config.headers)
         if config.api_key:
             self._headers.setdefault("Authorization", f"Bearer {config.api_key}")
+        if "@" in parts.netloc and not any(k.lower() == "authorization" for k in self._headers):
+            basic = aiohttp.BasicAuth(unquote(parts.username or ""), unquote(parts.password or "")).encode()
+            self._headers["Authorization"] = basic
+            self.redactor.add(basic.split(" ", 1)[1])
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -342,7 +350,7 @@ class OpenAIEndpoint:
         except Exception:
             body = b""
         record.end_ns = now_ns()
-        text = body.decode("utf-8", "replace").strip().replace("\n", " ")[:300]
+        text = self.redactor(body.decode("utf-8", "replace").strip().replace("\n", " "))[:300]
         if resp.status == 429:
             record.retry_after_s = parse_retry_after(
                 resp.headers.get("Retry-After"), resp.headers.get("Date")
@@ -364,7 +372,7 @@ class OpenAIEndpoint:
         if not isinstance(obj, dict):
             raise ProtocolError("response body is not a JSON object")
         if obj.get("error"):
-            _fail(record, "stream_error", self.redactor(_error_text(obj["error"])))
+            _fail(record, "stream_error", _error_text(obj["error"], self.redactor))
             return
         choices = obj.get("choices") or []
         text = ""
@@ -399,13 +407,13 @@ class OpenAIEndpoint:
                 try:
                     obj = orjson.loads(data)
                 except orjson.JSONDecodeError:
-                    raise ProtocolError(f"malformed JSON in event: {data[:80]!r}") from None
+                    raise ProtocolError(f"malformed JSON in event: {self.redactor(data)[:80]!r}") from None
                 if not isinstance(obj, dict):
                     raise ProtocolError("event data is not a JSON object")
                 err = obj.get("error")
                 if err:
                     record.end_ns = t
-                    _fail(record, "stream_error", self.redactor(_error_text(err)))
+                    _fail(record, "stream_error", _error_text(err, self.redactor))
                     return
                 usage = obj.get("usage")
                 cont = None
@@ -478,10 +486,11 @@ def _take_usage(record: RequestRecord, usage: Any) -> None:
         record.reasoning_tokens = det["reasoning_tokens"]
 
 
-def _error_text(err: Any) -> str:
+def _error_text(err: Any, redact: Redactor) -> str:
+    """The error's message, secrets scrubbed *before* it is cut to 300 characters."""
     if isinstance(err, dict):
-        return str(err.get("message") or err.get("type") or err)[:300]
-    return str(err)[:300]
+        return redact(str(err.get("message") or err.get("type") or err))[:300]
+    return redact(str(err))[:300]
 
 
 def _tool_text(tools: Any) -> str:

@@ -116,9 +116,6 @@ def test_unreachable_endpoint_exits_3(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "cli.py: the error is wrapped at 80 columns by the rich Console (no soft_wrap), and "
-    "'Unclosed client session' is printed because endpoint.open() raising skips endpoint.close()"))
 def test_unreachable_endpoint_error_is_one_line(tmp_path: Path) -> None:
     port = free_port()
     p = run_cli(["--endpoint", f"http://127.0.0.1:{port}", "--rate", "5", "--requests", "3",
@@ -225,9 +222,6 @@ def test_slo_verdict(slo: str, met: bool, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- embedded sim lifecycle
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "cli.py _run calls sim.start() on a SimProcess whose __init__ already started it: a second "
-    "sim is spawned; the first (the one actually used) is never stopped"))
 def test_embedded_sim_started_once_and_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import loadgen.sim.launch as launch
 

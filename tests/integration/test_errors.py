@@ -300,9 +300,6 @@ def test_fault_kind(kind: str, embedded: bool, tmp_path_factory: pytest.TempPath
 
 
 @pytest.mark.parametrize("kind", sorted(CLIENT_LEAVES))
-@pytest.mark.xfail(strict=True, reason=(
-    "loadgen/sim/server.py _generate: `except ConnectionError: truth.status = 'client_gone'` "
-    "overwrites the 'fault:<kind>' already recorded when the client leaves after the fault"))
 def test_truth_log_keeps_fault_kind(kind: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     run = fault_run(kind, tmp_path_factory.mktemp("faults"))
     failed = {ln["index"] for ln in run["lines"] if ln["status"] == "error"}

@@ -262,9 +262,6 @@ def test_userinfo_key_stays_out(tmp_path: Path) -> None:
     assert_no_leaks(out, proc, {"userinfo": key})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "aiohttp refuses URL userinfo together with an Authorization header: "
-    "ValueError traceback from OpenAIEndpoint._discover (loadgen/endpoints/openai.py)"))
 def test_userinfo_with_api_key(tmp_path: Path) -> None:
     keys = {"env": new_key(), "userinfo": new_key()}
     with RecordingServer(lambda n, r: ok_stream()) as srv:
@@ -278,10 +275,6 @@ def test_userinfo_with_api_key(tmp_path: Path) -> None:
     assert_no_leaks(out, proc, keys)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "loadgen/endpoints/openai.py _http_error (and _error_text, and the malformed-JSON "
-    "ProtocolError message) cut the server's text to 300 (80) chars *before* redacting: "
-    "a key straddling the cut leaks its first part"))
 def test_key_cut_by_error_truncation(tmp_path: Path) -> None:
     key = new_key()
 
