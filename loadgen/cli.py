@@ -497,13 +497,27 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
     return out.exit_code
 
 
-def _register_optional() -> None:
-    try:
-        from loadgen.sim.command import sim_command
+_SUBCOMMANDS = (
+    ("loadgen.sim.command", "sim_command"),
+    ("loadgen.workload.command", "trace_group"),
+    ("loadgen.serve.command", "serve_group"),
+    ("loadgen.locust_command", "locust_command"),
+)
 
-        main.add_command(sim_command, "sim")
-    except ImportError:  # pragma: no cover - the sim ships with the package
-        pass
+
+def _register_optional() -> None:
+    """Attach sub-commands that live next to their code (sim, trace, serve, locust)."""
+    import importlib
+    import importlib.util
+
+    for module, attr in _SUBCOMMANDS:
+        try:
+            if importlib.util.find_spec(module) is None:
+                continue
+        except ModuleNotFoundError:  # its parent package is not there
+            continue
+        cmd = getattr(importlib.import_module(module), attr)
+        main.add_command(cmd)
 
 
 _register_optional()
