@@ -35,6 +35,16 @@ def _duration_s(value: str | None, what: str) -> float | None:
         raise click.UsageError(str(exc)) from None
 
 
+def _workers(text: str) -> int:
+    if text == "auto":
+        from loadgen.workers import auto_workers
+
+        return auto_workers()
+    if not text.isdigit() or int(text) < 1:
+        raise click.UsageError(f"--workers {text!r}: expected a positive integer or 'auto'")
+    return int(text)
+
+
 def _parse_headers(values: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for v in values:
@@ -101,6 +111,7 @@ def _run_only_options(f):  # type: ignore[no-untyped-def]
         click.option("--warmup", help="Warm-up: a request count (N) or a time (10s); excluded from statistics."),
         click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms (repeatable)."),
         click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>/)."),
+        click.option("--workers", default="1", show_default=True, help="Client processes sharing the schedule (N or auto)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -310,6 +321,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
                         config_record=config_record(kw, endpoint_url, embedded),
                         redactor=redactor,
                         on_record=lambda rec, m: progress.advance(task),
+                        workers=_workers(kw["workers"]),
                     )
             finally:
                 await endpoint.close()

@@ -54,6 +54,8 @@ class ClientStats:
     schedule_realized_rps: float | None = None  # the schedule's own rate over the measured sends
     open_loop: bool = True
     aborted_reason: str | None = None  # the generator gave up (fell too far behind)
+    worker_cpu_fractions: list[float] = field(default_factory=list)  # one per worker process
+    worker_failures: list[str] = field(default_factory=list)
 
 
 def summarize_exact(values: list[float] | array, scale: float = 1e-6) -> dict[str, Any]:
@@ -130,71 +132,84 @@ class Aggregator:
     # ------------------------------------------------------------------ adding
 
     def add(self, rec: RequestRecord, m: RequestMetrics) -> None:
-        if rec.phase != "measure":
+        """Count one finished request (raw record + its metrics)."""
+        s = summarize(rec, m, self.slos)
+        self.add_summary(s)
+        if s.phase == "measure" and s.ok and not s.zero_output:
+            hi = self.hist["itl"]
+            for v in m.itl_ns:
+                hi.record_ns(v)
+            hc = self.hist["inter_chunk"]
+            for v in m.inter_chunk_ns:
+                hc.record_ns(v)
+
+    def merge_token_histograms(self, states: dict[str, dict]) -> None:
+        """Merge per-token HDR histograms shipped by a worker process (exact bucket merge)."""
+        for name, state in states.items():
+            self.hist[name].merge(LatencyHistogram.from_state(state))
+
+    def add_summary(self, s: "RequestSummary") -> None:
+        """Count one request from its summary (what a worker process ships to the parent).
+
+        Per-request metrics stay exact; per-token metrics arrive separately as HDR
+        histograms (:meth:`merge_token_histograms`)."""
+        if s.phase != "measure":
             self.warmup_requests += 1
             return
         self.requests += 1
-        if self.first_scheduled_ns is None or rec.scheduled_ns < self.first_scheduled_ns:
-            self.first_scheduled_ns = rec.scheduled_ns
-        if rec.end_ns is not None and (self.last_end_ns is None or rec.end_ns > self.last_end_ns):
-            self.last_end_ns = rec.end_ns
-        if rec.sent_ns is not None:
+        if self.first_scheduled_ns is None or s.scheduled_ns < self.first_scheduled_ns:
+            self.first_scheduled_ns = s.scheduled_ns
+        if s.end_ns is not None and (self.last_end_ns is None or s.end_ns > self.last_end_ns):
+            self.last_end_ns = s.end_ns
+        if s.sent_ns is not None:
             self.sent += 1
-            if self.first_sent_ns is None or rec.sent_ns < self.first_sent_ns:
-                self.first_sent_ns = rec.sent_ns
-            if self.last_sent_ns is None or rec.sent_ns > self.last_sent_ns:
-                self.last_sent_ns = rec.sent_ns
-        if m.schedule_lag_ns is not None:
-            self._sample("schedule_lag", m.schedule_lag_ns)
-            self.generator_lag.append(max(m.schedule_lag_ns - rec.connect_ns, 0))
-        if rec.pool_queued:
+            if self.first_sent_ns is None or s.sent_ns < self.first_sent_ns:
+                self.first_sent_ns = s.sent_ns
+            if self.last_sent_ns is None or s.sent_ns > self.last_sent_ns:
+                self.last_sent_ns = s.sent_ns
+        if s.schedule_lag_ns is not None:
+            self._sample("schedule_lag", s.schedule_lag_ns)
+            self.generator_lag.append(max(s.schedule_lag_ns - s.connect_ns, 0))
+        if s.pool_queued:
             self.pool_queued += 1
-        if not rec.ok:
+        if not s.ok:
             self.failed += 1
-            kind = rec.error_kind or "unknown"
+            kind = s.error_kind or "unknown"
             self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
-            if rec.retry_after_s is not None:
-                self.retry_after_s.append(rec.retry_after_s)
-            if m.error_e2e_ns is not None:
-                self._sample("error_e2e", m.error_e2e_ns)
+            if s.retry_after_s is not None:
+                self.retry_after_s.append(s.retry_after_s)
+            if s.error_e2e_ns is not None:
+                self._sample("error_e2e", s.error_e2e_ns)
             self._slo_miss()
             return
         self.completed += 1
-        self.output_tokens += m.output_tokens
-        self.output_tokens_estimated += int(m.output_tokens_estimated)
-        if rec.reasoning_tokens:
-            self.reasoning_tokens += rec.reasoning_tokens
-        inp = rec.prompt_tokens if rec.prompt_tokens is not None else rec.requested_input_tokens
-        if inp:
-            self.input_tokens += inp
-        if rec.requested_output_tokens is not None and not m.output_tokens_estimated:
+        self.output_tokens += s.output_tokens
+        self.output_tokens_estimated += int(s.output_tokens_estimated)
+        if s.reasoning_tokens:
+            self.reasoning_tokens += s.reasoning_tokens
+        if s.input_tokens:
+            self.input_tokens += s.input_tokens
+        if s.requested_output_tokens is not None and not s.output_tokens_estimated:
             self.length_checked += 1
-            if m.output_tokens != rec.requested_output_tokens:
+            if s.output_tokens != s.requested_output_tokens:
                 self.length_mismatch += 1
-        if m.zero_output:
+        if s.zero_output:
             self.zero_output += 1
             self._slo_miss()
             return
-        if m.itl_ns and m.itl_estimated:
+        if s.itl_estimated:
             self.itl_estimated += 1
         for name, v in (
-            ("ttft", m.ttft_ns),
-            ("time_to_first_answer_token", m.time_to_first_answer_token_ns),
-            ("tpot", m.tpot_ns),
-            ("e2e", m.e2e_ns),
+            ("ttft", s.ttft_ns),
+            ("time_to_first_answer_token", s.ttfat_ns),
+            ("tpot", s.tpot_ns),
+            ("e2e", s.e2e_ns),
         ):
             if v is not None:
                 self._sample(name, v)
-        hi = self.hist["itl"]
-        for v in m.itl_ns:
-            hi.record_ns(v)
-        hc = self.hist["inter_chunk"]
-        for v in m.inter_chunk_ns:
-            hc.record_ns(v)
         if self.slos:
             ok = True
-            for t in self.slos:
-                v = request_value(t, m)
+            for t, v in zip(self.slos, s.slo_values):
                 self.slo_values[t.label].append(v)
                 if v > t.threshold_ns:
                     ok = False
@@ -319,12 +334,24 @@ class Aggregator:
                     f"({err * 100:.2f} % off, bound {bounds.send_rate_tolerance * 100:g} %)",
                 )
         cpu = client.cpu_s / client.wall_s if client.wall_s > 0 else 0.0
-        check(
-            "client_cpu",
-            "generator",
-            cpu <= bounds.max_client_cpu,
-            f"client process CPU {cpu * 100:.1f} % of one core (bound {bounds.max_client_cpu * 100:g} %)",
-        )
+        if client.worker_cpu_fractions:
+            busiest = max(client.worker_cpu_fractions)
+            check(
+                "client_cpu",
+                "generator",
+                busiest <= bounds.max_client_cpu,
+                f"busiest of {len(client.worker_cpu_fractions)} worker processes used {busiest * 100:.1f} % "
+                f"of one core (bound {bounds.max_client_cpu * 100:g} %)",
+            )
+        else:
+            check(
+                "client_cpu",
+                "generator",
+                cpu <= bounds.max_client_cpu,
+                f"client process CPU {cpu * 100:.1f} % of one core (bound {bounds.max_client_cpu * 100:g} %)",
+            )
+        if client.worker_failures:
+            check("workers", "generator", False, "; ".join(client.worker_failures))
         if client.loop_lag_ms:
             ll = float(np.percentile(np.asarray(client.loop_lag_ms), 99))
             check(
@@ -405,6 +432,66 @@ class Aggregator:
             out["reasoning"] = self.reasoning_tokens
             out["note"] = "output includes hidden reasoning tokens reported in usage.completion_tokens_details"
         return out
+
+
+@dataclass(slots=True)
+class RequestSummary:
+    """What the aggregator needs of one request (picklable; shipped by worker processes)."""
+
+    phase: str
+    ok: bool
+    error_kind: str | None
+    retry_after_s: float | None
+    scheduled_ns: int
+    sent_ns: int | None
+    end_ns: int | None
+    connect_ns: int
+    pool_queued: bool
+    output_tokens: int
+    output_tokens_estimated: bool
+    itl_estimated: bool
+    reasoning_tokens: int | None
+    input_tokens: int | None
+    requested_output_tokens: int | None
+    zero_output: bool
+    ttft_ns: int | None
+    ttfat_ns: int | None
+    tpot_ns: float | None
+    e2e_ns: int | None
+    error_e2e_ns: int | None
+    schedule_lag_ns: int | None
+    slo_values: tuple[float, ...]
+
+
+def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> RequestSummary:
+    """The :class:`RequestSummary` of a finished request."""
+    ok = rec.ok
+    zero = ok and m.zero_output
+    return RequestSummary(
+        phase=rec.phase,
+        ok=ok,
+        error_kind=rec.error_kind,
+        retry_after_s=rec.retry_after_s,
+        scheduled_ns=rec.scheduled_ns,
+        sent_ns=rec.sent_ns,
+        end_ns=rec.end_ns,
+        connect_ns=rec.connect_ns,
+        pool_queued=rec.pool_queued,
+        output_tokens=m.output_tokens,
+        output_tokens_estimated=m.output_tokens_estimated,
+        itl_estimated=bool(m.itl_ns) and m.itl_estimated,
+        reasoning_tokens=rec.reasoning_tokens,
+        input_tokens=rec.prompt_tokens if rec.prompt_tokens is not None else rec.requested_input_tokens,
+        requested_output_tokens=rec.requested_output_tokens,
+        zero_output=zero,
+        ttft_ns=m.ttft_ns,
+        ttfat_ns=m.time_to_first_answer_token_ns,
+        tpot_ns=m.tpot_ns,
+        e2e_ns=m.e2e_ns,
+        error_e2e_ns=m.error_e2e_ns,
+        schedule_lag_ns=m.schedule_lag_ns,
+        slo_values=tuple(request_value(t, m) for t in slos) if (ok and not zero) else (),
+    )
 
 
 def request_value(t: SLOTarget, m: RequestMetrics) -> float:

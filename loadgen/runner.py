@@ -58,6 +58,8 @@ class RunPlan:
     max_concurrency: int | None = None
     drain_grace_s: float = 30.0
     abort_lag_s: float = 1.0
+    index_start: int = 0  # closed loop: this process's requests are start, start+stride, ...
+    index_stride: int = 1
 
 
 @dataclass
@@ -301,13 +303,14 @@ class Runner:
 
         async def user() -> None:
             while not self._stop.is_set():
-                idx = next(counter)
-                if plan.max_requests is not None and idx >= plan.max_requests:
+                k = next(counter)
+                if plan.max_requests is not None and k >= plan.max_requests:
                     return
                 now = now_ns()
                 if end_ns is not None and now >= end_ns:
                     return
-                phase = "warmup" if (idx < plan.warmup_requests or now < warm_end) else "measure"
+                idx = plan.index_start + plan.index_stride * k
+                phase = "warmup" if (k < plan.warmup_requests or now < warm_end) else "measure"
                 task = self._start(tg, plan.make_spec(idx), phase, now)  # type: ignore[misc]
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(task)

@@ -56,6 +56,8 @@ class OpenAIConfig:
     verify_tls: bool = True
     request_id_prefix: str | None = None
     preflight: bool = True
+    discover: bool = True  # read /v1/models and /version in open()
+    accepted: dict[str, bool] | None = None  # optional fields known to be accepted (skips re-probing)
     max_event_bytes: int = 16 * 1024 * 1024
 
 
@@ -111,7 +113,7 @@ class OpenAIEndpoint:
             self._url = self._root + path + (("?" + q) if q else "")
         self.url_for_record = split_url_secrets(self._url)[0]
         self._session: aiohttp.ClientSession | None = None
-        self.accepted: dict[str, bool] = {k: True for k in OPTIONAL_FIELDS}
+        self.accepted: dict[str, bool] = dict(config.accepted) if config.accepted else {k: True for k in OPTIONAL_FIELDS}
         self.served_models: list[str] = []
         self.server_version: str | None = None
         self.max_model_len: int | None = None
@@ -152,7 +154,8 @@ class OpenAIEndpoint:
             skip_auto_headers=("User-Agent",),
             headers={"User-Agent": "loadgen"},
         )
-        await self._discover()
+        if cfg.discover or cfg.model is None:
+            await self._discover()
         if cfg.preflight:
             await self._preflight()
 

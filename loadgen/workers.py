@@ -1,0 +1,313 @@
+"""Worker processes: one schedule, sharded deterministically over N processes with one t0.
+
+Each worker is a separate Python process (``spawn``) with its own event loop. It
+rebuilds the same schedule from the same :class:`~loadgen.measure.LoadConfig`
+(seeded, so every process sees the identical schedule), keeps every N-th entry
+(open loop: entries ``w, w+N, ...``; closed loop: its share of the users and
+request indices ``w, w+N, ...``), and sends on the shared absolute t0 (CLOCK_MONOTONIC
+is one clock for every process on a host).
+
+Workers stream each finished request to the parent as its ``requests.jsonl`` line
+plus a :class:`~loadgen.results.RequestSummary`; the parent writes the lines and
+aggregates the summaries, so per-request percentiles are exact, as in one process.
+Per-token metrics (ITL, inter-chunk) are recorded into HDR histograms in the
+workers and merged in the parent (exact bucket merge; values at HDR precision,
+3 significant digits). A worker that dies is reported, its unreceived requests are
+counted as unsent, and the run never hangs: the parent waits on the pipes with a
+bound and reaps every process.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+import time
+from dataclasses import replace
+from multiprocessing.connection import Connection, wait
+from typing import IO, Any, Callable
+
+import orjson
+
+from loadgen.clock import now_ns, wall_anchor
+from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
+from loadgen.histograms import LatencyHistogram
+from loadgen.metrics import compute
+from loadgen.recordlog import record_line
+from loadgen.redact import Redactor
+from loadgen.results import Aggregator, ClientStats, summarize
+from loadgen.runner import LEAD_IN_NS, RunOutcome, RunPlan, Runner
+
+BATCH = 64
+FLUSH_S = 0.05
+READY_TIMEOUT_S = 60.0
+
+
+def shard_plan(plan: RunPlan, w: int, n: int) -> RunPlan:
+    """Worker ``w`` of ``n``'s part of a plan (deterministic)."""
+    if plan.mode == "open":
+        return replace(plan, schedule=plan.schedule[w::n])
+    users = plan.concurrency // n + (1 if w < plan.concurrency % n else 0)
+    max_req = None
+    if plan.max_requests is not None:
+        max_req = plan.max_requests // n + (1 if w < plan.max_requests % n else 0)
+    warm = plan.warmup_requests // n + (1 if w < plan.warmup_requests % n else 0)
+    return replace(
+        plan, concurrency=users, max_requests=max_req, warmup_requests=warm, index_start=w, index_stride=n
+    )
+
+
+def auto_workers() -> int:
+    """``--workers auto``: one per available core, leaving one for the parent (at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+def _worker_main(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load: Any, conn: Connection) -> None:
+    os.setsid()  # terminal signals go to the parent only; it forwards them
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    import asyncio
+
+    try:
+        asyncio.run(_worker(w, n, ep_cfg, redactor, load, conn))
+    except Exception as exc:  # report, then die: the parent counts this worker's requests as unsent
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {redactor(str(exc))}"))
+        except Exception:
+            pass
+        raise SystemExit(1) from None
+
+
+async def _worker(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load: Any, conn: Connection) -> None:
+    import asyncio
+
+    from loadgen.measure import build_plan
+
+    ep = OpenAIEndpoint(ep_cfg, redactor)
+    await ep.open()
+    try:
+        plan = shard_plan(build_plan(load), w, n)
+        conn.send(("ready", len(plan.schedule)))
+        msg = conn.recv()
+        if msg[0] != "go":
+            return
+        t0 = msg[1]
+        hist = {"itl": LatencyHistogram("itl"), "inter_chunk": LatencyHistogram("inter_chunk")}
+        buf: list[tuple[bytes, Any]] = []
+
+        def flush() -> None:
+            if buf:
+                conn.send(("recs", list(buf)))
+                buf.clear()
+
+        def sink(rec: Any) -> None:
+            m = compute(rec, None, load.origin)
+            s = summarize(rec, m, load.slos)
+            if s.phase == "measure" and s.ok and not s.zero_output:
+                for v in m.itl_ns:
+                    hist["itl"].record_ns(v)
+                for v in m.inter_chunk_ns:
+                    hist["inter_chunk"].record_ns(v)
+            d = record_line(rec, m, t0, save_text=load.save_text, token_lists=load.token_lists)
+            if d["error_detail"]:
+                d["error_detail"] = redactor(d["error_detail"])
+            buf.append((orjson.dumps(d), s))
+            if len(buf) >= BATCH:
+                flush()
+
+        async def flusher() -> None:
+            while True:
+                await asyncio.sleep(FLUSH_S)
+                flush()
+
+        runner = Runner(ep, plan, sink, t0_ns=t0, install_signal_handlers=True)
+        f = asyncio.create_task(flusher())
+        try:
+            out = await runner.run()
+        finally:
+            f.cancel()
+        flush()
+        c = out.client
+        lags = c.loop_lag_ms if len(c.loop_lag_ms) <= 20000 else c.loop_lag_ms[:: math.ceil(len(c.loop_lag_ms) / 20000)]
+        conn.send(
+            (
+                "done",
+                {
+                    "interrupted": out.interrupted,
+                    "unsent": out.unsent,
+                    "unsent_warmup": out.unsent_warmup,
+                    "cpu_s": c.cpu_s,
+                    "wall_s": c.wall_s,
+                    "loop_lag_ms": lags,
+                    "aborted_reason": c.aborted_reason,
+                    "end_ns": out.end_ns,
+                },
+                {k: h.to_state() for k, h in hist.items()},
+            )
+        )
+    finally:
+        await ep.close()
+
+
+def run_workers(
+    n: int,
+    ep_cfg: OpenAIConfig,
+    load: Any,
+    plan: RunPlan,
+    agg: Aggregator,
+    fh: IO[bytes],
+    redactor: Redactor,
+    *,
+    on_record: Callable[[Any, Any], None] | None = None,
+) -> RunOutcome:
+    """Run ``load`` over ``n`` worker processes; aggregate into ``agg``, write lines to ``fh``.
+
+    Blocking (call it outside an event loop or in a thread). SIGINT/SIGTERM to the
+    parent are forwarded to the workers, which stop and drain as one process would.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    procs: list[Any] = []
+    conns: list[Connection] = []
+    for w in range(n):
+        a, b = ctx.Pipe(duplex=True)
+        p = ctx.Process(target=_worker_main, args=(w, n, ep_cfg, redactor, load, b), daemon=True, name=f"loadgen-worker-{w}")
+        p.start()
+        b.close()
+        procs.append(p)
+        conns.append(a)
+    expected = {w: 0 for w in range(n)}
+    received = {w: 0 for w in range(n)}
+    failures: list[str] = []
+    interrupted = False
+
+    def forward(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        interrupted = True
+        for p in procs:
+            if p.is_alive():
+                try:
+                    os.kill(p.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # wait until every worker has imported, opened its endpoint and built its shard
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        pending = set(range(n))
+        failed_start: set[int] = set()
+        while pending and time.monotonic() < deadline:
+            for c in wait([conns[w] for w in pending], timeout=0.5):
+                w = conns.index(c)  # type: ignore[arg-type]
+                try:
+                    msg = c.recv()
+                except EOFError:
+                    msg = ("error", f"exit code {procs[w].exitcode}")
+                if msg[0] == "ready":
+                    expected[w] = msg[1]
+                else:
+                    failures.append(f"worker {w} failed to start: {msg[1]}")
+                    failed_start.add(w)
+                pending.discard(w)
+        for w in pending:
+            failures.append(f"worker {w} not ready after {READY_TIMEOUT_S:g} s")
+        anchor_m, anchor_w = wall_anchor()
+        t0 = now_ns() + LEAD_IN_NS
+        live = [w for w in range(n) if w not in pending and w not in failed_start]
+        for w in live:
+            conns[w].send(("go", t0))
+        done: dict[int, tuple[dict, dict]] = {}
+        open_ = set(live)
+        while open_:
+            ready = wait([conns[w] for w in open_], timeout=1.0)
+            if not ready:
+                for w in list(open_):
+                    if not procs[w].is_alive():
+                        failures.append(f"worker {w} died (exit code {procs[w].exitcode})")
+                        open_.discard(w)
+                continue
+            for c in ready:
+                w = conns.index(c)  # type: ignore[arg-type]
+                try:
+                    msg = c.recv()
+                except EOFError:
+                    procs[w].join(timeout=5)
+                    failures.append(f"worker {w} died (exit code {procs[w].exitcode})")
+                    open_.discard(w)
+                    continue
+                if msg[0] == "recs":
+                    for line, s in msg[1]:
+                        fh.write(line + b"\n")
+                        agg.add_summary(s)
+                        received[w] += 1
+                        if on_record is not None:
+                            on_record(None, None)
+                    fh.flush()
+                elif msg[0] == "done":
+                    done[w] = (msg[1], msg[2])
+                    open_.discard(w)
+                elif msg[0] == "error":
+                    failures.append(f"worker {w} failed: {msg[1]}")
+                    open_.discard(w)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    unsent = 0
+    unsent_warm = 0
+    cpu_fracs: list[float] = []
+    lags: list[float] = []
+    aborted = None
+    end = now_ns()
+    for w in range(n):
+        if w in done:
+            st, hists = done[w]
+            unsent += st["unsent"]
+            unsent_warm += st["unsent_warmup"]
+            interrupted = interrupted or st["interrupted"]
+            cpu_fracs.append(st["cpu_s"] / st["wall_s"] if st["wall_s"] else 0.0)
+            lags.extend(st["loop_lag_ms"])
+            aborted = aborted or st["aborted_reason"]
+            end = max(end, st["end_ns"]) if st["end_ns"] else end
+            agg.merge_token_histograms(hists)
+        else:
+            # whatever this worker never reported is unsent (open loop: its shard size)
+            unsent += max(expected[w] - received[w], 0)
+    sched = [s.offset_ns for s in plan.schedule if s.phase == "measure"]
+    realized = None
+    if plan.mode == "open" and len(sched) >= 2 and sched[-1] > sched[0]:
+        kept = sched[: len(sched) - unsent] if unsent else sched
+        if len(kept) >= 2 and kept[-1] > kept[0]:
+            realized = (len(kept) - 1) / ((kept[-1] - kept[0]) / 1e9)
+    client = ClientStats(
+        cpu_s=sum(f for f in cpu_fracs),
+        wall_s=1.0,
+        loop_lag_ms=lags,
+        schedule_realized_rps=realized,
+        open_loop=plan.mode == "open",
+        aborted_reason=aborted,
+        worker_cpu_fractions=cpu_fracs,
+        worker_failures=failures,
+    )
+    return RunOutcome(
+        t0_ns=t0,
+        t0_wall_ns=anchor_w + (t0 - anchor_m),
+        interrupted=interrupted,
+        unsent=unsent,
+        unsent_warmup=unsent_warm,
+        client=client,
+        end_ns=end,
+    )
