@@ -35,6 +35,8 @@ class RequestSpec:
     ``prompt`` is the completion prompt text; ``messages`` (chat) takes precedence
     for the chat API when given. ``requested_output_tokens`` is enforced with
     ``max_tokens`` (+ ``ignore_eos``/``min_tokens`` where accepted).
+    ``prompt_token_ids``, when set (``--prompt-format token-ids``), is sent as the
+    completions prompt instead of ``prompt`` (which then only mirrors it as text).
     """
 
     index: int
@@ -44,6 +46,7 @@ class RequestSpec:
     messages: tuple[dict[str, Any], ...] | None = None
     prefix_group: int | None = None
     session_id: str | None = None
+    prompt_token_ids: tuple[int, ...] | None = None  # completions: send these ids as the prompt
 
 
 @dataclass(frozen=True, slots=True)

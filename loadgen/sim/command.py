@@ -113,6 +113,9 @@ async def _serve(
 @click.option("--truth-log", type=click.Path(dir_okay=False), default=None,
               help="Append one JSON line per finished request (server-side ground truth).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault draws.")
+@click.option("--tokenizer", "tokenizer_path", type=click.Path(exists=True), default=None,
+              help="Count prompt tokens with this Hugging Face tokenizer (directory or tokenizer.json) "
+                   "instead of words; chat prompts get the templated count.")
 @click.option("--parent-pid", type=int, default=None, hidden=True,
               help="Exit when this process is no longer our parent (used by SimProcess).")
 def sim_command(**kw: Any) -> None:
@@ -136,6 +139,15 @@ def sim_command(**kw: Any) -> None:
         stall_ms=kw["stall_ms"],
         slow_ms=kw["slow_ms"],
     )
+    tokenizer = None
+    if kw["tokenizer_path"]:
+        from loadgen.errors import ConfigError
+        from loadgen.workload.tokenizer import load_tokenizer
+
+        try:
+            tokenizer = load_tokenizer(kw["tokenizer_path"])
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
     server = SimServer(
         params,
         model_name=kw["model_name"],
@@ -143,6 +155,7 @@ def sim_command(**kw: Any) -> None:
         faults=faults,
         truth_log=kw["truth_log"],
         seed=kw["seed"],
+        tokenizer=tokenizer,
     )
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -6,12 +6,15 @@ stamps its events with in another process), calls :meth:`BatchModel.advance`
 and hands each token to its request's queue; request handlers turn tokens into
 SSE writes exactly as vLLM formats them.
 
-Token counting (no tokenizer): a completion prompt costs one token per
+Token counting (no tokenizer; see ``--tokenizer`` below): a completion prompt costs one token per
 whitespace-separated word (a list of token ids costs its length); a chat
 request costs the words of all message contents joined, plus 4 tokens per
 message for a notional chat template. Output token ``i`` is the word
 ``WORDS[i % len(WORDS)]`` (each begins with a space), so a real tokenizer also
-counts about one token per word.
+counts about one token per word. With ``--tokenizer PATH`` (a Hugging Face
+tokenizer, :func:`loadgen.workload.tokenizer.load_tokenizer`) a string prompt
+costs ``count_prompt`` (special tokens included) and chat messages their
+templated count, ``count_chat``.
 
 Ground truth: with a truth log, every request (ok, faulted, rejected or
 abandoned) ends as one JSON line, written and flushed when it ends::
@@ -102,25 +105,29 @@ def sim_version() -> str:
         return "0.1.0"
 
 
-def count_prompt_tokens(prompt: Any) -> int:
+def count_prompt_tokens(prompt: Any, tokenizer: Any = None) -> int:
     """Prompt tokens of a completions ``prompt``: words of a string, length of a token-id list.
 
-    Raises ValueError for anything else (batched prompts are not supported).
+    With ``tokenizer`` (``--tokenizer``) a string costs ``tokenizer.count_prompt``
+    (special tokens included). Raises ValueError for anything else (batched
+    prompts are not supported).
     """
     if isinstance(prompt, str):
-        return len(prompt.split())
+        return tokenizer.count_prompt(prompt) if tokenizer is not None else len(prompt.split())
     if isinstance(prompt, list) and prompt:
         if all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
             return len(prompt)
         if len(prompt) == 1:
-            return count_prompt_tokens(prompt[0])
+            return count_prompt_tokens(prompt[0], tokenizer)
     raise ValueError("prompt must be a string or a non-empty list of token ids")
 
 
-def count_chat_tokens(messages: Any) -> int:
+def count_chat_tokens(messages: Any, tokenizer: Any = None) -> int:
     """Prompt tokens of chat ``messages``: words of all contents joined, plus 4 per message.
 
-    Raises ValueError when ``messages`` is not a non-empty list of message objects.
+    With ``tokenizer`` (``--tokenizer``): the templated count,
+    ``tokenizer.count_chat(messages)``. Raises ValueError when ``messages`` is not
+    a non-empty list of message objects.
     """
     if not isinstance(messages, list) or not messages:
         raise ValueError("messages must be a non-empty list")
@@ -139,6 +146,15 @@ def count_chat_tokens(messages: Any) -> int:
                     texts.append(part["text"])
         else:
             raise ValueError("message content must be a string, a list of parts or null")
+    if tokenizer is not None:
+        if not all(isinstance(m.get("role"), str) for m in messages):
+            raise ValueError("each message needs a string role")
+        try:
+            return int(tokenizer.count_chat(messages))
+        except ValueError:
+            raise
+        except Exception as exc:  # e.g. no chat template: a bad request, not a server bug
+            raise ValueError(str(exc)) from None
     return len(" ".join(texts).split()) + CHAT_TEMPLATE_TOKENS_PER_MESSAGE * len(messages)
 
 
@@ -246,8 +262,10 @@ class SimServer:
         faults: FaultConfig | None = None,
         truth_log: str | None = None,
         seed: int = 0,
+        tokenizer: Any = None,
     ) -> None:
         self.params = params if params is not None else SimParams()
+        self.tokenizer = tokenizer  # a loadgen.workload.tokenizer.Tokenizer, or None: count words
         self.model_name = model_name
         self.strict = strict
         self.faults = faults if faults is not None else FaultConfig()
@@ -422,11 +440,11 @@ class SimServer:
             if api == "chat":
                 if "messages" not in body:
                     raise _BadRequest(400, "messages is required", param="messages")
-                prompt_tokens = count_chat_tokens(body["messages"])
+                prompt_tokens = count_chat_tokens(body["messages"], self.tokenizer)
             else:
                 if "prompt" not in body:
                     raise _BadRequest(400, "prompt is required", param="prompt")
-                prompt_tokens = count_prompt_tokens(body["prompt"])
+                prompt_tokens = count_prompt_tokens(body["prompt"], self.tokenizer)
         except ValueError as exc:
             raise _BadRequest(400, str(exc), param="messages" if api == "chat" else "prompt") from None
         return _Parsed(stream, prompt_tokens, max_tokens, include_usage, continuous)
@@ -518,7 +536,8 @@ class SimServer:
             raise
         except ConnectionError:
             # The client went away mid-response; nothing more can be sent.
-            truth.status = "client_gone"
+            if truth.status is None:  # keep a fault already recorded
+                truth.status = "client_gone"
             return web.Response(status=499)
         finally:
             self._queues.pop(seq, None)
