@@ -340,6 +340,40 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
     return EXIT_OK
 
 
+@main.command("compare")
+@click.argument("results", nargs=-1, required=True)
+@click.option("--label", "labels", multiple=True, help="Column label for each result, in order.")
+@click.option("--force", is_flag=True, help="Rank even when the conditions differ (the scorecard says so).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-compare/).")
+def compare_cmd(results: tuple[str, ...], labels: tuple[str, ...], force: bool, out_dir: str | None) -> None:
+    """Scorecard of several sweeps or runs, ranked only where the comparison is fair."""
+    from loadgen.report.compare import _fmt, load_system, scorecard, write_outputs
+
+    if labels and len(labels) != len(results):
+        raise click.UsageError(f"--label given {len(labels)} times for {len(results)} results")
+    try:
+        systems = [load_system(r, labels[i] if labels else None) for i, r in enumerate(results)]
+    except LoadgenError as exc:
+        raise click.UsageError(str(exc)) from None
+    card = scorecard(systems, force=force)
+    out = Path(out_dir) if out_dir else default_out_dir("compare")
+    write_outputs(card, systems, out)
+    console = Console()
+    from rich.table import Table
+
+    t = Table(title="scorecard")
+    t.add_column("metric")
+    for s in systems:
+        t.add_column(s.label, justify="right")
+    for r in card["rows"]:
+        t.add_row(r["label"], *[("* " if r["best"] == s.label else "") + _fmt(r["values"][s.label]) for s in systems])
+    console.print(t)
+    if not card["comparable"]:
+        console.print("[yellow]not comparable:[/] " + "; ".join(card["reasons"]))
+        console.print(f"ranking {card['ranking']}")
+    console.print(f"scorecard.json, scorecard.csv, scorecard.html in {out}")
+
+
 def _parse_ratio(text: str, what: str) -> float:
     t = text.strip()
     try:

@@ -362,7 +362,7 @@ def _finish_probe(
         output_tps=thr["output_tps"],
         total_tps=thr["total_tps"],
         goodput_rps=thr["goodput_rps"],
-        dir=str(out_dir),
+        dir=out_dir.name,  # relative to the sweep's directory, so results can be moved
         segments=segments,
         reasons=reasons,
         concurrency=concurrency,
@@ -489,7 +489,7 @@ class Sweep:
             "concurrency": self.scfg.calibration_concurrency,
             "duration_s": run.result["duration_s"],
             "request_rps": x,
-            "dir": str(self.out_dir / "calibration"),
+            "dir": "calibration",
         }
         self.progress(f"calibration: about {x or 0:.2f} req/s completed")
         return x
@@ -560,7 +560,7 @@ class Sweep:
             try:
                 import orjson
 
-                res = orjson.loads((Path(p.dir) / "result.json").read_bytes())
+                res = orjson.loads((self.out_dir / p.dir / "result.json").read_bytes())
                 tpot = res["latency_ms"]["tpot"]["p50"]
             except Exception:
                 pass

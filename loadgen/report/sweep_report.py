@@ -119,9 +119,9 @@ def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
     at_dir = None
     for p in res["probes"]:
         if ans["max_rate_rps"] is not None and p["offered_rps"] == ans["max_rate_rps"] and p["verdict"] == "pass":
-            at_dir = Path(p["dir"])
+            at_dir = out_dir / p["dir"]
         if ans.get("concurrency") and p.get("concurrency") == ans["concurrency"]:
-            at_dir = Path(p["dir"])
+            at_dir = out_dir / p["dir"]
     if at_dir is not None and (at_dir / "requests.jsonl").exists():
         ttft, itl = [], []
         for line in (at_dir / "requests.jsonl").read_bytes().splitlines():
