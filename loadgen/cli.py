@@ -405,6 +405,7 @@ def _parse_ratio(text: str, what: str) -> float:
 @click.option("--cost-per-hour", type=float, help="USD per hour of the system under test (cost per million tokens).")
 @click.option("--accelerators", type=int, help="Accelerators serving the endpoint (throughput per accelerator).")
 @click.option("--concurrency-levels", help="Closed-loop sweep over these user counts, e.g. 1,2,4,8,16.")
+@click.option("--workers", default="1", show_default=True, help="Client processes per probe (N or auto); no early stop with N > 1.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/).")
 def sweep_cmd(**kw: Any) -> None:
     """Find the highest offered load that still meets the SLO."""
@@ -473,6 +474,7 @@ def build_sweep_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
         cost_per_hour_usd=kw["cost_per_hour"],
         accelerators=kw["accelerators"],
         concurrency_levels=levels,
+        workers=_workers(kw["workers"]),
     )
 
 

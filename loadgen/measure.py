@@ -165,8 +165,13 @@ async def measure(
     install_signal_handlers: bool = True,
     runner_hook: Callable[[Runner], None] | None = None,
     workers: int = 1,
+    on_summary: Callable[[Any], None] | None = None,
 ) -> MeasuredRun:
     """Run ``cfg`` against an opened ``endpoint``; write files to ``out_dir``; return the result.
+
+    With ``workers > 1`` the run is spread over worker processes (:mod:`loadgen.workers`):
+    ``on_record`` is then called with ``(None, None)`` per request (progress only) and
+    ``on_summary`` with each request's :class:`~loadgen.results.RequestSummary`.
 
     ``config_record`` is the resolved configuration as it should appear in
     ``result.json`` (secrets already removed). Raises ConfigError on a bad plan.
@@ -187,7 +192,9 @@ async def measure(
             if not isinstance(endpoint, OpenAIEndpoint):
                 raise ConfigError("--workers needs an OpenAI-compatible endpoint")
             ep_cfg = _replace(endpoint.config, preflight=False, discover=False, accepted=dict(endpoint.accepted))
-            outcome = run_workers(workers, ep_cfg, cfg, plan, agg, fh, redactor, on_record=on_record)
+            outcome = run_workers(
+                workers, ep_cfg, cfg, plan, agg, fh, redactor, on_record=on_record, on_summary=on_summary
+            )
         else:
             outcome = await _run_here(
                 endpoint, plan, cfg, fh, agg, redactor, tokenizer, on_record, install_signal_handlers, runner_hook

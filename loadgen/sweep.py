@@ -72,6 +72,7 @@ class SweepConfig:
     cost_per_hour_usd: float | None = None
     accelerators: int | None = None
     concurrency_levels: list[int] | None = None
+    workers: int = 1
 
     def needed_requests(self) -> int:
         pcts = [t.percentile for t in self.slos if t.metric != "itl"] or [50.0]
@@ -104,7 +105,27 @@ class ProbeJudge:
         self.stopped_early = False
         self.censored = 0
 
-    def on_record(self, rec: RequestRecord, m: RequestMetrics) -> None:
+    def on_summary(self, s: Any) -> None:
+        """Count a request shipped by a worker process (no early stop across processes)."""
+        if s.phase != "measure":
+            return
+        if s.error_kind == "cancelled":
+            self.censored += 1
+            for tj in self.targets:
+                if tj.target.metric != "itl":
+                    tj.censored += 1
+            return
+        for i, tj in enumerate(self.targets):
+            t = tj.target
+            if t.metric == "itl":
+                continue
+            tj.n += 1
+            if not s.ok or s.zero_output or s.slo_values[i] > t.threshold_ns:
+                tj.k += 1
+
+    def on_record(self, rec: RequestRecord | None, m: RequestMetrics | None) -> None:
+        if rec is None or m is None:  # worker mode: counted in on_summary
+            return
         if rec.phase != "measure":
             return
         cancelled = rec.error_kind == "cancelled"
@@ -218,6 +239,7 @@ async def run_probe(
     on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
     concurrency: int | None = None,
     runner_hook: Callable[[Runner], None] | None = None,
+    workers: int = 1,
 ) -> Probe:
     """One probe at ``rate`` req/s (or closed loop at ``concurrency``), extended while undecided."""
     need = scfg.needed_requests()
@@ -279,6 +301,8 @@ async def run_probe(
                 on_record=rec_cb,
                 install_signal_handlers=False,
                 runner_hook=hook,
+                workers=workers,
+                on_summary=judge.on_summary,
             )
         finally:
             watcher.cancel()
@@ -429,6 +453,7 @@ class Sweep:
             on_record=self.on_record,
             concurrency=concurrency,
             runner_hook=self._set_runner,
+            workers=self.scfg.workers,
         )
         self.probes.append(p)
         extra = " (stopped early)" if p.stopped_early else ""

@@ -168,6 +168,7 @@ def run_workers(
     redactor: Redactor,
     *,
     on_record: Callable[[Any, Any], None] | None = None,
+    on_summary: Callable[[Any], None] | None = None,
 ) -> RunOutcome:
     """Run ``load`` over ``n`` worker processes; aggregate into ``agg``, write lines to ``fh``.
 
@@ -249,6 +250,8 @@ def run_workers(
                         fh.write(line + b"\n")
                         agg.add_summary(s)
                         received[w] += 1
+                        if on_summary is not None:
+                            on_summary(s)
                         if on_record is not None:
                             on_record(None, None)
                     fh.flush()
