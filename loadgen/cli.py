@@ -112,6 +112,7 @@ def _run_only_options(f):  # type: ignore[no-untyped-def]
         click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms (repeatable)."),
         click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>/)."),
         click.option("--workers", default="1", show_default=True, help="Client processes sharing the schedule (N or auto)."),
+        click.option("--dry-run", is_flag=True, help="Build the schedule, write schedule.jsonl, send nothing."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -123,8 +124,21 @@ def _workload_options(f):  # type: ignore[no-untyped-def]
         click.option("--arrival", type=click.Choice(["poisson", "constant", "gamma"]), default="poisson", show_default=True),
         click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1.0 = Poisson)."),
         click.option("--max-concurrency", type=int, help="Cap on in-flight requests of an open-loop run."),
-        click.option("--input-tokens", type=int, default=128, show_default=True),
-        click.option("--output-tokens", type=int, default=64, show_default=True),
+        click.option("--input-tokens", default="128", show_default=True, help="Prompt length: N, uniform:A,B, normal:M,SD, lognormal:M,SD or empirical:FILE."),
+        click.option("--output-tokens", default="64", show_default=True, help="Output length (same forms); overrides a trace's lengths when given."),
+        click.option("--trace", help="Replay a trace's timestamps and lengths (Azure, Mooncake, BurstGPT, loadgen JSONL; builtin:NAME for a shipped excerpt)."),
+        click.option("--trace-format", type=click.Choice(["auto", "azure", "mooncake", "burstgpt", "loadgen", "jsonl"]), default="auto", show_default=True),
+        click.option("--trace-spread", type=click.Choice(["literal", "uniform"]), default="literal", show_default=True, help="Rows sharing one timestamp: sent together, or spread over the step."),
+        click.option("--time-scale", type=float, help="Replay speed: 10 sends the trace 10x faster."),
+        click.option("--trace-start", help="Start of the trace window, e.g. 10m."),
+        click.option("--trace-duration", help="Length of the trace window, e.g. 10m."),
+        click.option("--loop", "trace_loop", is_flag=True, help="Repeat the trace window to fill --requests or --duration."),
+        click.option("--dataset", help="Prompts from a ShareGPT JSON or a loadgen JSONL file."),
+        click.option("--tokenizer", help="Hugging Face tokenizer directory or tokenizer.json: exact input lengths."),
+        click.option("--prompt-format", type=click.Choice(["text", "token-ids"]), default="text", show_default=True),
+        click.option("--shared-prefix-tokens", type=int, default=0, show_default=True, help="Tokens of a shared prefix per group."),
+        click.option("--prefix-groups", type=int, default=1, show_default=True),
+        click.option("--salt", help="Prompt salt (default: fresh per run, so caches cannot flatter a rerun)."),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--save-text", is_flag=True, help="Keep each request's output text in requests.jsonl."),
         click.option("--no-token-lists", is_flag=True, help="Leave per-token ITL lists out of requests.jsonl."),
@@ -162,8 +176,8 @@ def run_cmd(**kw: Any) -> None:
 def build_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
     if kw["rate"] is not None and kw["concurrency"] is not None:
         raise click.UsageError("--rate (open loop) and --concurrency (closed loop) clash: give one")
-    if kw["rate"] is None and kw["concurrency"] is None:
-        raise click.UsageError("give --rate R (open loop) or --concurrency N (closed loop)")
+    if kw["rate"] is None and kw["concurrency"] is None and not kw["trace"]:
+        raise click.UsageError("give --rate R (open loop), --concurrency N (closed loop) or --trace FILE")
     if kw["n_requests"] is not None and kw["duration"] is not None:
         raise click.UsageError("--requests and --duration clash: give one")
     if kw["concurrency"] is not None and kw["max_concurrency"] is not None:
@@ -177,7 +191,7 @@ def build_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
         else:
             warm_s = _duration_s(kw["warmup"], "--warmup") or 0.0
     duration = _duration_s(kw["duration"], "--duration")
-    if kw["n_requests"] is None and duration is None:
+    if kw["n_requests"] is None and duration is None and not (kw["trace"] and kw["concurrency"] is None):
         duration = 60.0
     slos = []
     for s in kw["slos"]:
@@ -199,12 +213,30 @@ def build_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
 def base_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
     """The workload part of the options shared by run and sweep."""
     from loadgen.measure import LoadConfig
+    from loadgen.workload.spec import WorkloadOptions
 
     if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
         raise click.UsageError("--burstiness needs --arrival gamma")
-    for name in ("input_tokens", "output_tokens"):
-        if kw[name] is not None and kw[name] < 1:
-            raise click.UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    ctx = click.get_current_context()
+    explicit_out = ctx.get_parameter_source("output_tokens") != click.core.ParameterSource.DEFAULT
+    if kw["prompt_format"] == "token-ids" and kw["api"] == "chat":
+        raise click.UsageError("--prompt-format token-ids works with --api completions only")
+    wl = WorkloadOptions(
+        trace=kw["trace"],
+        trace_format="loadgen" if kw["trace_format"] == "jsonl" else kw["trace_format"],
+        trace_spread=kw["trace_spread"],
+        trace_time_scale=kw["time_scale"],
+        trace_start_s=_duration_s(kw["trace_start"], "--trace-start") or 0.0,
+        trace_duration_s=_duration_s(kw["trace_duration"], "--trace-duration"),
+        trace_loop=kw["trace_loop"],
+        output_tokens_override=explicit_out,
+        dataset=kw["dataset"],
+        tokenizer=kw["tokenizer"],
+        prompt_format=kw["prompt_format"],
+        api=kw["api"],
+        shared_prefix_tokens=kw["shared_prefix_tokens"],
+        prefix_groups=kw["prefix_groups"],
+    )
     return LoadConfig(
         arrival=kw["arrival"],
         burstiness=kw["burstiness"],
@@ -212,11 +244,34 @@ def base_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
         input_tokens=kw["input_tokens"],
         output_tokens=kw["output_tokens"],
         seed=kw["seed"],
+        salt=kw["salt"],
+        workload=wl,
         save_text=kw["save_text"],
         token_lists=not kw["no_token_lists"],
         origin=kw["latency_origin"],
         drain_grace_s=_duration_s(kw["drain_grace"], "--drain-grace") or 0.0,
     )
+
+
+def _dry_run(load: Any, out_dir: Path, console: Console) -> int:
+    from dataclasses import replace as _replace
+
+    from loadgen.measure import build_plan, build_workload
+    from loadgen.workload.prompts import new_salt
+    from loadgen.workload.spec import write_schedule
+
+    if load.concurrency is not None:
+        raise click.UsageError("--dry-run writes an open-loop schedule; it clashes with --concurrency")
+    if load.salt is None:
+        load = _replace(load, salt=new_salt())
+    wl = build_workload(load)
+    plan = build_plan(load, wl)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_schedule(out_dir / "schedule.jsonl", plan.schedule, wl)
+    n = len(plan.schedule)
+    span = (plan.schedule[-1].offset_ns / 1e9) if n else 0.0
+    console.print(f"dry run: {n} requests over {span:.3f} s written to {out_dir / 'schedule.jsonl'}; nothing sent")
+    return EXIT_OK
 
 
 def config_record(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> dict[str, Any]:
@@ -285,6 +340,8 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
     load = build_load_config(kw)
     load.validate()
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir()
+    if kw["dry_run"]:
+        return _dry_run(load, out_dir, console)
     redactor = Redactor()
     sim = None
     embedded = kw["endpoint"] is None

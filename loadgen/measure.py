@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import random
 import resource
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -30,9 +29,9 @@ from loadgen.results import Aggregator, ValidityBounds
 from loadgen.clock import now_ns
 from loadgen.runner import LEAD_IN_NS, RunOutcome, RunPlan, Runner
 from loadgen.slo import SLOTarget
-from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest
-from loadgen.workload.arrivals import arrival_offsets_ns
-from loadgen.workload.prompts import synthetic_prompt
+from loadgen.types import RequestRecord
+from loadgen.workload.prompts import new_salt
+from loadgen.workload.spec import Workload, WorkloadOptions
 
 SCHEMA_VERSION = 1
 
@@ -55,10 +54,11 @@ class LoadConfig:
     warmup_requests: int = 0
     warmup_s: float = 0.0
     max_concurrency: int | None = None
-    input_tokens: int = 128
-    output_tokens: int | None = 64
+    input_tokens: int | str = 128  # a length spec: 128, uniform:A,B, normal:M,SD, lognormal:M,SD, empirical:FILE
+    output_tokens: int | str | None = 64
     seed: int = 0
-    salt: str | None = None
+    salt: str | None = None  # None: a fresh salt per run (resolved once, shared by worker processes)
+    workload: WorkloadOptions | None = None  # traces, data sets, tokenizer, shared prefixes
     slos: list[SLOTarget] = field(default_factory=list)
     save_text: bool = False
     token_lists: bool = True
@@ -66,12 +66,18 @@ class LoadConfig:
     drain_grace_s: float = 30.0
     bounds: ValidityBounds = field(default_factory=ValidityBounds)
 
+    @property
+    def has_trace(self) -> bool:
+        return bool(self.workload and self.workload.trace)
+
     def validate(self) -> None:
-        if (self.rate_rps is None) == (self.concurrency is None):
+        if self.rate_rps is not None and self.concurrency is not None:
+            raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
+        if self.rate_rps is None and self.concurrency is None and not self.has_trace:
             raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
         if self.requests is not None and self.duration_s is not None:
             raise ConfigError("--requests and --duration clash: give one of them")
-        if self.requests is None and self.duration_s is None:
+        if self.requests is None and self.duration_s is None and not (self.has_trace and self.concurrency is None):
             raise ConfigError("give --requests N or --duration D")
         if self.concurrency is not None and self.max_concurrency is not None:
             raise ConfigError("--max-concurrency caps an open-loop run; with --concurrency it clashes")
@@ -81,40 +87,37 @@ class LoadConfig:
             raise ConfigError("--requests must be at least 1")
 
 
-def make_specs(cfg: LoadConfig, count: int) -> Callable[[int], RequestSpec]:
-    """A deterministic spec factory: request ``i`` always gets the same prompt for a seed+salt."""
-    salt = cfg.salt or ""
-
-    def make(i: int) -> RequestSpec:
-        rng = random.Random(f"{cfg.seed}:{i}")
-        return RequestSpec(
-            index=i,
-            prompt=synthetic_prompt(cfg.input_tokens, rng, salt=f"{salt}{i}" if salt else ""),
-            requested_input_tokens=cfg.input_tokens,
-            requested_output_tokens=cfg.output_tokens,
-        )
-
-    return make
+def workload_options(cfg: LoadConfig) -> WorkloadOptions:
+    """The workload options of ``cfg``: its lengths, seed and salt applied over ``cfg.workload``."""
+    base = cfg.workload or WorkloadOptions()
+    return replace(
+        base,
+        input_tokens=cfg.input_tokens,
+        output_tokens=cfg.output_tokens,
+        seed=cfg.seed,
+        salt=cfg.salt if cfg.salt is not None else base.salt,
+    )
 
 
-def build_plan(cfg: LoadConfig) -> RunPlan:
+def build_workload(cfg: LoadConfig) -> Workload:
+    """Load the workload (trace or data set read, tokenizer loaded). Raises ConfigError / InputFileError."""
+    return Workload(workload_options(cfg))
+
+
+def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
     """The schedule (open loop) or the user plan (closed loop) for ``cfg``."""
     cfg.validate()
-    if cfg.rate_rps is not None:
-        if cfg.requests is not None:
-            total = cfg.warmup_requests + cfg.requests
-            offsets = arrival_offsets_ns(cfg.arrival, cfg.rate_rps, count=total, seed=cfg.seed, burstiness=cfg.burstiness)
-            phases = ["warmup" if i < cfg.warmup_requests else "measure" for i in range(total)]
-        else:
-            span = cfg.warmup_s + cfg.duration_s  # type: ignore[operator]
-            offsets = arrival_offsets_ns(cfg.arrival, cfg.rate_rps, duration_s=span, seed=cfg.seed, burstiness=cfg.burstiness)
-            if cfg.warmup_requests:
-                phases = ["warmup" if i < cfg.warmup_requests else "measure" for i in range(len(offsets))]
-            else:
-                w = int(cfg.warmup_s * 1e9)
-                phases = ["warmup" if o < w else "measure" for o in offsets]
-        make = make_specs(cfg, len(offsets))
-        schedule = [ScheduledRequest(o, make(i), ph) for i, (o, ph) in enumerate(zip(offsets, phases))]  # type: ignore[arg-type]
+    wl = workload or build_workload(cfg)
+    if cfg.concurrency is None:
+        schedule = wl.schedule(
+            rate_rps=cfg.rate_rps,
+            arrival=cfg.arrival,
+            burstiness=cfg.burstiness,
+            requests=cfg.requests,
+            duration_s=cfg.duration_s,
+            warmup_requests=cfg.warmup_requests,
+            warmup_s=cfg.warmup_s,
+        )
         return RunPlan(
             mode="open",
             schedule=schedule,
@@ -124,7 +127,7 @@ def build_plan(cfg: LoadConfig) -> RunPlan:
     return RunPlan(
         mode="closed",
         concurrency=cfg.concurrency or 1,
-        make_spec=make_specs(cfg, 0),
+        make_spec=wl.spec_factory(),
         max_requests=(cfg.requests + cfg.warmup_requests) if cfg.requests is not None else None,
         duration_s=cfg.duration_s,
         warmup_requests=cfg.warmup_requests,
@@ -177,7 +180,12 @@ async def measure(
     ``result.json`` (secrets already removed). Raises ConfigError on a bad plan.
     """
     redactor = redactor or Redactor()
-    plan = build_plan(cfg)
+    if cfg.salt is None:
+        cfg = replace(cfg, salt=new_salt())  # one salt for this run, shared by worker processes
+    workload = build_workload(cfg)
+    plan = build_plan(cfg, workload)
+    if tokenizer is None:
+        tokenizer = workload.tokenizer
     out_dir.mkdir(parents=True, exist_ok=True)
     fd_soft, fd_hard = raise_fd_limit()
     agg = Aggregator(cfg.slos)
@@ -206,7 +214,7 @@ async def measure(
         cfg,
         endpoint,
         started_at=started_at,
-        config_record=config_record or {},
+        config_record={**(config_record or {}), "workload": workload.describe()},
         fd_limit=(fd_soft, fd_hard),
     )
     if workers > 1:

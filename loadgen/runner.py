@@ -295,28 +295,35 @@ class Runner:
         assert plan.make_spec is not None
         counter = itertools.count()
         t0 = self.t0_ns
-        await self._wait_until(t0)
         end_ns = None
         if plan.duration_s is not None:
             end_ns = t0 + int((plan.warmup_s + plan.duration_s) * 1e9)
         warm_end = t0 + int(plan.warmup_s * 1e9)
+
+        def index_of(k: int) -> int:
+            return plan.index_start + plan.index_stride * k
+
+        # build each user's first request before t0, so all users start together
+        first = plan.concurrency if plan.max_requests is None else min(plan.concurrency, plan.max_requests)
+        prebuilt = {k: plan.make_spec(index_of(k)) for k in range(first)}  # type: ignore[misc]
 
         async def user() -> None:
             while not self._stop.is_set():
                 k = next(counter)
                 if plan.max_requests is not None and k >= plan.max_requests:
                     return
+                spec = prebuilt.pop(k, None) or plan.make_spec(index_of(k))  # type: ignore[misc]
                 now = now_ns()
                 if end_ns is not None and now >= end_ns:
                     return
-                idx = plan.index_start + plan.index_stride * k
                 phase = "warmup" if (k < plan.warmup_requests or now < warm_end) else "measure"
-                task = self._start(tg, plan.make_spec(idx), phase, now)  # type: ignore[misc]
+                task = self._start(tg, spec, phase, now)
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(task)
                 if task.cancelled():
                     return
 
+        await self._wait_until(t0)
         users = [asyncio.create_task(user()) for _ in range(plan.concurrency)]
         self._users = users
         assert self._stop_fut is not None

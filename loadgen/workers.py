@@ -90,12 +90,14 @@ def _worker_main(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load:
 async def _worker(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load: Any, conn: Connection) -> None:
     import asyncio
 
-    from loadgen.measure import build_plan
+    from loadgen.measure import build_plan, build_workload
 
     ep = OpenAIEndpoint(ep_cfg, redactor)
     await ep.open()
     try:
-        plan = shard_plan(build_plan(load), w, n)
+        wl = build_workload(load)
+        plan = shard_plan(build_plan(load, wl), w, n)
+        tokenizer = wl.tokenizer
         conn.send(("ready", len(plan.schedule)))
         msg = conn.recv()
         if msg[0] != "go":
@@ -110,7 +112,7 @@ async def _worker(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load
                 buf.clear()
 
         def sink(rec: Any) -> None:
-            m = compute(rec, None, load.origin)
+            m = compute(rec, tokenizer, load.origin)
             s = summarize(rec, m, load.slos)
             if s.phase == "measure" and s.ok and not s.zero_output:
                 for v in m.itl_ns:

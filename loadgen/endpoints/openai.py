@@ -8,14 +8,18 @@ the endpoint accepts (strict platforms answer 400 to unknown fields).
 
 Client settings are chosen on purpose and reported by :meth:`OpenAIEndpoint.describe`:
 a connection pool sized for the load (never the library's default cap of 100),
-a connect timeout and a total per-request deadline, no retries, no redirects
-(credentials are never forwarded to another origin).
+a connect timeout and a total per-request deadline, no retries unless asked for
+(``retry_429``), no redirects (credentials are never forwarded to another origin).
+
+The same class speaks to Azure OpenAI (``api-key`` header, deployment URL; its
+content-filter chunks carry no token) and OpenAI itself; :mod:`loadgen.endpoints.providers`
+builds the right configuration. The rules that turn one stream event into facts on
+the record live in :func:`apply_stream_event`, shared with ``loadgen.locust``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ssl
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -24,7 +28,17 @@ import aiohttp
 import orjson
 
 from loadgen.clock import now_ns
-from loadgen.endpoints.base import classify_exception, parse_retry_after
+from loadgen.endpoints.base import (
+    ClientRateCap,
+    _current_record,
+    classify_exception,
+    fail,
+    network_baseline,
+    note_response,
+    open_session,
+    retry_after_from_headers,
+    send_with_attempts,
+)
 from loadgen.errors import EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
 from loadgen.sse import SSEDecoder
@@ -59,6 +73,17 @@ class OpenAIConfig:
     discover: bool = True  # read /v1/models and /version in open()
     accepted: dict[str, bool] | None = None  # optional fields known to be accepted (skips re-probing)
     max_event_bytes: int = 16 * 1024 * 1024
+    # --- providers, quotas, network (see loadgen.endpoints.providers) ---
+    provider: str = "openai-compatible"
+    api_key_header: str | None = None  # send the key raw in this header (Azure: api-key), not as Bearer
+    max_tokens_field: str = "max_tokens"  # OpenAI chat: max_completion_tokens
+    ca_file: str | None = None  # extra trusted CA bundle (private or self-signed certificates)
+    connection_reuse: str = "keep-alive"  # or "none": a new connection per request
+    network_baseline: bool = False  # resolve + a few TCP connects + a cheap request in open()
+    retry_429: int = 0  # retries of a 429 after its advised wait (0: never retried)
+    retry_429_max_wait_s: float = 60.0  # a 429 advising a longer wait is not retried
+    max_rpm: float | None = None  # the client's own cap on requests per minute
+    max_tpm: float | None = None  # ... and on tokens (prompt + max_tokens) per minute
 
 
 def _split_base(url: str) -> tuple[str, str]:
@@ -121,7 +146,14 @@ class OpenAIEndpoint:
         self._headers = {"Content-Type": "application/json"}
         self._headers.update(config.headers)
         if config.api_key:
-            self._headers.setdefault("Authorization", f"Bearer {config.api_key}")
+            if config.api_key_header:
+                self._headers.setdefault(config.api_key_header, config.api_key)
+            else:
+                self._headers.setdefault("Authorization", f"Bearer {config.api_key}")
+        self.cap = (
+            ClientRateCap(config.max_rpm, config.max_tpm) if (config.max_rpm or config.max_tpm) else None
+        )
+        self.network: dict[str, Any] | None = None
         if "@" in parts.netloc and not any(k.lower() == "authorization" for k in self._headers):
             basic = aiohttp.BasicAuth(unquote(parts.username or ""), unquote(parts.password or "")).encode()
             self._headers["Authorization"] = basic
@@ -131,33 +163,37 @@ class OpenAIEndpoint:
 
     async def open(self) -> None:
         cfg = self.config
-        trace = aiohttp.TraceConfig()
-        trace.on_request_headers_sent.append(_on_headers_sent)
-        trace.on_connection_create_start.append(_on_conn_start)
-        trace.on_connection_create_end.append(_on_conn_end)
-        trace.on_connection_queued_start.append(_on_queued)
-        ssl_ctx: ssl.SSLContext | bool = True if cfg.verify_tls else False
-        connector = aiohttp.TCPConnector(
-            limit=cfg.pool_limit,
-            limit_per_host=0,
-            ssl=ssl_ctx,
-            ttl_dns_cache=300,
-            enable_cleanup_closed=False,
+        self._session = open_session(
+            pool_limit=cfg.pool_limit,
+            connect_timeout_s=cfg.connect_timeout_s,
+            verify_tls=cfg.verify_tls,
+            ca_file=cfg.ca_file,
+            connection_reuse=cfg.connection_reuse,
         )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(
-                total=None, connect=cfg.connect_timeout_s, sock_connect=cfg.connect_timeout_s
-            ),
-            trace_configs=[trace],
-            auto_decompress=True,
-            skip_auto_headers=("User-Agent",),
-            headers={"User-Agent": "loadgen"},
-        )
+        if cfg.network_baseline:
+            self.network = await network_baseline(self._url)
+            self.network["cheap_request_ms"] = await self._timed_gets(self._root + "/models")
         if cfg.discover or cfg.model is None:
             await self._discover()
         if cfg.preflight:
             await self._preflight()
+
+    async def _timed_gets(self, url: str, n: int = 2) -> list[float | None]:
+        """Milliseconds of ``n`` GETs of ``url`` (the first may open the connection); None on failure."""
+        assert self._session is not None
+        out: list[float | None] = []
+        for _ in range(n):
+            t0 = now_ns()
+            try:
+                async with self._session.get(
+                    url, headers=self._headers, allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout_s + 5),
+                ) as resp:
+                    await resp.read()
+                out.append((now_ns() - t0) / 1e6)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                out.append(None)
+        return out
 
     async def close(self) -> None:
         if self._session is not None:
@@ -166,8 +202,9 @@ class OpenAIEndpoint:
 
     def describe(self) -> dict[str, Any]:
         cfg = self.config
-        return {
+        out = {
             "kind": "openai",
+            "provider": cfg.provider,
             "api": cfg.api,
             "url": self.url_for_record,
             "model": cfg.model,
@@ -184,10 +221,20 @@ class OpenAIEndpoint:
                 "retries": 0,
                 "redirects": "not followed",
                 "verify_tls": cfg.verify_tls,
+                "connection_reuse": cfg.connection_reuse,
+                "http_version": "1.1",
+                "retry_429": cfg.retry_429,
+                "retry_429_max_wait_s": cfg.retry_429_max_wait_s,
+                "rate_cap": self.cap.describe() if self.cap else None,
             },
             "preflight": self.preflight_done,
             "accepted_fields": dict(self.accepted),
         }
+        if cfg.ca_file:
+            out["client"]["ca_file"] = cfg.ca_file
+        if self.network is not None:
+            out["network"] = self.network
+        return out
 
     # --- discovery and pre-flight --------------------------------------------------
 
@@ -284,10 +331,14 @@ class OpenAIEndpoint:
             body["messages"] = (
                 list(spec.messages) if spec.messages else [{"role": "user", "content": spec.prompt}]
             )
+        elif spec.prompt_token_ids is not None:
+            body["prompt"] = list(spec.prompt_token_ids)  # exact input length by construction
+        elif spec.prompt_token_ids is not None:
+            body["prompt"] = list(spec.prompt_token_ids)
         else:
             body["prompt"] = spec.prompt
         if spec.requested_output_tokens is not None:
-            body["max_tokens"] = spec.requested_output_tokens
+            body[cfg.max_tokens_field] = spec.requested_output_tokens
             if self.accepted["ignore_eos"]:
                 body["ignore_eos"] = True
             if self.accepted["min_tokens"]:
@@ -306,7 +357,21 @@ class OpenAIEndpoint:
 
     async def send(self, spec: RequestSpec, record: RequestRecord) -> None:
         """Send one request and fill ``record`` (see :class:`RequestRecord`). Never raises
-        except ``asyncio.CancelledError``."""
+        except ``asyncio.CancelledError``.
+
+        Under the client's rate cap when one is set; a 429 is retried only with
+        ``retry_429`` (see :func:`loadgen.endpoints.base.send_with_attempts`)."""
+        assert self._session is not None, "open() first"
+        cfg = self.config
+        if self.cap is None and not cfg.retry_429:
+            await self._attempt(spec, record)
+            return
+        await send_with_attempts(
+            self._attempt, spec, record, retry_429=cfg.retry_429, retry_max_wait_s=cfg.retry_429_max_wait_s, cap=self.cap
+        )
+
+    async def _attempt(self, spec: RequestSpec, record: RequestRecord) -> None:
+        """One HTTP exchange for ``spec`` (see :meth:`send`)."""
         assert self._session is not None, "open() first"
         cfg = self.config
         headers = self._headers
@@ -316,6 +381,7 @@ class OpenAIEndpoint:
         payload = orjson.dumps(self.build_body(spec))
         response_started = False
         t_call = now_ns()
+        token = _current_record.set(record)
         try:
             async with asyncio.timeout(cfg.timeout_s):
                 async with self._session.post(
@@ -326,6 +392,7 @@ class OpenAIEndpoint:
                     trace_request_ctx=record,
                 ) as resp:
                     response_started = True
+                    note_response(resp, record)
                     if record.sent_ns is None:
                         record.sent_ns = t_call
                     if resp.status != 200:
@@ -343,6 +410,8 @@ class OpenAIEndpoint:
             kind = classify_exception(exc, response_started=response_started)
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             _fail(record, kind, self.redactor(detail))
+        finally:
+            _current_record.reset(token)
         if record.sent_ns is None and record.error_kind not in ("connect", "client_limit"):
             record.sent_ns = t_call
 
@@ -355,9 +424,7 @@ class OpenAIEndpoint:
         record.end_ns = now_ns()
         text = self.redactor(body.decode("utf-8", "replace").strip().replace("\n", " "))[:300]
         if resp.status == 429:
-            record.retry_after_s = parse_retry_after(
-                resp.headers.get("Retry-After"), resp.headers.get("Date")
-            )
+            record.retry_after_s = retry_after_from_headers(resp.headers)
             record.error_kind = "rate_limited"
         else:
             record.error_kind = "http_error"
@@ -394,72 +461,129 @@ class OpenAIEndpoint:
         record.status = "ok"
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
-        dec = SSEDecoder(self.config.max_event_bytes)
-        chat = self.config.api == "chat"
-        events = record.events
-        done = False
+        parser = OpenAIStreamParser(
+            record, chat=self.config.api == "chat", redact=self.redactor, max_event_bytes=self.config.max_event_bytes
+        )
         async for chunk in resp.content.iter_any():
-            t = now_ns()
-            for ev in dec.feed(chunk):
-                data = ev.data
-                if data == "[DONE]":
-                    done = True
-                    break
-                if not data.strip():
-                    continue
-                try:
-                    obj = orjson.loads(data)
-                except orjson.JSONDecodeError:
-                    raise ProtocolError(f"malformed JSON in event: {self.redactor(data)[:80]!r}") from None
-                if not isinstance(obj, dict):
-                    raise ProtocolError("event data is not a JSON object")
-                err = obj.get("error")
-                if err:
-                    record.end_ns = t
-                    _fail(record, "stream_error", _error_text(err, self.redactor))
-                    return
-                usage = obj.get("usage")
-                cont = None
-                if usage:
-                    _take_usage(record, usage)
-                    cont = record.completion_tokens
-                choices = obj.get("choices")
-                if not choices:
-                    continue
-                c = choices[0]
-                if not isinstance(c, dict):
-                    raise ProtocolError("choices[0] is not an object")
-                if chat:
-                    delta = c.get("delta") or {}
-                    content = delta.get("content") or ""
-                    other = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                    tools = delta.get("tool_calls")
-                    if tools:
-                        other += _tool_text(tools)
-                    if content or other or tools:
-                        events.append(TokenEvent(t, other + content, bool(content), cont))
-                else:
-                    text = c.get("text") or ""
-                    if text:
-                        events.append(TokenEvent(t, text, True, cont))
-                fr = c.get("finish_reason")
-                if fr:
-                    record.finish_reason = fr
-            if done:
-                record.end_ns = t
+            if parser.feed(chunk, now_ns()):
                 break
-        if done:
+        if parser.done:
             # read the rest of the body (the chunked terminator) so the connection can be reused
             async for _ in resp.content.iter_any():
                 pass
-        if not done:
-            dec.close()
-            if record.finish_reason is None or dec.pending:
-                record.end_ns = now_ns()
-                _fail(record, "incomplete_stream", "stream closed before [DONE] or finish_reason")
+        parser.finish(now_ns())
+
+
+def apply_stream_event(record: RequestRecord, data: str, t_ns: int, *, chat: bool, redact: Redactor) -> str | None:
+    """Apply one SSE event's ``data`` (arrived at ``t_ns``) to ``record``.
+
+    Returns ``"done"`` at ``[DONE]``, ``"failed"`` on an in-band error object (the
+    record is then a ``stream_error`` ending at ``t_ns``), else None. A token-bearing
+    event (see :mod:`loadgen.metrics`) appends a :class:`TokenEvent`; usage is kept
+    (cumulative: the last value wins); ``finish_reason`` is kept. Chunks with an empty
+    ``choices`` (Azure's ``prompt_filter_results``, usage-only chunks), chunks without
+    a ``delta`` (Azure's ``content_filter_results``/``content_filter_offsets``) and
+    role-only deltas carry no token. Raises :class:`ProtocolError` on malformed JSON.
+    """
+    if data == "[DONE]":
+        return "done"
+    if not data.strip():
+        return None
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise ProtocolError(f"malformed JSON in event: {redact(data)[:80]!r}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("event data is not a JSON object")
+    err = obj.get("error")
+    if err:
+        record.end_ns = t_ns
+        _fail(record, "stream_error", _error_text(err, redact))
+        return "failed"
+    usage = obj.get("usage")
+    cont = None
+    if usage:
+        _take_usage(record, usage)
+        cont = record.completion_tokens
+    choices = obj.get("choices")
+    if not choices:
+        return None
+    c = choices[0]
+    if not isinstance(c, dict):
+        raise ProtocolError("choices[0] is not an object")
+    if chat:
+        delta = c.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise ProtocolError("choices[0].delta is not an object")
+        content = delta.get("content") or ""
+        other = delta.get("reasoning_content") or delta.get("reasoning") or ""
+        tools = delta.get("tool_calls")
+        if tools:
+            other += _tool_text(tools)
+        if content or other or tools:
+            record.events.append(TokenEvent(t_ns, other + content, bool(content), cont))
+    else:
+        text = c.get("text") or ""
+        if text:
+            record.events.append(TokenEvent(t_ns, text, True, cont))
+    fr = c.get("finish_reason")
+    if fr:
+        record.finish_reason = fr
+    return None
+
+
+class OpenAIStreamParser:
+    """Sans-IO reader of an OpenAI-style SSE stream into a record: bytes and arrival times in.
+
+    ``feed(chunk, t_ns)`` takes one read (stamped with its arrival) and returns True
+    once the stream has ended (``[DONE]``) or failed in-band; ``finish(t_ns)`` is
+    called at the end of the body. A clean end is ``[DONE]``, or EOF after a
+    ``finish_reason`` with no partial event pending; anything else is an
+    ``incomplete_stream``. When two or more token events all arrived in one read
+    (a buffering proxy delivered the whole stream at once) the record is marked
+    ``buffered``: its TPOT and ITL are not measurable.
+    """
+
+    __slots__ = ("record", "chat", "redact", "dec", "done", "failed", "_token_reads", "_last_read")
+
+    def __init__(self, record: RequestRecord, *, chat: bool, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024) -> None:
+        self.record = record
+        self.chat = chat
+        self.redact = redact
+        self.dec = SSEDecoder(max_event_bytes)
+        self.done = False
+        self.failed = False
+        self._token_reads = 0
+        self._last_read = -1
+
+    def feed(self, chunk: bytes, t_ns: int) -> bool:
+        rec = self.record
+        n_before = len(rec.events)
+        for ev in self.dec.feed(chunk):
+            r = apply_stream_event(rec, ev.data, t_ns, chat=self.chat, redact=self.redact)
+            if r == "done":
+                self.done = True
+                rec.end_ns = t_ns
+                break
+            if r == "failed":
+                self.failed = True
+                break
+        if len(rec.events) > n_before:
+            self._token_reads += 1
+        return self.done or self.failed
+
+    def finish(self, t_ns: int) -> None:
+        rec = self.record
+        if self.failed:
+            return
+        if not self.done:
+            self.dec.close()
+            rec.end_ns = t_ns
+            if rec.finish_reason is None or self.dec.pending:
+                _fail(rec, "incomplete_stream", "stream closed before [DONE] or finish_reason")
                 return
-            record.end_ns = now_ns()
-        record.status = "ok"
+        rec.buffered = len(rec.events) >= 2 and self._token_reads == 1
+        rec.status = "ok"
 
 
 def _origin(url: str) -> str:
@@ -467,12 +591,7 @@ def _origin(url: str) -> str:
     return urlunsplit((p.scheme, p.netloc, "", "", ""))
 
 
-def _fail(record: RequestRecord, kind: str, detail: str) -> None:
-    record.status = "error"
-    record.error_kind = kind
-    record.error_detail = detail
-    if record.end_ns is None:
-        record.end_ns = now_ns()
+_fail = fail
 
 
 def _take_usage(record: RequestRecord, usage: Any) -> None:
@@ -487,6 +606,9 @@ def _take_usage(record: RequestRecord, usage: Any) -> None:
     det = usage.get("completion_tokens_details")
     if isinstance(det, dict) and isinstance(det.get("reasoning_tokens"), int):
         record.reasoning_tokens = det["reasoning_tokens"]
+    pdet = usage.get("prompt_tokens_details")
+    if isinstance(pdet, dict) and isinstance(pdet.get("cached_tokens"), int):
+        record.cached_prompt_tokens = pdet["cached_tokens"]
 
 
 def _error_text(err: Any, redact: Redactor) -> str:
@@ -504,26 +626,3 @@ def _tool_text(tools: Any) -> str:
                 fn = t.get("function") or {}
                 out.append(str(fn.get("name") or "") + str(fn.get("arguments") or ""))
     return "".join(out) or " "
-
-
-async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
-    rec = ctx.trace_request_ctx
-    if isinstance(rec, RequestRecord):
-        rec.sent_ns = now_ns()
-
-
-async def _on_conn_start(session: Any, ctx: Any, params: Any) -> None:
-    ctx.conn_start_ns = now_ns()
-
-
-async def _on_conn_end(session: Any, ctx: Any, params: Any) -> None:
-    rec = ctx.trace_request_ctx
-    start = getattr(ctx, "conn_start_ns", None)
-    if isinstance(rec, RequestRecord) and start is not None:
-        rec.connect_ns = now_ns() - start
-
-
-async def _on_queued(session: Any, ctx: Any, params: Any) -> None:
-    rec = ctx.trace_request_ctx
-    if isinstance(rec, RequestRecord):
-        rec.pool_queued = True

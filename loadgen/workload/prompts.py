@@ -14,12 +14,18 @@ tokens included, :meth:`Tokenizer.count_prompt`; chat: the templated count,
 :meth:`Tokenizer.count_chat`) and, if a boundary merged after all, the last
 segment is lengthened or shortened until the count is exact (at most 8 tries;
 then the nearest count is kept, marked ``exact=False``, and its real count
-recorded). With ``prompt_format="token-ids"`` the ids are sent and the count is
+recorded). The shortest prompt is one content token: a request for fewer tokens
+than the special tokens or the chat template take plus one gets that shortest
+prompt, marked not exact. With ``prompt_format="token-ids"`` the ids are sent and the count is
 exact by construction (the post-processor's special tokens included).
 
 Without a tokenizer one corpus word counts as one token (the simulated endpoint
 counts words, and 4 tokens per chat message, so against it the counts are
 exact; against a real server they are estimates, ``estimated=True``).
+
+Cost: checking a text prompt re-tokenizes it once (a few microseconds per
+prompt token); token-id prompts need no check, which matters for long Mooncake
+rows (``--prompt-format token-ids``).
 
 Shared prefixes: a segment is fixed by (tag, position, length) and cached, so
 every request of a prefix group (or every Mooncake row naming a hash id) carries
@@ -47,6 +53,8 @@ CHAT_WORD_OVERHEAD = 4
 """Without a tokenizer: tokens counted per chat message for the template (as the sim counts)."""
 
 _FIX_TRIES = 8
+_CACHE_SEGMENTS = 20_000
+"""Shared segments (prefixes, Mooncake blocks) kept built; older ones are rebuilt on demand."""
 
 
 @lru_cache(maxsize=1)
@@ -83,7 +91,9 @@ def _pos(seed: int, kind: str, key: object, n: int) -> int:
 @dataclass(frozen=True, slots=True)
 class Prompt:
     """A built prompt. ``tokens`` is what the server counts (templated for chat, special
-    tokens included); ``content_tokens`` the prompt text alone (no special tokens)."""
+    tokens included); ``content_tokens`` the prompt text alone: ``tokens`` less the
+    special tokens (completions) or less the template's count for one empty user
+    message (chat). ``exact``: ``tokens`` is the requested count."""
 
     text: str
     messages: tuple[dict[str, Any], ...] | None
@@ -119,10 +129,8 @@ class _Units:
             cut_ok[a + 1 : b + 1] = False
         self.texts: list[str] = []
         self.ids: list[tuple[int, ...]] = []
-        k = 0
-        groups = np.flatnonzero(cut_ok[: len(texts)])
-        tok_unit = u_start
-        order = np.searchsorted(groups, tok_unit, side="right") - 1
+        groups = np.flatnonzero(cut_ok[: len(texts)])  # merged units start at these words
+        order = np.searchsorted(groups, u_start, side="right") - 1
         per: list[list[int]] = [[] for _ in groups]
         for tid, g in zip(ids, order):
             per[g].append(tid)
@@ -264,12 +272,15 @@ class PromptBuilder:
         return len(self._units) if self._units is not None else len(corpus_words())
 
     def _segment(self, seg: _Seg, cache: bool) -> tuple[str, tuple[int, ...]]:
+        """A segment's text (and ids, for token-id prompts): a pure function of ``seg``."""
         if cache:
             hit = self._cache.get(seg)
             if hit is not None:
                 return hit
         out = self._render_words(seg) if self._units is None else self._render_units(seg)
         if cache:
+            if len(self._cache) >= _CACHE_SEGMENTS:
+                del self._cache[next(iter(self._cache))]
             self._cache[seg] = out
         return out
 
@@ -289,6 +300,7 @@ class PromptBuilder:
     def _render_units(self, seg: _Seg) -> tuple[str, tuple[int, ...]]:
         u = self._units
         assert u is not None and self.tok is not None
+        want_ids = self.prompt_format == "token-ids"
         pieces: list[Any] = []
         ids: list[int] = []
         left = seg.ntok
@@ -302,12 +314,14 @@ class PromptBuilder:
         pos = seg.pos % len(u)
         while left >= u.total:  # whole passes over the corpus
             pieces.append(u.joined[pos : pos + len(u)])
-            ids.extend(u.flat[u.cum[pos] : u.cum[pos + len(u)]])
+            if want_ids:
+                ids.extend(u.flat[u.cum[pos] : u.cum[pos + len(u)]])
             left -= u.total
         m = int(np.searchsorted(u.cum, u.cum[pos] + left, side="right")) - 1 - pos
         if m > 0:
             pieces.append(u.joined[pos : pos + m])
-            ids.extend(u.flat[u.cum[pos] : u.cum[pos + m]])
+            if want_ids:
+                ids.extend(u.flat[u.cum[pos] : u.cum[pos + m]])
             left -= int(u.cum[pos + m] - u.cum[pos])
         for j in range(left):
             f = u.fillers[(pos + m + j) % len(u.fillers)]
@@ -341,13 +355,13 @@ class PromptBuilder:
             text, ids = self._assemble(segs, cache_upto)
             full = (*self.tok.special_prefix, *ids, *self.tok.special_suffix)
             return self._make(text, full, len(full), len(ids), len(full) == target, False)
-        best: tuple[int, str, int] | None = None
+        best: tuple[int, str] | None = None
         last = segs[-1]
         for _ in range(_FIX_TRIES):
-            text, ids = self._assemble(segs, cache_upto)
+            text, _ids = self._assemble(segs, cache_upto)
             got = self._count(text)
             if best is None or abs(got - target) < abs(best[0] - target):
-                best = (got, text, len(ids))
+                best = (got, text)
             if got == target:
                 break
             ntok = segs[-1].ntok + (target - got)
@@ -355,8 +369,9 @@ class PromptBuilder:
                 break
             segs[-1] = _Seg(last.tag, last.pos, ntok, last.first)
         assert best is not None
-        got, text, _n = best
-        return self._make(text, None, got, self.tok.count(text), got == target, False)
+        got, text = best
+        content = got - self.overhead  # chat: templated count less the empty-message overhead
+        return self._make(text, None, got, content, got == target, False)
 
     def _make(self, text: str, ids: tuple[int, ...] | None, tokens: int, content: int, exact: bool, est: bool) -> Prompt:
         if not exact:

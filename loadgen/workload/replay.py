@@ -12,8 +12,9 @@ All arithmetic is on int64 nanoseconds. The pipeline, in order:
    instead scales them so the mean rate, (n - 1) / (last - first), equals it
    (the shape is kept). Not both.
 4. ``loop``: the window repeats with a period of its selected duration (when
-   ``duration_s`` chose it) or its span plus one mean gap, until a request count
-   or a duration is filled.
+   ``duration_s`` chose it), else the time from its first row to the first later
+   instant after it (when the reader saw one), else its span plus one mean gap,
+   until a request count or a duration is filled.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def replay_offsets(
         factor = source_rate / rate_rps
     if tr.duration_s is not None:
         period = round(tr.duration_s * 1e9)
+    elif tr.next_offset_ns is not None:
+        period = int(tr.next_offset_ns - tr.offset_ns[0])
     elif n > 1 and span > 0:
         period = span + round(span / (n - 1))
     else:

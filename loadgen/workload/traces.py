@@ -31,7 +31,8 @@ from typing import IO, Any
 import numpy as np
 
 from loadgen.errors import ConfigError, InputFileError
-from loadgen.workload.trace_formats import FORMATS, MOONCAKE_BLOCK_TOKENS, detect_format
+from loadgen.workload.trace_fast import parse_azure_block
+from loadgen.workload.trace_formats import FORMATS, MOONCAKE_BLOCK_TOKENS, AzureFormat, TraceFormat, detect_format
 
 __all__ = ["BUILTIN_TRACES", "Trace", "read_trace", "resolve_trace_path"]
 
@@ -61,7 +62,9 @@ def resolve_trace_path(spec: str | Path) -> str:
 
 @dataclass
 class Trace:
-    """The rows of a trace window, as parallel arrays (row ``i`` is index ``i`` of each).
+    """The rows of a trace window, as parallel read-only arrays (row ``i`` is index ``i`` of each).
+
+    8 bytes per row per array: a full 27-million-row week is ~0.9 GB; a window, what it holds.
 
     * ``offset_ns``: int64, ns from the *file's* first row (not re-based to the window).
     * ``input_tokens`` / ``output_tokens``: int64, -1 where the row gives none.
@@ -120,12 +123,168 @@ def _open(path: str) -> Iterator[IO[bytes]]:
             yield fh
 
 
-def _lines(fh: IO[bytes]) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line without its ending) for every non-blank line."""
-    for n, raw in enumerate(fh, 1):
-        line = raw.rstrip(b"\r\n")
-        if line.strip():
-            yield n, line
+_BLOCK_BYTES = 1 << 20
+
+
+def _blocks(fh: IO[bytes]) -> Iterator[bytes]:
+    """Blocks of complete lines, each ending in ``\\n`` (one is added after a last line without it)."""
+    carry = b""
+    while True:
+        data = fh.read(_BLOCK_BYTES)
+        if not data:
+            if carry:
+                yield carry + b"\n"
+            return
+        buf = carry + data if carry else data
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            carry = buf
+            continue
+        carry = buf[cut + 1 :]
+        yield buf[: cut + 1]
+
+
+class _Stop(Exception):
+    """The window is complete: stop reading."""
+
+
+class _Reader:
+    """The window state machine, fed row by row (reference path) or a block at a time (fast path)."""
+
+    def __init__(self, path: str, parser: TraceFormat, start_ns: int, end_ns: int | None,
+                 max_requests: int | None, keep_zero_output: bool) -> None:  # fmt: skip
+        self.path, self.parser = path, parser
+        self.start_ns, self.end_ns = start_ns, end_ns
+        self.max_requests, self.keep_zero = max_requests, keep_zero_output
+        self.offs, self.ins, self.outs, self.lines = array("q"), array("q"), array("q"), array("q")
+        self.hflat, self.hstart = array("q"), array("q", [0])
+        self.prompts: list[Any] = []
+        self.messages: list[Any] = []
+        self.sessions: list[Any] = []
+        self.before = self.skipped = 0
+        self.next_off: int | None = None
+        self.t0: int | None = None
+        self.prev_t: int | None = None
+        self.prev_line = 0
+        self.has_ts: bool | None = None
+
+    def full(self) -> bool:
+        return self.max_requests is not None and len(self.offs) >= self.max_requests
+
+    def line(self, lineno: int, raw: bytes) -> None:
+        """One row, line by line: the reference semantics (raises _Stop at the window's end)."""
+        parser, path = self.parser, self.path
+        fields = parser.split(raw, lineno)
+        t = parser.timestamp_ns(fields, lineno)
+        if self.has_ts is None:
+            self.has_ts = t is not None
+            if not self.has_ts and (self.start_ns or self.end_ns is not None):
+                raise ConfigError(f"{path}: rows have no {parser.timestamp_field}; a time window needs timestamps")
+        elif self.has_ts != (t is not None):
+            raise InputFileError(
+                path, lineno, parser.timestamp_field,
+                "missing here but present on the first row (give it on every row or on none)",
+            )  # fmt: skip
+        off = 0
+        if t is not None:
+            prev_t = self.prev_t
+            if prev_t is not None and t < prev_t:
+                raise InputFileError(
+                    path, lineno, parser.timestamp_field,
+                    f"out of order: {(prev_t - t) / 1e9:.9f} s earlier than line {self.prev_line}; "
+                    "loadgen refuses unsorted traces (sort the file by timestamp)",
+                )  # fmt: skip
+            if self.t0 is None:
+                self.t0 = t
+            off = t - self.t0
+            if prev_t is not None and t > prev_t and self.full():
+                self.next_off = off
+                raise _Stop
+            self.prev_t, self.prev_line = t, lineno
+            if off < self.start_ns:
+                self.before += 1
+                return
+            if self.end_ns is not None and off >= self.end_ns:
+                self.next_off = off
+                raise _Stop
+        if self.full():
+            if t is None:
+                raise _Stop
+            return  # reading on only to find the next instant
+        r = parser.row(fields, lineno)
+        if r["output"] == 0 and not self.keep_zero:
+            self.skipped += 1
+            return
+        self.offs.append(off)
+        self.ins.append(r["input"])
+        self.outs.append(1 if r["output"] == 0 else r["output"])  # kept 0-output rows ask for 1
+        self.lines.append(lineno)
+        if "hash_ids" in r:
+            self.hflat.extend(r["hash_ids"])
+            self.hstart.append(len(self.hflat))
+        if "prompt" in r:
+            self.prompts.append(r["prompt"])
+            self.messages.append(r["messages"])
+            self.sessions.append(r["session_id"])
+
+    def block(self, first_line: int, blk: bytes) -> bool:
+        """A block through the vectorised Azure path; False when it must go line by line.
+
+        Same rules as :meth:`line`; any doubt (a bad timestamp anywhere in the
+        block, disorder, bad lengths inside the window) returns False untouched.
+        """
+        b = parse_azure_block(blk)
+        if b is None:
+            return False
+        ts = b.ts_ns
+        n = ts.size
+        if (self.prev_t is not None and ts[0] < self.prev_t) or bool(np.any(ts[1:] < ts[:-1])):
+            return False
+        t0 = self.t0 if self.t0 is not None else int(ts[0])
+        off = ts - t0
+        if self.full():  # only looking for the next instant
+            j = int(np.searchsorted(ts, self.prev_t, side="right"))
+            return self._commit(t0, ts, first_line, j, stop_at=j if j < n else None, off=off)
+        i0 = int(np.searchsorted(off, self.start_ns, side="left"))
+        i1 = n if self.end_ns is None else int(np.searchsorted(off, self.end_ns, side="left"))
+        i1 = max(i1, i0)
+        inp, out, len_ok = b.lengths(i0, i1)
+        if not len_ok.all():
+            return False
+        keep = np.arange(i0, i1)
+        zero = out == 0
+        stop = i1 if i1 < n else None
+        if not self.keep_zero:
+            keep = keep[~zero]
+        if self.max_requests is not None and keep.size >= self.max_requests - len(self.offs):
+            keep = keep[: self.max_requests - len(self.offs)]
+            last = int(keep[-1]) if keep.size else i0
+            j = int(np.searchsorted(ts, ts[last], side="right"))
+            stop = j if j < n else None
+            processed_end = last + 1
+        else:
+            processed_end = i1
+        if not self.keep_zero:
+            self.skipped += int(np.count_nonzero(zero[: processed_end - i0]))
+        self.before += i0
+        self.offs.frombytes(off[keep].astype(np.int64).tobytes())
+        self.ins.frombytes(inp[keep - i0].astype(np.int64).tobytes())
+        self.outs.frombytes(np.maximum(out[keep - i0], 1).astype(np.int64).tobytes())
+        self.lines.frombytes((first_line + keep).astype(np.int64).tobytes())
+        last_seen = (stop if stop is not None else n) - 1
+        return self._commit(t0, ts, first_line, last_seen + 1, stop_at=stop, off=off)
+
+    def _commit(self, t0: int, ts: np.ndarray, first_line: int, upto: int, *, stop_at: int | None,
+                off: np.ndarray) -> bool:  # fmt: skip
+        self.t0 = t0
+        self.has_ts = True
+        if upto > 0:
+            self.prev_t = int(ts[upto - 1])
+            self.prev_line = first_line + upto - 1
+        if stop_at is not None:
+            self.next_off = int(off[stop_at])
+            raise _Stop
+        return True
 
 
 def read_trace(
@@ -154,123 +313,66 @@ def read_trace(
         raise ConfigError("trace window: max requests must be >= 1")
     start_ns = round(start_s * 1e9)
     end_ns = None if duration_s is None else start_ns + round(duration_s * 1e9)
-
-    offs, ins, outs, lines = array("q"), array("q"), array("q"), array("q")
-    hflat, hstart = array("q"), array("q", [0])
-    prompts: list[Any] = []
-    messages: list[Any] = []
-    sessions: list[Any] = []
-    before = skipped = 0
-    next_off: int | None = None
     with _open(path) as fh:
-        it = _lines(fh)
-        first = next(it, None)
-        if first is None:
-            raise InputFileError(path, 1, "row", "the file is empty")
+        lineno = 0
+        first = b""
+        while not first.strip():
+            raw = fh.readline()
+            if not raw:
+                raise InputFileError(path, 1, "row", "the file is empty")
+            lineno += 1
+            first = raw.rstrip(b"\r\n")
         if fmt == "auto":
-            name, reason = detect_format(path, first[1], first[0])
+            name, reason = detect_format(path, first, lineno)
         else:
             name, reason = fmt, "given"
         parser = FORMATS[name](path)
-        if parser.has_header:
-            parser.header(first[1], first[0])
-            rows: Iterator[tuple[int, bytes]] = it
-        else:
-            rows = _chain(first, it)
-        t0: int | None = None
-        prev_t: int | None = None
-        prev_line = 0
-        has_ts: bool | None = None
-        for lineno, raw in rows:
-            fields = parser.split(raw, lineno)
-            t = parser.timestamp_ns(fields, lineno)
-            if has_ts is None:
-                has_ts = t is not None
-                if not has_ts and (start_ns or end_ns is not None):
-                    raise ConfigError(f"{path}: rows have no {parser.timestamp_field}; a time window needs timestamps")
-            elif has_ts != (t is not None):
-                raise InputFileError(
-                    path, lineno, parser.timestamp_field,
-                    "missing here but present on the first row (give it on every row or on none)",
-                )  # fmt: skip
-            if t is not None:
-                if prev_t is not None and t < prev_t:
-                    raise InputFileError(
-                        path, lineno, parser.timestamp_field,
-                        f"out of order: {(t - prev_t) / 1e9:+.9f} s before line {prev_line}; "
-                        "loadgen refuses unsorted traces (sort the file by timestamp)",
-                    )  # fmt: skip
-                if t0 is None:
-                    t0 = t
-                off = t - t0
-                if prev_t is not None and t > prev_t and next_off is None and len(offs) and _full(len(offs), max_requests):
-                    next_off = off
-                    break
-                prev_t, prev_line = t, lineno
-                if off < start_ns:
-                    before += 1
-                    continue
-                if end_ns is not None and off >= end_ns:
-                    next_off = off
-                    break
+        rd = _Reader(path, parser, start_ns, end_ns, max_requests, keep_zero_output)
+        try:
+            if parser.has_header:
+                parser.header(first, lineno)
             else:
-                off = 0
-            if _full(len(offs), max_requests):
-                if t is None:
-                    break
-                continue  # reading on only to find the next instant
-            r = parser.row(fields, lineno)
-            if r["output"] == 0 and not keep_zero_output:
-                skipped += 1
-                continue
-            offs.append(off)
-            ins.append(r["input"])
-            outs.append(1 if r["output"] == 0 else r["output"])  # kept 0-output rows ask for 1
-            lines.append(lineno)
-            if "hash_ids" in r:
-                hflat.extend(r["hash_ids"])
-                hstart.append(len(hflat))
-            if name == "loadgen":
-                prompts.append(r["prompt"])
-                messages.append(r["messages"])
-                sessions.append(r["session_id"])
-    if not offs:
-        span = "" if prev_t is None or t0 is None else f" (the trace spans {(prev_t - t0) / 1e9:.3f} s)"
+                rd.line(lineno, first)
+            fast = isinstance(parser, AzureFormat) and parser.names == list(AzureFormat.columns)
+            for blk in _blocks(fh):
+                if fast and rd.block(lineno + 1, blk):
+                    lineno += blk.count(b"\n")
+                    continue
+                for raw in blk.split(b"\n")[:-1]:
+                    lineno += 1
+                    line = raw.rstrip(b"\r")
+                    if line.strip():
+                        rd.line(lineno, line)
+        except _Stop:
+            pass
+    if not rd.offs:
+        span = "" if rd.prev_t is None or rd.t0 is None else f" (the trace spans at least {(rd.prev_t - rd.t0) / 1e9:.3f} s)"
         raise ConfigError(f"{path}: no rows in the selected window{span}")
     tr = Trace(
         path=path,
         format=name,
         format_reason=reason,
-        offset_ns=np.frombuffer(offs, dtype=np.int64).copy(),
-        input_tokens=np.frombuffer(ins, dtype=np.int64).copy(),
-        output_tokens=np.frombuffer(outs, dtype=np.int64).copy(),
-        line=np.frombuffer(lines, dtype=np.int64).copy(),
-        has_timestamps=bool(has_ts),
-        rows_before_window=before,
-        skipped_zero_output=skipped,
-        next_offset_ns=next_off,
+        offset_ns=np.frombuffer(rd.offs, dtype=np.int64),
+        input_tokens=np.frombuffer(rd.ins, dtype=np.int64),
+        output_tokens=np.frombuffer(rd.outs, dtype=np.int64),
+        line=np.frombuffer(rd.lines, dtype=np.int64),
+        has_timestamps=bool(rd.has_ts),
+        rows_before_window=rd.before,
+        skipped_zero_output=rd.skipped,
+        next_offset_ns=rd.next_off,
         start_s=start_s,
         duration_s=duration_s,
         max_requests=max_requests,
     )
     if name == "mooncake":
-        tr.hash_ids = np.frombuffer(hflat, dtype=np.int64).copy()
-        tr.hash_start = np.frombuffer(hstart, dtype=np.int64).copy()
+        tr.hash_ids = np.frombuffer(rd.hflat, dtype=np.int64)
+        tr.hash_start = np.frombuffer(rd.hstart, dtype=np.int64)
     if name == "loadgen":
-        tr.prompts = prompts if any(p is not None for p in prompts) else None
-        tr.messages = messages if any(m is not None for m in messages) else None
-        tr.session_ids = sessions if any(s is not None for s in sessions) else None
+        tr.prompts = rd.prompts if any(p is not None for p in rd.prompts) else None
+        tr.messages = rd.messages if any(m is not None for m in rd.messages) else None
+        tr.session_ids = rd.sessions if any(x is not None for x in rd.sessions) else None
     if fmt == "auto":
         tr.notes.append(f"format: {name} (auto: {reason})")
-    if skipped:
-        tr.notes.append(f"skipped {skipped} rows with 0 output tokens (failed requests)")
+    if rd.skipped:
+        tr.notes.append(f"skipped {rd.skipped} rows with 0 output tokens (failed requests)")
     return tr
-
-
-def _full(n: int, max_requests: int | None) -> bool:
-    return max_requests is not None and n >= max_requests
-
-
-def _chain(first: tuple[int, bytes], rest: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
-    yield first
-    yield from rest

@@ -63,7 +63,7 @@ def free_port() -> int:
 
 USAGE = [
     (["--rate", "5", "--concurrency", "2"], "--rate (open loop) and --concurrency (closed loop) clash: give one"),
-    ([], "give --rate R (open loop) or --concurrency N (closed loop)"),
+    ([], "give --rate R (open loop), --concurrency N (closed loop) or --trace FILE"),
     (["--rate", "5", "--requests", "5", "--duration", "5s"], "--requests and --duration clash: give one"),
     (["--concurrency", "2", "--max-concurrency", "3"],
      "--max-concurrency caps open-loop runs; it clashes with --concurrency"),
