@@ -264,6 +264,8 @@ async def run_probe(
                 seed=base.seed + 1000 * index + segments,
                 salt=f"p{index}s{segments}-",
                 slos=scfg.slos,
+                # a trace window is rescaled to the probe's rate and looped if it runs out
+                workload=replace(base.workload, trace_loop=True) if base.has_trace else base.workload,
             )
         else:
             load = replace(
