@@ -2,7 +2,8 @@
 
 The only module that maps errors to exit codes:
 0 done (and SLO met if given), 1 SLO missed or run INVALID, 2 usage error,
-3 endpoint unreachable, 130 interrupted.
+3 endpoint unreachable, 4 a launched server failed to start (--serve), 5 a sweep's answer
+is only a lower bound (client limited), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def main() -> None:
 def _common_endpoint_options(f):  # type: ignore[no-untyped-def]
     opts = [
         click.option("--endpoint", help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint)."),
-        click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True),
+        click.option("--api", type=click.Choice(["completions", "chat", "triton-http", "triton-grpc"]), default="completions", show_default=True),
         click.option("--model", help="Model name sent in requests (default: the first model the endpoint lists)."),
         click.option("--header", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable)."),
         click.option("--api-key-env", help="Environment variable holding the API key (default OPENAI_API_KEY when set)."),
@@ -96,6 +97,15 @@ def _common_endpoint_options(f):  # type: ignore[no-untyped-def]
         click.option("--no-stream", is_flag=True, help="Non-streaming requests (only E2E is measurable)."),
         click.option("--insecure", is_flag=True, help="Do not verify TLS certificates (recorded in the result)."),
         click.option("--sim-args", default="", help="Extra flags for the embedded simulated endpoint, e.g. '--itl-ms 10'."),
+        click.option("--serve", type=click.Choice(["vllm", "triton"]), help="Launch this server on the accelerator under test, measure, tear it down."),
+        click.option("--serve-model", help="--serve vllm: model directory or name to serve."),
+        click.option("--served-model-name", help="--serve vllm: the model name requests use."),
+        click.option("--server-python", help="Interpreter whose environment has the server (or LOADGEN_VLLM_PYTHON / LOADGEN_TRITON_PYTHON)."),
+        click.option("--server-port", type=int, help="Server port on 127.0.0.1 (default: a free one)."),
+        click.option("--serve-args", help="Extra server options, one string (e.g. '--max-model-len 1024')."),
+        click.option("--model-repository", help="--serve triton: a Triton model repository."),
+        click.option("--pytriton", help="--serve triton: a PyTriton module file."),
+        click.option("--serve-timeout", default="600s", show_default=True, help="How long to wait for the server to be ready."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -144,6 +154,9 @@ def _workload_options(f):  # type: ignore[no-untyped-def]
         click.option("--no-token-lists", is_flag=True, help="Leave per-token ITL lists out of requests.jsonl."),
         click.option("--latency-origin", type=click.Choice(["scheduled", "sent"]), default="scheduled", show_default=True),
         click.option("--drain-grace", default="30s", show_default=True, help="Time in-flight requests get after a stop."),
+        click.option("--max-schedule-lag", default="5ms", show_default=True, help="Validity: p99 schedule lag bound (generator check)."),
+        click.option("--max-loop-lag", default="10ms", show_default=True, help="Validity: p99 event-loop lag bound (generator check)."),
+        click.option("--max-error-rate", default="1%", show_default=True, help="Validity: error-rate bound (a warning)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -237,7 +250,15 @@ def base_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
         shared_prefix_tokens=kw["shared_prefix_tokens"],
         prefix_groups=kw["prefix_groups"],
     )
+    from loadgen.results import ValidityBounds
+
+    bounds = ValidityBounds(
+        max_schedule_lag_p99_ms=(_duration_s(kw["max_schedule_lag"], "--max-schedule-lag") or 0.0) * 1e3,
+        max_loop_lag_p99_ms=(_duration_s(kw["max_loop_lag"], "--max-loop-lag") or 0.0) * 1e3,
+        max_error_rate=_parse_ratio(kw["max_error_rate"], "--max-error-rate"),
+    )
     return LoadConfig(
+        bounds=bounds,
         arrival=kw["arrival"],
         burstiness=kw["burstiness"],
         max_concurrency=kw["max_concurrency"],
@@ -290,6 +311,8 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
     from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
     from loadgen.measure import new_run_id
 
+    if kw["api"].startswith("triton"):
+        return _triton_endpoint(kw, endpoint_url, redactor)
     headers = _parse_headers(kw["headers"])
     extra = _parse_extra_body(kw["extra_body"])
     api_key = None
@@ -326,6 +349,101 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
     return OpenAIEndpoint(cfg, redactor)
 
 
+def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor):  # type: ignore[no-untyped-def]
+    from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
+    from loadgen.measure import new_run_id
+
+    headers = _parse_headers(kw["headers"])
+    for name, value in headers.items():
+        if is_sensitive_name(name):
+            redactor.add(value)
+    return TritonEndpoint(
+        TritonConfig(
+            url=endpoint_url,
+            protocol="grpc" if kw["api"] == "triton-grpc" else "http",
+            model=kw["model"],
+            headers=headers,
+            sampling_parameters=_parse_extra_body(kw["extra_body"]),
+            timeout_s=_duration_s(kw["timeout"], "--timeout") or 600.0,
+            connect_timeout_s=_duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
+            request_id_prefix=new_run_id(),
+        ),
+        redactor,
+    )
+
+
+class _Target:
+    """The system under test for one command: an external endpoint, a launched server, or the sim."""
+
+    def __init__(self, kw: dict[str, Any], out_dir: Path, err: Console) -> None:
+        self.kw, self.out_dir, self.err = kw, out_dir, err
+        self.sim: Any = None
+        self.server: Any = None
+        self.url = ""
+        self.embedded = False
+
+    def __enter__(self) -> "_Target":
+        kw = self.kw
+        if kw.get("serve"):
+            import shlex
+
+            from loadgen.serve import EXIT_SERVER_START, ServerStartError, launch
+            from loadgen.serve.command import report_start_error
+
+            if kw["endpoint"]:
+                raise click.UsageError("--serve and --endpoint clash: loadgen starts the server itself")
+            try:
+                self.server = launch(
+                    kw["serve"],
+                    serve_model=kw["serve_model"],
+                    served_model_name=kw["served_model_name"] or kw["model"],
+                    model_repository=kw["model_repository"],
+                    pytriton=kw["pytriton"],
+                    triton_model=kw["model"],
+                    server_python=kw["server_python"],
+                    port=kw["server_port"],
+                    engine_args=shlex.split(kw["serve_args"] or ""),
+                    log_dir=str(self.out_dir / "server"),
+                    ready_timeout_s=_duration_s(kw["serve_timeout"], "--serve-timeout"),
+                )
+            except ServerStartError as exc:
+                report_start_error(exc)
+                sys.exit(EXIT_SERVER_START)
+            info = self.server.info
+            self.url = {"triton-http": info.get("http_url"), "triton-grpc": info.get("grpc_url")}.get(
+                kw["api"], self.server.base_url
+            )
+            kw["model"] = kw["model"] or info.get("served_model_name")
+            self.err.print(f"--serve {kw['serve']}: server ready at {self.url} (logs in {self.out_dir / 'server'})")
+        elif kw["endpoint"] is None:
+            from loadgen.sim.launch import SimProcess
+
+            if kw["api"].startswith("triton"):
+                raise click.UsageError(f"--api {kw['api']} needs --endpoint or --serve triton")
+            self.sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])  # started by __init__
+            self.embedded = True
+            self.url = self.sim.url
+            self.err.print(
+                f"no --endpoint: started the embedded simulated endpoint at {self.url} (a test double, not a real server)"
+            )
+        else:
+            self.url = kw["endpoint"]
+        return self
+
+    def observer(self):  # type: ignore[no-untyped-def]
+        if self.server is None:
+            return None
+        from loadgen.serve import ServerObserver
+
+        return ServerObserver.for_server(self.server, model=self.kw["model"])
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.sim is not None:
+            self.sim.stop()
+        if self.server is not None:
+            self.server.stop()
+
+
 def default_out_dir(kind: str = "") -> Path:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path("results") / (stamp + (f"-{kind}" if kind else ""))
@@ -343,23 +461,15 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
     if kw["dry_run"]:
         return _dry_run(load, out_dir, console)
     redactor = Redactor()
-    sim = None
-    embedded = kw["endpoint"] is None
-    if embedded:
-        from loadgen.sim.launch import SimProcess
-
-        sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])  # started by __init__
-        err.print(f"no --endpoint: started the embedded simulated endpoint at {sim.url} (a test double, not a real server)")
-        endpoint_url = sim.url
-    else:
-        endpoint_url = kw["endpoint"]
-    try:
-        endpoint = endpoint_from_options(kw, endpoint_url, embedded, redactor)
+    with _Target(kw, out_dir, err) as target:
+        endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
         _use_uvloop()
 
         async def go():  # type: ignore[no-untyped-def]
+            observer = target.observer()
             try:
                 await endpoint.open()
+                extra = {"server": await observer.conditions()} if observer is not None else None
                 total = load.requests if load.requests is not None else None
                 with Progress(
                     TextColumn("[progress.description]{task.description}"),
@@ -375,18 +485,19 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
                         endpoint,
                         load,
                         out_dir,
-                        config_record=config_record(kw, endpoint_url, embedded),
+                        config_record=config_record(kw, target.url, target.embedded),
                         redactor=redactor,
                         on_record=lambda rec, m: progress.advance(task),
                         workers=_workers(kw["workers"]),
+                        server_observer=observer,
+                        conditions_extra=extra,
                     )
             finally:
                 await endpoint.close()
+                if observer is not None:
+                    await observer.close()
 
         run = asyncio.run(go())
-    finally:
-        if sim is not None:
-            sim.stop()
     render_run(run.result, console, str(out_dir))
     if run.result["interrupted"]:
         return EXIT_INTERRUPTED
@@ -432,14 +543,15 @@ def compare_cmd(results: tuple[str, ...], labels: tuple[str, ...], force: bool, 
 
 
 def _parse_ratio(text: str, what: str) -> float:
-    t = text.strip()
+    """A percentage: ``5%`` or ``5`` -> 0.05 (ratio flags are always percentages)."""
+    t = text.strip().removesuffix("%").strip()
     try:
-        if t.endswith("%"):
-            return float(t[:-1]) / 100
         v = float(t)
     except ValueError:
         raise click.UsageError(f"{what} {text!r}: expected a percentage such as 5%") from None
-    return v / 100 if v >= 1 else v
+    if not 0 <= v <= 100:
+        raise click.UsageError(f"{what} {text!r}: a percentage between 0% and 100%")
+    return v / 100
 
 
 @main.command("sweep")
@@ -547,35 +659,28 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
     out_dir.mkdir(parents=True, exist_ok=True)
     redactor = Redactor()
-    sim = None
-    embedded = kw["endpoint"] is None
-    if embedded:
-        from loadgen.sim.launch import SimProcess
-
-        sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])  # started by __init__
-        err.print(f"no --endpoint: started the embedded simulated endpoint at {sim.url} (a test double, not a real server)")
-        endpoint_url = sim.url
-    else:
-        endpoint_url = kw["endpoint"]
-    try:
-        endpoint = endpoint_from_options(kw, endpoint_url, embedded, redactor)
+    with _Target(kw, out_dir, err) as target:
+        endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
         _use_uvloop()
 
         async def go():  # type: ignore[no-untyped-def]
-            await endpoint.open()
             loop = asyncio.get_running_loop()
-            sweep = Sweep(
-                endpoint,
-                base,
-                scfg,
-                out_dir,
-                config_record=config_record(kw, endpoint_url, embedded),
-                redactor=redactor,
-                progress=lambda msg: err.print(redactor(msg)),
-            )
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, sweep.interrupt)
+            observer = target.observer()
+            sweep = None
             try:
+                await endpoint.open()
+                sweep = Sweep(
+                    endpoint,
+                    base,
+                    scfg,
+                    out_dir,
+                    config_record=config_record(kw, target.url, target.embedded),
+                    redactor=redactor,
+                    progress=lambda msg: err.print(redactor(msg)),
+                    server_observer=observer,
+                )
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, sweep.interrupt)
                 if scfg.concurrency_levels:
                     out = await sweep.concurrency_sweep()
                 else:
@@ -584,18 +689,19 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
 
                 cond = client_conditions()
                 cond["endpoint"] = endpoint.describe()
+                if observer is not None:
+                    cond["server"] = await observer.conditions()
                 out.result["conditions"] = cond
-                out.result["config"] = config_record(kw, endpoint_url, embedded)
+                out.result["config"] = config_record(kw, target.url, target.embedded)
                 return out
             finally:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
                 await endpoint.close()
+                if observer is not None:
+                    await observer.close()
 
         out = asyncio.run(go())
-    finally:
-        if sim is not None:
-            sim.stop()
     write_json(out_dir / "sweep.json", out.result)
     write_report(out.result, out_dir)
     render_sweep(out.result, console, str(out_dir))

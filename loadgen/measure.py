@@ -169,6 +169,8 @@ async def measure(
     runner_hook: Callable[[Runner], None] | None = None,
     workers: int = 1,
     on_summary: Callable[[Any], None] | None = None,
+    server_observer: Any = None,
+    conditions_extra: dict[str, Any] | None = None,
 ) -> MeasuredRun:
     """Run ``cfg`` against an opened ``endpoint``; write files to ``out_dir``; return the result.
 
@@ -190,6 +192,8 @@ async def measure(
     fd_soft, fd_hard = raise_fd_limit()
     agg = Aggregator(cfg.slos)
     started_at = dt.datetime.now(dt.timezone.utc)
+    if server_observer is not None:
+        await server_observer.begin()  # /metrics scrape, energy window, power samples
     with open(out_dir / "requests.jsonl", "wb") as fh:
         if workers > 1:
             from dataclasses import replace as _replace
@@ -223,6 +227,13 @@ async def measure(
             "per_request_metrics": "exact: every request's summary is shipped to the parent",
             "per_token_metrics": "HDR histograms merged from the workers: 3 significant digits (±0.1 %)",
         }
+    if conditions_extra:
+        result["conditions"].update(conditions_extra)
+    if server_observer is not None:
+        await server_observer.end(result)  # result["server"]: /metrics deltas and energy
+        energy = (result.get("server") or {}).get("energy") or {}
+        if energy.get("energy_j"):
+            result["energy"] = {"joules": energy["energy_j"], **energy}
     write_json(out_dir / "result.json", result)
     write_hlog(out_dir / "histograms.hlog", agg, outcome)
     return MeasuredRun(result, outcome, agg, out_dir)

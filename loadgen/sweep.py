@@ -221,6 +221,7 @@ class Probe:
     reasons: list[str] = field(default_factory=list)
     concurrency: int | None = None
     validity_detail: list[str] = field(default_factory=list)
+    prefix_cache_reset: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -240,6 +241,7 @@ async def run_probe(
     concurrency: int | None = None,
     runner_hook: Callable[[Runner], None] | None = None,
     workers: int = 1,
+    server_observer: Any = None,
 ) -> Probe:
     """One probe at ``rate`` req/s (or closed loop at ``concurrency``), extended while undecided."""
     need = scfg.needed_requests()
@@ -305,6 +307,7 @@ async def run_probe(
                 runner_hook=hook,
                 workers=workers,
                 on_summary=judge.on_summary,
+                server_observer=server_observer,
             )
         finally:
             watcher.cancel()
@@ -425,7 +428,9 @@ class Sweep:
         redactor: Any = None,
         progress: Callable[[str], None] | None = None,
         on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
+        server_observer: Any = None,
     ) -> None:
+        self.server_observer = server_observer
         self.endpoint = endpoint
         self.base = base
         self.scfg = scfg
@@ -443,6 +448,10 @@ class Sweep:
         name = f"probe-{idx:02d}-" + (f"c{concurrency}" if concurrency else f"{rate:.3f}rps")
         label = f"concurrency {concurrency}" if concurrency else f"{rate:.3f} req/s"
         self.progress(f"probe {idx}: {label} ...")
+        reset = None
+        if self.server_observer is not None:
+            # a warm prefix cache must not flatter later probes
+            reset = await self.server_observer.reset_prefix_cache()
         p = await run_probe(
             self.endpoint,
             self.base,
@@ -456,7 +465,9 @@ class Sweep:
             concurrency=concurrency,
             runner_hook=self._set_runner,
             workers=self.scfg.workers,
+            server_observer=self.server_observer,
         )
+        p.prefix_cache_reset = reset
         self.probes.append(p)
         extra = " (stopped early)" if p.stopped_early else ""
         self.progress(f"probe {idx}: {label}: {p.verdict.upper()}{extra}; " + "; ".join(p.reasons))
