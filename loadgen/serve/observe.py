@@ -1,0 +1,241 @@
+"""The server-side view of a run: /metrics deltas, energy, and prefix-cache resets.
+
+::
+
+    obs = ServerObserver.for_server(server)          # or ServerObserver("vllm", url)
+    cond = await obs.conditions()                    # the conditions.server block
+    await obs.begin()                                # before a run or probe
+    ...                                              # the run
+    section = await obs.end(result)                  # after: result["server"] = section
+    reset = await obs.reset_prefix_cache()           # between sweep probes
+
+``begin`` scrapes the server's Prometheus ``/metrics``, reads NVML's energy counter
+(GPUs the server uses) and starts sampling gauges (every ``sample_period_s``) and
+power; ``end`` scrapes again and keeps the deltas that matter
+(:func:`loadgen.serve.prom.vllm_summary` / :func:`~loadgen.serve.prom.triton_summary`),
+the energy in joules and output tokens per joule. Output tokens for that ratio are
+the server's own generation-token delta over the same window when it exports one
+(vLLM), else the result's measured output tokens (which leave the warm-up out while
+the energy window includes it: said so in ``tokens_per_joule_source``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import aiohttp
+
+from loadgen.serve import prom
+from loadgen.serve.conditions import server_conditions
+from loadgen.serve.nvml import NVML, EnergyMeter, NVMLUnavailable, gpus_for_pids
+from loadgen.serve.process import ServerProcess, group_members
+
+__all__ = ["ServerObserver"]
+
+
+class ServerObserver:
+    """Scrapes one server around runs. ``kind``: "vllm" or "triton"; ``base_url``: the server's
+    HTTP root; ``metrics_url``: its Prometheus page (vLLM: ``base_url/metrics``; Triton: the
+    metrics port, default ``:8002``); ``server``: the launched process, when loadgen started it.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        base_url: str,
+        *,
+        metrics_url: str | None = None,
+        model: str | None = None,
+        server: ServerProcess | None = None,
+        sample_period_s: float = 1.0,
+        power_period_s: float = 0.5,
+        energy: bool = True,
+    ) -> None:
+        self.kind = kind
+        self.base_url = base_url.rstrip("/")
+        self.metrics_url = metrics_url or self._default_metrics_url()
+        self.model = model
+        self.server = server
+        self.sample_period_s = sample_period_s
+        self.power_period_s = power_period_s
+        self.energy = energy
+        self._session: aiohttp.ClientSession | None = None
+        self._before: prom.Scrape | None = None
+        self._samples: list[prom.Scrape] = []
+        self._sampler: asyncio.Task[None] | None = None
+        self._meter: EnergyMeter | None = None
+        self._t0 = 0.0
+        self._scrape_errors: list[str] = []
+
+    @classmethod
+    def for_server(cls, server: ServerProcess, *, model: str | None = None, **kw: Any) -> ServerObserver:
+        base = server.info.get("http_url") or server.base_url
+        return cls(server.kind, str(base), metrics_url=server.info.get("metrics_url"),
+                   model=model or server.info.get("served_model_name") or server.info.get("model"),
+                   server=server, **kw)  # fmt: skip
+
+    def _default_metrics_url(self) -> str:
+        if self.kind == "triton":
+            from urllib.parse import urlsplit
+
+            p = urlsplit(self.base_url)
+            return f"{p.scheme}://{p.hostname}:8002/metrics"
+        return self.base_url + "/metrics"
+
+    async def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        return self._session
+
+    async def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(BaseException):
+                await self._sampler
+            self._sampler = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- conditions -----------------------------------------------------------------------
+
+    async def conditions(self) -> dict[str, Any]:
+        """The ``conditions.server`` block (see :func:`loadgen.serve.conditions.server_conditions`)."""
+        cond = await server_conditions(self.kind, self.base_url, server=self.server, model=self.model)
+        cond["metrics_url"] = self.metrics_url
+        return cond
+
+    # -- scraping -------------------------------------------------------------------------
+
+    async def scrape(self) -> prom.Scrape | None:
+        """One parsed /metrics page; None (and the reason kept) when it cannot be read."""
+        try:
+            s = await self._http()
+            async with s.get(self.metrics_url) as resp:
+                if resp.status != 200:
+                    self._note(f"HTTP {resp.status} from {self.metrics_url}")
+                    return None
+                return prom.parse(await resp.text())
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            self._note(f"{type(exc).__name__} reading {self.metrics_url}")
+            return None
+
+    def _note(self, msg: str) -> None:
+        if len(self._scrape_errors) < 10:
+            self._scrape_errors.append(msg)
+
+    async def _sample_loop(self) -> None:
+        while True:  # ends when end() cancels it; at most MAX samples are kept
+            await asyncio.sleep(self.sample_period_s)
+            s = await self.scrape()
+            if s is not None and len(self._samples) < 3600:
+                # only the gauges matter between the end points: keep them, drop the rest
+                self._samples.append({k: v for k, v in s.items() if _is_gauge(k)})
+
+    def _energy_meter(self) -> EnergyMeter:
+        if not self.energy:
+            m = EnergyMeter()
+            m._unavailable = "energy measurement turned off"
+            return m
+        try:
+            nvml = NVML.open()
+        except NVMLUnavailable as exc:
+            m = EnergyMeter()
+            m._unavailable = str(exc)
+            return m
+        try:
+            pids: set[int] = set()
+            env = None
+            if self.server is not None and self.server.pgid is not None:
+                pids = {pid for pid, st in (group_members(self.server.pgid) or []) if st != "Z"}
+                env = self.server.env
+            idx, how = gpus_for_pids(nvml, pids, env)
+        except NVMLUnavailable as exc:
+            nvml.close()
+            m = EnergyMeter()
+            m._unavailable = str(exc)
+            return m
+        return EnergyMeter(idx, self.power_period_s, nvml=nvml, selection=how)
+
+    async def begin(self) -> None:
+        """Before a run: scrape, start the energy window and the samplers."""
+        self._samples = []
+        self._scrape_errors = []
+        self._before = await self.scrape()
+        self._meter = await asyncio.to_thread(self._energy_meter)
+        await asyncio.to_thread(self._meter.start)
+        self._t0 = time.monotonic()
+        self._sampler = asyncio.create_task(self._sample_loop())
+
+    async def end(self, result: dict[str, Any] | None = None) -> dict[str, Any]:
+        """After a run: the server section (deltas, energy); stored in ``result["server"]`` when given."""
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(BaseException):
+                await self._sampler
+            self._sampler = None
+        after = await self.scrape()
+        window = time.monotonic() - self._t0
+        energy = await asyncio.to_thread(self._meter.stop) if self._meter is not None else {
+            "measured": False, "reason": "begin() was not called"}  # fmt: skip
+        self._meter = None
+        section: dict[str, Any] = {
+            "kind": self.kind,
+            "metrics_url": self.metrics_url,
+            "window_s": round(window, 3),
+            "scrapes": (self._before is not None) + (after is not None) + len(self._samples),
+        }
+        if self._before is not None and after is not None:
+            summary = prom.vllm_summary if self.kind == "vllm" else prom.triton_summary
+            section["metrics"] = summary(self._before, after, self._samples, self.model)
+        else:
+            section["metrics"] = None
+            section["metrics_unavailable"] = "; ".join(self._scrape_errors) or "no /metrics scrape"
+        section["energy"] = energy
+        if energy.get("energy_j"):
+            gen = (section.get("metrics") or {}).get("generation_tokens")
+            src = "server generation_tokens delta over the energy window"
+            if gen is None and result is not None:
+                gen = (result.get("tokens") or {}).get("output")
+                src = "measured output tokens (warm-up excluded; the energy window includes it)"
+            if gen:
+                energy["output_tokens_per_joule"] = round(gen / energy["energy_j"], 4)
+                energy["joules_per_output_token"] = round(energy["energy_j"] / gen, 6)
+                energy["tokens_per_joule_source"] = src
+        if result is not None:
+            result["server"] = section
+        return section
+
+    # -- prefix cache ----------------------------------------------------------------------
+
+    async def reset_prefix_cache(self) -> dict[str, Any]:
+        """Reset the server's prefix cache where it offers a way; says whether it could.
+
+        vLLM: ``POST /reset_prefix_cache`` (present when the server runs with
+        ``VLLM_SERVER_DEV_MODE=1``, as loadgen launches it). Triton offers no such call.
+        """
+        if self.kind != "vllm":
+            return {"reset": False, "how": None, "detail": f"{self.kind} offers no prefix-cache reset"}
+        url = self.base_url + "/reset_prefix_cache"
+        try:
+            s = await self._http()
+            async with s.post(url) as resp:
+                body = (await resp.text())[:200]
+                if resp.status == 200:
+                    return {"reset": True, "how": "POST /reset_prefix_cache"}
+                hint = " (start vLLM with VLLM_SERVER_DEV_MODE=1 to allow it)" if resp.status in (404, 405) else ""
+                return {"reset": False, "how": "POST /reset_prefix_cache",
+                        "detail": f"HTTP {resp.status}{hint}: {body}"}  # fmt: skip
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            return {"reset": False, "how": "POST /reset_prefix_cache", "detail": f"{type(exc).__name__}: {exc}"}
+
+
+_GAUGES = ("kv_cache_usage_perc", "cache_usage_perc", "num_requests_running", "num_requests_waiting",
+           "pending_request_count")  # fmt: skip
+
+
+def _is_gauge(name: str) -> bool:
+    return any(g in name for g in _GAUGES)
