@@ -96,6 +96,21 @@ def _common_endpoint_options(f):  # type: ignore[no-untyped-def]
         click.option("--no-preflight", is_flag=True, help="Skip the pre-flight request that detects optional fields."),
         click.option("--no-stream", is_flag=True, help="Non-streaming requests (only E2E is measurable)."),
         click.option("--insecure", is_flag=True, help="Do not verify TLS certificates (recorded in the result)."),
+        click.option("--provider", type=click.Choice(["openai-compatible", "openai", "azure", "anthropic"]), default="openai-compatible", show_default=True, help="URL shape, credentials and stream format (openai/anthropic default to their public API when --endpoint is not given)."),
+        click.option("--deployment", help="Azure OpenAI deployment name."),
+        click.option("--api-version", help="Azure OpenAI api-version (default 2024-10-21; 'v1' for the v1 API)."),
+        click.option("--azure-ad-token-env", help="Environment variable holding an Entra ID token (Azure, instead of an api-key)."),
+        click.option("--anthropic-version", help="anthropic-version header (default 2023-06-01)."),
+        click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra trusted CA bundle (private or self-signed certificates)."),
+        click.option("--connection-reuse", type=click.Choice(["keep-alive", "none"]), default="keep-alive", show_default=True, help="none: a new connection (DNS, TCP, TLS) for every request."),
+        click.option("--network-baseline", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="Resolve the host, time a few TCP connects and a cheap request before the run (auto: for non-loopback endpoints)."),
+        click.option("--retry-429", type=click.IntRange(min=0), default=0, show_default=True, help="Retry a 429 up to N times after its advised wait (the wait counts in latency)."),
+        click.option("--max-rpm", type=float, help="Cap the client at this many requests per minute (the run is then no longer the offered load)."),
+        click.option("--max-tpm", type=float, help="Cap the client at this many tokens (prompt + max_tokens) per minute."),
+        click.option("--price-input-per-million", type=float, help="USD per million input tokens (cost per request and per million output tokens)."),
+        click.option("--price-output-per-million", type=float, help="USD per million output tokens."),
+        click.option("--price-cached-input-per-million", type=float, help="USD per million cached input tokens, where the platform has a price for them."),
+        click.option("--yes", is_flag=True, help="Do not ask before sending to a non-loopback endpoint (for scripts)."),
         click.option("--sim-args", default="", help="Extra flags for the embedded simulated endpoint, e.g. '--itl-ms 10'."),
         click.option("--serve", type=click.Choice(["vllm", "triton"]), help="Launch this server on the accelerator under test, measure, tear it down."),
         click.option("--serve-model", help="--serve vllm: model directory or name to serve."),
@@ -307,21 +322,51 @@ def config_record(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> dict
     return rec
 
 
+def resolve_endpoint_url(kw: dict[str, Any]) -> str | None:
+    """The URL to load: --endpoint, else the provider's public API; None starts the embedded sim."""
+    from loadgen.endpoints.providers import DEFAULT_BASE_URLS
+
+    if kw["endpoint"]:
+        return kw["endpoint"]
+    if kw["provider"] == "azure":
+        raise click.UsageError("--provider azure needs --endpoint https://RESOURCE.openai.azure.com")
+    return DEFAULT_BASE_URLS.get(kw["provider"])
+
+
+def _provider_api(kw: dict[str, Any]) -> str:
+    """--api, where managed providers default to chat (their only streaming API that matters)."""
+    if kw["provider"] == "openai-compatible":
+        return kw["api"]
+    explicit = click.get_current_context().get_parameter_source("api") != click.core.ParameterSource.DEFAULT
+    if kw["provider"] == "anthropic" and explicit and kw["api"] != "chat":
+        raise click.UsageError("--provider anthropic speaks the Messages API: leave out --api or give --api chat")
+    return kw["api"] if explicit else "chat"
+
+
 def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool, redactor: Redactor):  # type: ignore[no-untyped-def]
-    from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
+    from loadgen.endpoints.providers import DEFAULT_KEY_ENV, is_loopback_url, make_endpoint
     from loadgen.measure import new_run_id
 
     if kw["api"].startswith("triton"):
+        if kw["provider"] != "openai-compatible":
+            raise click.UsageError(f"--api {kw['api']} is Triton's protocol: it clashes with --provider {kw['provider']}")
         return _triton_endpoint(kw, endpoint_url, redactor)
+    provider = kw["provider"]
     headers = _parse_headers(kw["headers"])
     extra = _parse_extra_body(kw["extra_body"])
     api_key = None
+    bearer = None
     if not embedded:
-        env_name = kw["api_key_env"] or ("OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None)
+        default_env = DEFAULT_KEY_ENV[provider]
+        env_name = kw["api_key_env"] or (default_env if os.environ.get(default_env) else None)
         if env_name:
             api_key = os.environ.get(env_name)
             if api_key is None and kw["api_key_env"]:
                 raise click.UsageError(f"--api-key-env {env_name}: that environment variable is not set")
+        if kw["azure_ad_token_env"]:
+            bearer = os.environ.get(kw["azure_ad_token_env"])
+            if bearer is None:
+                raise click.UsageError(f"--azure-ad-token-env {kw['azure_ad_token_env']}: that environment variable is not set")
     for name, value in headers.items():
         if is_sensitive_name(name):
             redactor.add(value)
@@ -332,21 +377,41 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
     for s in split_url_secrets(endpoint_url)[1]:
         redactor.add(s)
     redactor.add(api_key)
-    cfg = OpenAIConfig(
-        base_url=endpoint_url,
-        api=kw["api"],
-        model=kw["model"],
+    redactor.add(bearer)
+    baseline = {"on": True, "off": False}.get(kw["network_baseline"], not embedded and not is_loopback_url(endpoint_url))
+    options: dict[str, Any] = dict(
         stream=not kw["no_stream"],
         headers=headers,
-        api_key=api_key,
         extra_body=extra,
         timeout_s=_duration_s(kw["timeout"], "--timeout") or 600.0,
         connect_timeout_s=_duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
         verify_tls=not kw["insecure"],
+        ca_file=kw["ca_file"],
         request_id_prefix=new_run_id(),
-        preflight=not kw["no_preflight"],
+        connection_reuse=kw["connection_reuse"],
+        network_baseline=baseline,
+        retry_429=kw["retry_429"],
+        max_rpm=kw["max_rpm"],
+        max_tpm=kw["max_tpm"],
     )
-    return OpenAIEndpoint(cfg, redactor)
+    if provider != "anthropic":
+        options["preflight"] = not kw["no_preflight"]
+    try:
+        return make_endpoint(
+            provider,
+            base_url=endpoint_url,
+            api=_provider_api(kw),
+            model=kw["model"],
+            api_key=api_key,
+            bearer_token=bearer,
+            deployment=kw["deployment"],
+            api_version=kw["api_version"],
+            anthropic_version=kw["anthropic_version"],
+            redactor=redactor,
+            **options,
+        )
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor):  # type: ignore[no-untyped-def]
@@ -370,6 +435,63 @@ def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor):
         ),
         redactor,
     )
+
+
+def _prices(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
+    from loadgen.pricing import token_prices
+
+    try:
+        return token_prices(kw["price_input_per_million"], kw["price_output_per_million"], kw["price_cached_input_per_million"])
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _length_or_none(value: Any) -> int | None:
+    text = str(value)
+    return int(text) if text.isdigit() else None
+
+
+def confirm_remote(kw: dict[str, Any], endpoint_url: str, embedded: bool, estimate: Any, err: Console) -> None:
+    """Before sending to a non-loopback endpoint: show the estimate, ask on a terminal, refuse without --yes elsewhere."""
+    from loadgen.endpoints.providers import is_loopback_url
+
+    if embedded or is_loopback_url(endpoint_url):
+        return
+    err.print(f"{redact_url(endpoint_url)} is not a loopback address: {estimate.text()}")
+    if kw["yes"]:
+        return
+    if not sys.stdin.isatty():
+        raise click.UsageError("not on a terminal: pass --yes to send to a non-loopback endpoint")
+    if not click.confirm("send?", default=False, err=True):
+        raise click.Abort()
+
+
+def _run_estimate(kw: dict[str, Any], load: Any):  # type: ignore[no-untyped-def]
+    from loadgen.pricing import estimate_run
+
+    n = None
+    if load.requests is not None:
+        n = load.requests + load.warmup_requests
+    elif load.rate_rps is not None and load.duration_s is not None:
+        n = round(load.rate_rps * (load.duration_s + load.warmup_s)) + load.warmup_requests
+    note = "" if n is not None else "closed loop for a duration: the count depends on the latency"
+    return estimate_run(n, _length_or_none(kw["input_tokens"]), _length_or_none(kw["output_tokens"]), _prices(kw), note=note)
+
+
+def _sweep_estimate(kw: dict[str, Any], scfg: Any):  # type: ignore[no-untyped-def]
+    import math
+
+    from loadgen.pricing import estimate_run
+
+    per_probe = scfg.needed_requests()
+    if scfg.max_rate_rps:
+        per_probe = max(per_probe, math.ceil(scfg.max_rate_rps * scfg.probe_duration_s))
+        n = scfg.max_probes * (1 + scfg.max_extensions) * per_probe
+        note = f"an upper bound: {scfg.max_probes} probes of at most {per_probe} requests, extensions included, plus calibration"
+    else:
+        n = None
+        note = f"at least {per_probe} requests per probe, up to {scfg.max_probes} probes, plus calibration; give --max-rate to bound it"
+    return estimate_run(n, _length_or_none(kw["input_tokens"]), _length_or_none(kw["output_tokens"]), _prices(kw), note=note)
 
 
 class _Target:
@@ -415,7 +537,7 @@ class _Target:
             )
             kw["model"] = kw["model"] or info.get("served_model_name")
             self.err.print(f"--serve {kw['serve']}: server ready at {self.url} (logs in {self.out_dir / 'server'})")
-        elif kw["endpoint"] is None:
+        elif resolve_endpoint_url(kw) is None:
             from loadgen.sim.launch import SimProcess
 
             if kw["api"].startswith("triton"):
@@ -427,7 +549,7 @@ class _Target:
                 f"no --endpoint: started the embedded simulated endpoint at {self.url} (a test double, not a real server)"
             )
         else:
-            self.url = kw["endpoint"]
+            self.url = resolve_endpoint_url(kw) or ""
         return self
 
     def observer(self):  # type: ignore[no-untyped-def]
@@ -460,8 +582,11 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir()
     if kw["dry_run"]:
         return _dry_run(load, out_dir, console)
+    load.prices = _prices(kw)
     redactor = Redactor()
     with _Target(kw, out_dir, err) as target:
+        if not target.embedded:
+            confirm_remote(kw, target.url, target.embedded, _run_estimate(kw, load), err)
         endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
         _use_uvloop()
 
@@ -641,6 +766,7 @@ def build_sweep_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
         calibration_concurrency=kw["calibration_concurrency"],
         max_extensions=kw["max_extensions"],
         cost_per_hour_usd=kw["cost_per_hour"],
+        prices=_prices(kw),
         accelerators=kw["accelerators"],
         concurrency_levels=levels,
         workers=_workers(kw["workers"]),
@@ -658,8 +784,11 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
     base = base_load_config(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
     out_dir.mkdir(parents=True, exist_ok=True)
+    base.prices = scfg.prices
     redactor = Redactor()
     with _Target(kw, out_dir, err) as target:
+        if not target.embedded:
+            confirm_remote(kw, target.url, target.embedded, _sweep_estimate(kw, scfg), err)
         endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
         _use_uvloop()
 

@@ -65,6 +65,7 @@ class LoadConfig:
     origin: Literal["scheduled", "sent"] = "scheduled"
     drain_grace_s: float = 30.0
     bounds: ValidityBounds = field(default_factory=ValidityBounds)
+    prices: Any = None  # loadgen.pricing.TokenPrices: the result gets a "cost" block
 
     @property
     def has_trace(self) -> bool:
@@ -203,7 +204,12 @@ async def measure(
 
             if not isinstance(endpoint, OpenAIEndpoint):
                 raise ConfigError("--workers needs an OpenAI-compatible endpoint")
-            ep_cfg = _replace(endpoint.config, preflight=False, discover=False, accepted=dict(endpoint.accepted))
+            ep_cfg = _replace(
+                endpoint.config, preflight=False, discover=False, accepted=dict(endpoint.accepted), network_baseline=False,
+                # the client's cap is shared: each worker process enforces its part
+                max_rpm=endpoint.config.max_rpm / workers if endpoint.config.max_rpm else None,
+                max_tpm=endpoint.config.max_tpm / workers if endpoint.config.max_tpm else None,
+            )
             outcome = run_workers(
                 workers, ep_cfg, cfg, plan, agg, fh, redactor, on_record=on_record, on_summary=on_summary
             )
@@ -305,6 +311,13 @@ def build_result(
     slo = agg.slo_result()
     if slo is not None:
         result["slo"] = slo
+    result.update(agg.provider_result(outcome.t0_ns))  # rate_limit, client_rate_cap, network_ms (when observed)
+    if cfg.prices is not None:
+        from loadgen.pricing import run_cost
+
+        result["cost"] = run_cost(
+            cfg.prices, result["tokens"], completed=agg.completed, conforming=agg.conforming if agg.slos else None
+        )
     result["client"] = {
         "cpu_s": outcome.client.cpu_s,
         "wall_s": outcome.client.wall_s,

@@ -185,7 +185,8 @@ def compute(
     """Derive the metrics of one finished request (see :class:`RequestMetrics`).
 
     A request with zero output tokens adds no TTFT/TPOT/ITL/E2E sample; a failed
-    request adds only ``error_e2e_ns``.
+    request adds only ``error_e2e_ns``; a ``buffered`` one (all its events in one
+    read) no TPOT, ITL or inter-chunk sample.
     """
     m = RequestMetrics()
     if record.sent_ns is not None:
@@ -214,6 +215,9 @@ def compute(
         if ev.answer:
             m.time_to_first_answer_token_ns = ev.t_ns - start
             break
+    if record.buffered:
+        # every event arrived in one read (a buffering proxy): TPOT and ITL are not measurable
+        return m
     if n >= 2:
         m.tpot_ns = (events[-1].t_ns - first) / (n - 1)
     m.inter_chunk_ns = [b.t_ns - a.t_ns for a, b in zip(events, events[1:])]

@@ -12,6 +12,7 @@ import orjson
 
 from loadgen.metrics import RequestMetrics
 from loadgen.redact import Redactor
+from loadgen.results import network_ns
 from loadgen.types import RequestRecord
 
 
@@ -56,6 +57,7 @@ def record_line(
     }
     if rec.reasoning_tokens is not None:
         d["reasoning_tokens"] = rec.reasoning_tokens
+    _provider_keys(d, rec, t0_ns)
     if rec.prefix_group is not None:
         d["prefix_group"] = rec.prefix_group
     if rec.session_id is not None:
@@ -66,6 +68,47 @@ def record_line(
     if save_text:
         d["output_text"] = rec.text
     return d
+
+
+def _s(t_ns: int | None, t0_ns: int) -> float | None:
+    return None if t_ns is None else round((t_ns - t0_ns) / 1e9, 9)
+
+
+def _provider_keys(d: dict[str, Any], rec: RequestRecord, t0_ns: int) -> None:
+    """Network, quota and retry facts: present only when observed (keeps lines short).
+
+    ``connection_reused``; ``dns_ms``/``tcp_connect_ms``/``tls_ms`` of a new
+    connection; ``time_to_headers_ms`` and ``ttft_from_sent_ms`` (from the last
+    attempt's send: without connection set-up); ``buffered``; ``ratelimit`` (the
+    response's quota headers); ``throttle_ms`` (waited for the client's cap);
+    ``attempts`` (earlier 429 answers, times in s from t0); ``cached_input_tokens``.
+    """
+    d["connection_reused"] = rec.connection_reused
+    dns, tcp, tls, headers, ttft_sent = network_ns(rec)
+    for key, v in (("dns_ms", dns), ("tcp_connect_ms", tcp), ("tls_ms", tls),
+                   ("time_to_headers_ms", headers), ("ttft_from_sent_ms", ttft_sent)):
+        if v is not None:
+            d[key] = _ms(v)
+    if rec.buffered:
+        d["buffered"] = True
+    if rec.ratelimit:
+        d["ratelimit"] = rec.ratelimit
+    if rec.throttle_ns:
+        d["throttle_ms"] = _ms(rec.throttle_ns)
+    if rec.attempts:
+        d["attempts"] = [
+            {
+                "sent_s": _s(a.get("sent_ns"), t0_ns),
+                "end_s": _s(a.get("end_ns"), t0_ns),
+                "http_status": a.get("http_status"),
+                "retry_after_s": a.get("retry_after_s"),
+                "waited_s": round(a.get("waited_ns", 0) / 1e9, 6),
+                **({"ratelimit": a["ratelimit"]} if a.get("ratelimit") else {}),
+            }
+            for a in rec.attempts
+        ]
+    if rec.cached_prompt_tokens is not None:
+        d["cached_input_tokens"] = rec.cached_prompt_tokens
 
 
 class RecordWriter:

@@ -29,6 +29,12 @@ PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p99
 PER_REQUEST_METRICS = ("ttft", "time_to_first_answer_token", "tpot", "e2e", "schedule_lag", "error_e2e")
 PER_TOKEN_METRICS = ("itl", "inter_chunk")
 LATENCY_METRICS = ("ttft", "time_to_first_answer_token", "itl", "inter_chunk", "tpot", "e2e", "schedule_lag", "error_e2e")
+NETWORK_METRICS = ("dns", "tcp_connect", "tls", "time_to_headers", "ttft_from_sent")
+"""Per-request network timings kept apart from the latency metrics (see :func:`network_ns`)."""
+RATELIMIT_SERIES_POINTS = 1000
+RATELIMIT_POINTS_KEPT = 200_000
+RATE_LIMIT_DOMINATED = 0.5
+"""A run whose requests end rate-limited more often than this is ``limited_by: rate_limit``."""
 
 
 @dataclass
@@ -128,6 +134,17 @@ class Aggregator:
         self.generator_lag = array("d")
         # per-target exceedance counting for SLO verdicts
         self.slo_values: dict[str, array] = {t.label: array("d") for t in self.slos}
+        # provider quotas, the client's own cap, the network (see provider_result)
+        self.buffered = 0
+        self.throttled = 0
+        self.throttle_ns = array("d")
+        self.retried = 0
+        self.rate_limited_attempts = 0
+        self.ratelimit_points: list[tuple[int, dict[str, float]]] = []
+        self.cached_input_tokens = 0
+        self.connections_new = 0
+        self.connections_reused = 0
+        self.network_samples: dict[str, array] = {m: array("d") for m in NETWORK_METRICS}
 
     # ------------------------------------------------------------------ adding
 
@@ -157,6 +174,7 @@ class Aggregator:
             self.warmup_requests += 1
             return
         self.requests += 1
+        self._add_provider_facts(s)
         if self.first_scheduled_ns is None or s.scheduled_ns < self.first_scheduled_ns:
             self.first_scheduled_ns = s.scheduled_ns
         if s.end_ns is not None and (self.last_end_ns is None or s.end_ns > self.last_end_ns):
@@ -169,7 +187,7 @@ class Aggregator:
                 self.last_sent_ns = s.sent_ns
         if s.schedule_lag_ns is not None:
             self._sample("schedule_lag", s.schedule_lag_ns)
-            self.generator_lag.append(max(s.schedule_lag_ns - s.connect_ns, 0))
+            self.generator_lag.append(max(s.schedule_lag_ns - s.connect_ns - s.throttle_ns, 0))
         if s.pool_queued:
             self.pool_queued += 1
         if not s.ok:
@@ -189,6 +207,8 @@ class Aggregator:
             self.reasoning_tokens += s.reasoning_tokens
         if s.input_tokens:
             self.input_tokens += s.input_tokens
+        if s.cached_input_tokens:
+            self.cached_input_tokens += s.cached_input_tokens
         if s.requested_output_tokens is not None and not s.output_tokens_estimated:
             self.length_checked += 1
             if s.output_tokens != s.requested_output_tokens:
@@ -217,6 +237,28 @@ class Aggregator:
                 self.conforming += 1
         else:
             self.conforming += 1
+
+    def _add_provider_facts(self, s: "RequestSummary") -> None:
+        if s.buffered:
+            self.buffered += 1
+        if s.throttle_ns:
+            self.throttled += 1
+            self.throttle_ns.append(s.throttle_ns)
+        if s.attempts_429:
+            self.retried += 1
+            self.rate_limited_attempts += s.attempts_429
+        if s.error_kind == "rate_limited":
+            self.rate_limited_attempts += 1
+        for t, rl in s.ratelimit_points:
+            if len(self.ratelimit_points) < RATELIMIT_POINTS_KEPT:
+                self.ratelimit_points.append((t, rl))
+        if s.connection_reused is True:
+            self.connections_reused += 1
+        elif s.connection_reused is False:
+            self.connections_new += 1
+        for name, v in zip(NETWORK_METRICS, s.network_ns):
+            if v is not None:
+                self.network_samples[name].append(v)
 
     def _sample(self, name: str, v: float) -> None:
         self.samples[name].append(v)
@@ -395,6 +437,31 @@ class Aggregator:
                 f"{self.length_mismatch} of {self.length_checked} completed requests delivered a different "
                 "output length than requested (does the server honour ignore_eos/min_tokens?)",
             )
+        if self.buffered:
+            check(
+                "streaming_not_buffered",
+                "measurement",
+                False,
+                f"{self.buffered} of {self.completed} completed requests arrived in one read (a buffering "
+                "proxy?): their TTFT equals their E2E and their TPOT/ITL are not measurable",
+            )
+        if self.throttled:
+            check(
+                "offered_load_not_capped",
+                "measurement",
+                False,
+                f"{self.throttled} of {self.requests} requests waited for the client's own --max-rpm/--max-tpm "
+                "cap: the load sent is not the offered load (the wait counts in their latency)",
+            )
+        rl = self.errors_by_kind.get("rate_limited", 0)
+        if rl or self.rate_limited_attempts:
+            check(
+                "rate_limits",
+                "measurement",
+                False,
+                f"{rl} of {self.requests} requests ended rate-limited (HTTP 429), {self.rate_limited_attempts} "
+                "attempts answered 429 in all: the provider's quota, not the server's latency",
+            )
         gen_ok = all(c["ok"] for c in checks if c["group"] == "generator")
         out: dict[str, Any] = {
             "valid": gen_ok,
@@ -403,11 +470,58 @@ class Aggregator:
             "warnings": [c["detail"] for c in checks if c["group"] == "measurement" and not c["ok"]],
             "client_cpu_fraction": cpu,
         }
+        if gen_ok and self.requests and rl / self.requests > RATE_LIMIT_DOMINATED:
+            out["limited_by"] = "rate_limit"
+        if self.throttled:
+            out["offered_load"] = "capped by the client (--max-rpm/--max-tpm)"
         if not gen_ok:
             out["remedy"] = (
                 "the load generator could not keep to the schedule: lower the rate, use --workers, "
                 "or run the client on a machine with more free CPU"
             )
+        return out
+
+    def provider_result(self, t0_ns: int | None = None) -> dict[str, Any]:
+        """Quota, client-cap and network facts of the run (empty parts left out).
+
+        ``rate_limit``: 429 counts, the Retry-After values seen, requests retried
+        (``--retry-429``) and a time series of the quota headers (``t_s`` from ``t0_ns``,
+        default the first scheduled request; at most :data:`RATELIMIT_SERIES_POINTS`
+        points, evenly thinned, the lowest ``remaining_*`` always kept).
+        ``client_rate_cap``: requests that waited for ``--max-rpm``/``--max-tpm`` and
+        how long. ``network_ms``: per-request DNS, TCP connect, TLS (new connections
+        only), time to response headers (from the send) and TTFT from the send, and
+        how many requests opened a connection.
+        """
+        out: dict[str, Any] = {}
+        origin = t0_ns if t0_ns is not None else (self.first_scheduled_ns or 0)
+        rl_count = self.errors_by_kind.get("rate_limited", 0)
+        if rl_count or self.rate_limited_attempts or self.ratelimit_points or self.retried:
+            ra = self.retry_after_s
+            out["rate_limit"] = {
+                "rate_limited_requests": rl_count,
+                "rate_limited_attempts": self.rate_limited_attempts,
+                "retried_requests": self.retried,
+                "rate_limited_fraction": (rl_count / self.requests) if self.requests else None,
+                "retry_after_s": {
+                    "count": len(ra),
+                    "min": min(ra) if ra else None,
+                    "median": float(np.median(ra)) if ra else None,
+                    "max": max(ra) if ra else None,
+                },
+                "series": ratelimit_series(self.ratelimit_points, origin),
+            }
+        if self.throttled:
+            out["client_rate_cap"] = {
+                "throttled_requests": self.throttled,
+                "wait_ms": summarize_exact(self.throttle_ns),
+            }
+        if any(len(v) for v in self.network_samples.values()) or self.connections_new or self.connections_reused:
+            out["network_ms"] = {
+                "new_connections": self.connections_new,
+                "reused_connections": self.connections_reused,
+                **{name: summarize_exact(v) for name, v in self.network_samples.items()},
+            }
         return out
 
     def counts(self) -> dict[str, Any]:
@@ -419,6 +533,7 @@ class Aggregator:
             "unsent": self.unsent,
             "warmup": self.warmup_requests,
             "errors_by_kind": {k: self.errors_by_kind[k] for k in sorted(self.errors_by_kind)},
+            **({"buffered": self.buffered} if self.buffered else {}),
         }
 
     def tokens(self) -> dict[str, Any]:
@@ -428,6 +543,8 @@ class Aggregator:
             "output_estimated_requests": self.output_tokens_estimated,
             "itl_estimated_requests": self.itl_estimated,
         }
+        if self.cached_input_tokens:
+            out["cached_input"] = self.cached_input_tokens
         if self.reasoning_tokens:
             out["reasoning"] = self.reasoning_tokens
             out["note"] = "output includes hidden reasoning tokens reported in usage.completion_tokens_details"
@@ -461,6 +578,14 @@ class RequestSummary:
     error_e2e_ns: int | None
     schedule_lag_ns: int | None
     slo_values: tuple[float, ...]
+    # provider quotas, client cap, network (defaults: nothing observed)
+    buffered: bool = False
+    throttle_ns: int = 0
+    attempts_429: int = 0
+    ratelimit_points: tuple[tuple[int, dict[str, float]], ...] = ()
+    connection_reused: bool | None = None
+    network_ns: tuple[float | None, ...] = ()  # in NETWORK_METRICS order
+    cached_input_tokens: int | None = None
 
 
 def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> RequestSummary:
@@ -491,7 +616,73 @@ def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> R
         error_e2e_ns=m.error_e2e_ns,
         schedule_lag_ns=m.schedule_lag_ns,
         slo_values=tuple(request_value(t, m) for t in slos) if (ok and not zero) else (),
+        buffered=rec.buffered,
+        throttle_ns=rec.throttle_ns,
+        attempts_429=len(rec.attempts) if rec.attempts else 0,
+        ratelimit_points=_ratelimit_points(rec),
+        connection_reused=rec.connection_reused,
+        network_ns=network_ns(rec),
+        cached_input_tokens=rec.cached_prompt_tokens,
     )
+
+
+def last_sent_ns(rec: RequestRecord) -> int | None:
+    """When the request's last attempt went out (its first send unless 429s were retried)."""
+    if rec.attempts:
+        return rec.attempts[-1].get("next_sent_ns")
+    return rec.sent_ns
+
+
+def network_ns(rec: RequestRecord) -> tuple[float | None, ...]:
+    """The request's :data:`NETWORK_METRICS` in ns (None where not observed).
+
+    DNS, TCP connect and TLS are those of the connection the request opened
+    (None on a reused one); ``time_to_headers`` = response headers - send and
+    ``ttft_from_sent`` = first token event - send, both of the last attempt: TTFT
+    without the connection set-up (and without any wait before the send).
+    """
+    sent = last_sent_ns(rec)
+    headers = None
+    if sent is not None and rec.response_headers_ns is not None:
+        headers = rec.response_headers_ns - sent
+    ttft = None
+    if rec.ok and sent is not None and rec.events:
+        ttft = rec.events[0].t_ns - sent
+    return (rec.dns_ns, rec.tcp_connect_ns, rec.tls_ns, headers, ttft)
+
+
+def _ratelimit_points(rec: RequestRecord) -> tuple[tuple[int, dict[str, float]], ...]:
+    pts = []
+    for a in rec.attempts or ():
+        if a.get("ratelimit"):
+            pts.append((a.get("response_headers_ns") or a.get("end_ns") or 0, a["ratelimit"]))
+    if rec.ratelimit:
+        pts.append((rec.response_headers_ns or rec.end_ns or rec.scheduled_ns, rec.ratelimit))
+    return tuple(pts)
+
+
+def ratelimit_series(points: list[tuple[int, dict[str, float]]], origin_ns: int) -> dict[str, Any]:
+    """Columns of the quota headers over time: ``t_s`` (from ``origin_ns``) and one list per key.
+
+    Sorted by time; thinned evenly to at most :data:`RATELIMIT_SERIES_POINTS` points,
+    always keeping the point of each key's lowest ``remaining_*`` value. A key absent
+    from a point is None there.
+    """
+    pts = sorted(points, key=lambda p: p[0])
+    n = len(pts)
+    keep = set(range(n))
+    if n > RATELIMIT_SERIES_POINTS:
+        step = n / RATELIMIT_SERIES_POINTS
+        keep = {int(i * step) for i in range(RATELIMIT_SERIES_POINTS)}
+        for key in {k for _, d in pts for k in d if k.startswith("remaining_")}:
+            vals = [(d.get(key, math.inf), i) for i, (_, d) in enumerate(pts)]
+            keep.add(min(vals)[1])
+    chosen = [pts[i] for i in sorted(keep)]
+    keys = sorted({k for _, d in chosen for k in d})
+    out: dict[str, Any] = {"points": len(chosen), "of": n, "t_s": [round((t - origin_ns) / 1e9, 6) for t, _ in chosen]}
+    for k in keys:
+        out[k] = [d.get(k) for _, d in chosen]
+    return out
 
 
 def request_value(t: SLOTarget, m: RequestMetrics) -> float:

@@ -28,7 +28,14 @@ what is in flight; in-flight requests still under the threshold are *censored*
 (excluded from the denominator). Both counts are reported.
 
 Only the generator checks of a probe's validity make it ``invalid``: the search
-stops and reports that the client limited it ("at least R req/s").
+stops and reports that the client limited it ("at least R req/s"). A probe whose
+requests mostly end rate-limited (HTTP 429, more than half of those not cancelled)
+is ``rate_limited``: the search stops there and reports the provider's quota as the
+limit (``limited_by: rate_limit``), not as the server's latency.
+
+Price at the answer: with ``--cost-per-hour``, cost_per_hour / (tokens/s * 3600) * 1e6;
+with per-token prices, (input_tps * p_in + output_tps * p_out) / output_tps per million
+output tokens (see :mod:`loadgen.pricing`); each also per successful request at the SLO.
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ from loadgen.clock import now_ns
 from loadgen.endpoints.base import Endpoint
 from loadgen.measure import LoadConfig, measure, write_json
 from loadgen.metrics import RequestMetrics
-from loadgen.results import request_value
+from loadgen.pricing import answer_cost
+from loadgen.results import RATE_LIMIT_DOMINATED, request_value
 from loadgen.runner import Runner
 from loadgen.slo import SLOTarget
 from loadgen.stats import lower_bound, min_requests, upper_bound
@@ -70,6 +78,7 @@ class SweepConfig:
     max_extensions: int = 2
     max_probes: int = 30
     cost_per_hour_usd: float | None = None
+    prices: Any = None  # loadgen.pricing.TokenPrices (per-token prices of a managed platform)
     accelerators: int | None = None
     concurrency_levels: list[int] | None = None
     workers: int = 1
@@ -221,6 +230,7 @@ class Probe:
     reasons: list[str] = field(default_factory=list)
     concurrency: int | None = None
     validity_detail: list[str] = field(default_factory=list)
+    rate_limited_fraction: float | None = None
     prefix_cache_reset: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -374,6 +384,13 @@ def _finish_probe(
         verdict = "invalid"
         for r in invalid:
             validity_detail += [c["detail"] for c in r["validity"]["checks"] if not c["ok"] and c["group"] == "generator"]
+    counts = [r.get("counts") or {} for r in results]
+    limited = sum((c.get("errors_by_kind") or {}).get("rate_limited", 0) for c in counts)
+    decided = sum((c.get("requests") or 0) - (c.get("errors_by_kind") or {}).get("cancelled", 0) for c in counts)
+    rl_frac = limited / decided if decided else None
+    if verdict != "invalid" and rl_frac is not None and rl_frac > RATE_LIMIT_DOMINATED:
+        verdict = "rate_limited"
+        reasons.append(f"{limited} of {decided} requests answered 429: the provider's quota, not the server's latency")
     thr = first["throughput"]
     lat = {t.metric: first["latency_ms"].get(t.metric) for t in scfg.slos}
     return Probe(
@@ -396,6 +413,7 @@ def _finish_probe(
         reasons=reasons,
         concurrency=concurrency,
         validity_detail=validity_detail,
+        rate_limited_fraction=rl_frac,
     )
 
 
@@ -442,6 +460,7 @@ class Sweep:
         self.probes: list[Probe] = []
         self.calibration: dict[str, Any] | None = None
         self.interrupted = False
+        self.rate_limited_at: float | None = None  # the rate (or concurrency) where 429s took over
 
     async def _probe(self, rate: float, concurrency: int | None = None) -> Probe:
         idx = len(self.probes) + 1
@@ -494,6 +513,8 @@ class Sweep:
                 break
         if "invalid" in verdicts:
             return "invalid"
+        if "rate_limited" in verdicts:
+            return "rate_limited"
         return "pass" if all(v == "pass" for v in verdicts) else "fail"
 
     async def calibrate(self) -> float | None:
@@ -555,6 +576,10 @@ class Sweep:
             if v == "invalid":
                 limited_by = "client"
                 break
+            if v == "rate_limited":
+                limited_by = "rate_limit"
+                self.rate_limited_at = r
+                break
             if v == "pass":
                 last_pass = r if last_pass is None else max(last_pass, r)
                 if first_fail is None:
@@ -585,9 +610,12 @@ class Sweep:
             p = await self._probe(0.0, concurrency=c)
             if p.verdict == "invalid":
                 break
+            if p.verdict == "rate_limited":
+                self.rate_limited_at = p.concurrency
+                break
         passing = [p for p in self.probes if p.verdict == "pass"]
         best = max(passing, key=lambda p: p.concurrency or 0) if passing else None
-        out = self._outcome(None, None, None, best_probe=best)
+        out = self._outcome(None, None, "rate_limit" if self.rate_limited_at else None, best_probe=best)
         out.result["interactivity"] = self._interactivity()
         return out
 
@@ -626,6 +654,12 @@ class Sweep:
             at = next(p for p in reversed(self.probes) if p.offered_rps == last_pass and p.verdict == "pass")
         out_tps = at.output_tps if at else None
         tot_tps = at.total_tps if at else None
+        in_tps = (tot_tps - out_tps) if (tot_tps is not None and out_tps is not None) else None
+        priced = answer_cost(
+            prices=s.prices, cost_per_hour_usd=s.cost_per_hour_usd, input_tps=in_tps, output_tps=out_tps,
+            goodput_rps=at.goodput_rps if at else None,
+        )
+        token_per_m_out = priced["token_priced_cost_per_million_output_tokens_usd"]
         answer = {
             "max_rate_rps": last_pass,
             "bracket_rps": [last_pass, first_fail],
@@ -633,12 +667,23 @@ class Sweep:
             "output_tps": out_tps,
             "total_tps": tot_tps,
             "goodput_rps": at.goodput_rps if at else None,
-            "cost_per_million_output_tokens_usd": cost_per_million(s.cost_per_hour_usd, out_tps),
-            "cost_per_million_total_tokens_usd": cost_per_million(s.cost_per_hour_usd, tot_tps),
+            "cost_per_million_output_tokens_usd": cost_per_million(s.cost_per_hour_usd, out_tps)
+            if s.cost_per_hour_usd
+            else token_per_m_out,
+            "cost_per_million_total_tokens_usd": cost_per_million(s.cost_per_hour_usd, tot_tps)
+            if s.cost_per_hour_usd
+            else (token_per_m_out * out_tps / tot_tps if (token_per_m_out is not None and tot_tps) else None),
+            "cost_per_successful_request_usd": priced["hourly_cost_per_successful_request_usd"]
+            if s.cost_per_hour_usd
+            else priced["token_priced_cost_per_successful_request_usd"],
+            "pricing": "per_hour" if s.cost_per_hour_usd else ("per_token" if s.prices is not None else None),
+            **({k: v for k, v in priced.items() if k.startswith("token_priced")} if s.prices is not None else {}),
             "output_tps_per_accelerator": (out_tps / s.accelerators) if (out_tps and s.accelerators) else None,
             "limited_by": limited_by,
             "concurrency": at.concurrency if at else None,
         }
+        if limited_by == "rate_limit":
+            answer["rate_limited_at"] = self.rate_limited_at
         flags = non_monotonic(self.probes)
         result = {
             "schema_version": SWEEP_SCHEMA_VERSION,
@@ -656,6 +701,7 @@ class Sweep:
                 "min_requests_per_probe": s.needed_requests(),
                 "max_extensions": s.max_extensions,
                 "cost_per_hour_usd": s.cost_per_hour_usd,
+                "prices": s.prices.describe() if s.prices is not None else None,
                 "accelerators": s.accelerators,
             },
             "calibration": self.calibration,

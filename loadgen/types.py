@@ -108,6 +108,17 @@ class RequestRecord:
     session_id: str | None = None
     body_text: str | None = None  # whole output text of a non-streamed response
     pool_queued: bool = False  # waited for a free connection-pool slot (a client limit)
+    # --- provider dialects, quotas and the network (optional; None = not observed) ---
+    response_headers_ns: int | None = None  # the (last attempt's) response status and headers arrived
+    ratelimit: dict[str, float] | None = None  # x-ratelimit-* / anthropic-ratelimit-* of the response
+    buffered: bool = False  # every token event arrived in one read (buffering proxy): no TPOT/ITL
+    dns_ns: int | None = None  # DNS resolution for a new connection (0: cache hit; None: none done)
+    tcp_connect_ns: int | None = None  # TCP connect of a new connection
+    tls_ns: int | None = None  # TLS handshake of a new connection (None: plain TCP or reused)
+    connection_reused: bool | None = None  # sent on a pooled connection (None: never got one)
+    cached_prompt_tokens: int | None = None  # prompt tokens served from the provider's prompt cache
+    throttle_ns: int = 0  # waited for the client's own --max-rpm/--max-tpm cap before sending
+    attempts: list[dict[str, Any]] | None = None  # earlier attempts answered 429 (--retry-429)
 
     @property
     def ok(self) -> bool:

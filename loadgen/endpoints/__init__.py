@@ -2,10 +2,21 @@
 
 An endpoint turns a :class:`loadgen.types.RequestSpec` into a filled
 :class:`loadgen.types.RequestRecord`; transport and protocol errors become the
-record's ``error_kind`` here and never escape.
+record's ``error_kind`` here and never escape. :func:`make_endpoint` builds the
+one a provider needs (OpenAI-compatible, OpenAI, Azure OpenAI, Anthropic).
 """
 
+from loadgen.endpoints.anthropic import AnthropicConfig, AnthropicEndpoint
 from loadgen.endpoints.base import Endpoint
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
+from loadgen.endpoints.providers import PROVIDERS, make_endpoint
 
-__all__ = ["Endpoint", "OpenAIConfig", "OpenAIEndpoint"]
+__all__ = [
+    "AnthropicConfig",
+    "AnthropicEndpoint",
+    "Endpoint",
+    "OpenAIConfig",
+    "OpenAIEndpoint",
+    "PROVIDERS",
+    "make_endpoint",
+]

@@ -29,14 +29,13 @@ import orjson
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.base import (
+    ERROR_BODY_LIMIT,
     ClientRateCap,
-    _current_record,
-    classify_exception,
     fail,
+    http_attempt,
+    is_buffered,
     network_baseline,
-    note_response,
     open_session,
-    retry_after_from_headers,
     send_with_attempts,
 )
 from loadgen.errors import EndpointUnreachable, ProtocolError
@@ -45,7 +44,7 @@ from loadgen.sse import SSEDecoder
 from loadgen.types import RequestRecord, RequestSpec, TokenEvent
 
 OPTIONAL_FIELDS = ("continuous_usage_stats", "include_usage", "ignore_eos", "min_tokens")
-ERROR_BODY_LIMIT = 4096
+__all__ = ["ERROR_BODY_LIMIT", "OpenAIConfig", "OpenAIEndpoint", "OpenAIStreamParser", "apply_stream_event"]
 
 
 @dataclass
@@ -218,7 +217,7 @@ class OpenAIEndpoint:
                 "pool_limit": cfg.pool_limit,
                 "connect_timeout_s": cfg.connect_timeout_s,
                 "request_timeout_s": cfg.timeout_s,
-                "retries": 0,
+                "retries": cfg.retry_429,  # only of 429s, only when asked (--retry-429)
                 "redirects": "not followed",
                 "verify_tls": cfg.verify_tls,
                 "connection_reuse": cfg.connection_reuse,
@@ -333,8 +332,6 @@ class OpenAIEndpoint:
             )
         elif spec.prompt_token_ids is not None:
             body["prompt"] = list(spec.prompt_token_ids)  # exact input length by construction
-        elif spec.prompt_token_ids is not None:
-            body["prompt"] = list(spec.prompt_token_ids)
         else:
             body["prompt"] = spec.prompt
         if spec.requested_output_tokens is not None:
@@ -378,58 +375,16 @@ class OpenAIEndpoint:
         if cfg.request_id_prefix is not None:
             headers = dict(headers)
             headers["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
-        payload = orjson.dumps(self.build_body(spec))
-        response_started = False
-        t_call = now_ns()
-        token = _current_record.set(record)
-        try:
-            async with asyncio.timeout(cfg.timeout_s):
-                async with self._session.post(
-                    self._url,
-                    data=payload,
-                    headers=headers,
-                    allow_redirects=False,
-                    trace_request_ctx=record,
-                ) as resp:
-                    response_started = True
-                    note_response(resp, record)
-                    if record.sent_ns is None:
-                        record.sent_ns = t_call
-                    if resp.status != 200:
-                        await self._http_error(resp, record)
-                        return
-                    if cfg.stream:
-                        await self._read_stream(resp, record)
-                    else:
-                        await self._read_body(resp, record)
-        except asyncio.CancelledError:
-            raise
-        except ProtocolError as exc:
-            _fail(record, "protocol", self.redactor(str(exc)))
-        except Exception as exc:  # transport errors become data, never escape
-            kind = classify_exception(exc, response_started=response_started)
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            _fail(record, kind, self.redactor(detail))
-        finally:
-            _current_record.reset(token)
-        if record.sent_ns is None and record.error_kind not in ("connect", "client_limit"):
-            record.sent_ns = t_call
-
-    async def _http_error(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
-        record.http_status = resp.status
-        try:
-            body = await resp.content.read(ERROR_BODY_LIMIT)
-        except Exception:
-            body = b""
-        record.end_ns = now_ns()
-        text = self.redactor(body.decode("utf-8", "replace").strip().replace("\n", " "))[:300]
-        if resp.status == 429:
-            record.retry_after_s = retry_after_from_headers(resp.headers)
-            record.error_kind = "rate_limited"
-        else:
-            record.error_kind = "http_error"
-        record.status = "error"
-        record.error_detail = self.redactor(f"HTTP {resp.status}: {text}")
+        await http_attempt(
+            self._session,
+            self._url,
+            orjson.dumps(self.build_body(spec)),
+            headers,
+            record,
+            timeout_s=cfg.timeout_s,
+            redact=self.redactor,
+            read_ok=self._read_stream if cfg.stream else self._read_body,
+        )
 
     async def _read_body(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         raw = await resp.read()
@@ -539,8 +494,9 @@ class OpenAIStreamParser:
     once the stream has ended (``[DONE]``) or failed in-band; ``finish(t_ns)`` is
     called at the end of the body. A clean end is ``[DONE]``, or EOF after a
     ``finish_reason`` with no partial event pending; anything else is an
-    ``incomplete_stream``. When two or more token events all arrived in one read
-    (a buffering proxy delivered the whole stream at once) the record is marked
+    ``incomplete_stream``. When three or more token events all arrived in one read
+    (a buffering proxy delivered the whole stream at once; see
+    :data:`~loadgen.endpoints.base.BUFFERED_MIN_TOKEN_EVENTS`) the record is marked
     ``buffered``: its TPOT and ITL are not measurable.
     """
 
@@ -582,7 +538,7 @@ class OpenAIStreamParser:
             if rec.finish_reason is None or self.dec.pending:
                 _fail(rec, "incomplete_stream", "stream closed before [DONE] or finish_reason")
                 return
-        rec.buffered = len(rec.events) >= 2 and self._token_reads == 1
+        rec.buffered = is_buffered(len(rec.events), self._token_reads)
         rec.status = "ok"
 
 

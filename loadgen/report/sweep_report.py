@@ -24,12 +24,19 @@ def answer_line(res: dict[str, Any]) -> str:
     if a["max_rate_rps"] is None:
         if a["limited_by"] == "client":
             return f"no answer: the client limited the first probe ({slos}); see the validity lines"
+        if a["limited_by"] == "rate_limit":
+            return (
+                f"no answer: the provider's quota limited the first probe (HTTP 429 at {_n(a.get('rate_limited_at'))}"
+                " req/s): a quota, not the server's latency"
+            )
         return f"no rate met {slos}: even the lowest probe failed (bracket fail at {_n(a['bracket_rps'][1])} req/s)"
     s = f"max rate meeting {slos}: {_n(a['max_rate_rps'])} req/s"
     if a["limited_by"] == "client":
         s = f"client limited: at least {_n(a['max_rate_rps'])} req/s meets {slos} (the generator could not go higher)"
     elif a["limited_by"] == "max_rate":
         s += " (reached --max-rate; the server may carry more)"
+    elif a["limited_by"] == "rate_limit":
+        s += f" (then the provider's quota: HTTP 429 took over at {_n(a.get('rate_limited_at'))} req/s)"
     else:
         s += f" (bracket {_n(a['bracket_rps'][0])}..{_n(a['bracket_rps'][1])})"
     s += f"; there {_n(a['output_tps'], 1)} output tok/s, {_n(a['total_tps'], 1)} total tok/s, goodput {_n(a['goodput_rps'])} req/s"

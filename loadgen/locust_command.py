@@ -1,0 +1,336 @@
+"""The ``locust`` command: start Locust with loadgen's LLM user (``loadgen/locust.py``).
+
+``loadgen locust --endpoint URL [workload options] [Locust options]``. Options this
+command does not know go to Locust unchanged (``-u``, ``-r``, ``-t``,
+``--headless``, ``--master``, ``--worker``, ``--expect-workers``,
+``--stop-timeout``, ``--web-port``, ...). Locust runs in a child process: this
+module never imports it (``import locust`` monkey-patches the standard library),
+so the rest of loadgen stays free of gevent.
+
+Before Locust starts, the endpoint is discovered and pre-flighted once with the
+same code as ``loadgen run`` (served model, accepted optional fields); the
+resolved configuration travels to the Locust process as JSON in
+``LOADGEN_LOCUST_CONFIG`` and from the master to its workers at each test start.
+A worker (``--worker``) needs no workload options.
+
+Exit codes as ``loadgen run``: 0 for a VALID result, 1 for INVALID (or no result), 3 when
+the endpoint is unreachable, Locust's own code when it crashed.
+
+Defaults chosen on purpose: the web UI binds 127.0.0.1 (another interface only with
+``--web-token-env``, whose token the UI then requires); ``--stop-timeout 30``
+(requests in flight at a stop get 30 s to finish, then count as ``cancelled``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["locust_command"]
+
+LOCUSTFILE = Path(__file__).resolve().with_name("locust.py")
+_REPO_ROOT = str(Path(__file__).resolve().parents[1])
+_LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+DEFAULT_STOP_TIMEOUT_S = 30
+DEFAULT_MAX_INFLIGHT = 1000
+
+
+def _opt_value(args: list[str], *names: str) -> str | None:
+    """The value of a pass-through option (``--name V`` or ``--name=V``), last one wins."""
+    found = None
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args):
+                found = args[i + 1]
+            elif a.startswith(n + "="):
+                found = a.split("=", 1)[1]
+    return found
+
+
+def _has(args: list[str], *names: str) -> bool:
+    return any(a == n or a.startswith(n + "=") for a in args for n in names)
+
+
+def web_args(args: list[str], token_env: str | None) -> list[str]:
+    """Pass-through args with the web UI bound to loopback unless told otherwise.
+
+    Raises UsageError for a non-loopback ``--web-host`` without ``--web-token-env``.
+    """
+    if _has(args, "--web-login"):
+        raise click.UsageError("--web-login needs a login page set up in the Locust file; use --web-token-env NAME")
+    host = _opt_value(args, "--web-host")
+    if host is None:
+        return ["--web-host", "127.0.0.1", *args]
+    if host not in _LOOPBACK and not token_env:
+        raise click.UsageError(
+            f"--web-host {host!r} exposes the Locust UI (it can start load) beyond this machine: "
+            "also give --web-token-env NAME (the UI then requires that token)"
+        )
+    return list(args)
+
+
+def locust_cmdline(args: list[str], endpoint_shown: str | None) -> list[str]:
+    """The child's command line: Locust on loadgen's Locust file, our defaults first."""
+    cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+    if endpoint_shown and not _has(args, "-H", "--host"):
+        cmd += ["-H", endpoint_shown]
+    if not _has(args, "--stop-timeout") and not _has(args, "--worker"):
+        cmd += ["--stop-timeout", str(DEFAULT_STOP_TIMEOUT_S)]
+    return cmd + args
+
+
+def _run_child(cmd: list[str], env: dict[str, str]) -> int:
+    """Run Locust in our process group and wait for it to finish (it writes the result).
+
+    Ctrl-C reaches Locust through the terminal's process group, so SIGINT is ignored
+    here (a second SIGINT would break Locust's shutdown); SIGTERM and SIGHUP are
+    forwarded (Locust stops the test, writes the result and exits).
+    """
+    proc = subprocess.Popen(cmd, env=env)
+
+    def forward(sig: int, _frame: Any) -> None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    old = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        old[s] = signal.signal(s, forward)
+    try:
+        return proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
+    env.update(extra)
+    return env
+
+
+def build_config(
+    kw: dict[str, Any], endpoint: Any, endpoint_url: str, embedded: bool, locust_args: list[str]
+) -> dict[str, Any]:
+    """The JSON configuration the Locust process runs with (no secret values recorded)."""
+    from loadgen.cli import _duration_s, _parse_extra_body, _parse_headers, config_record
+    from loadgen.redact import redact_url
+
+    mode = "open" if (kw["rate"] is not None or kw["trace"]) else "closed"
+    rec = config_record({k: v for k, v in kw.items() if k != "web_token_env"}, endpoint_url, embedded)
+    rec["locust_args"] = [redact_url(a) if "://" in a else a for a in locust_args]
+    rec["mode"] = mode
+    return {
+        "mode": mode,
+        "endpoint_url": endpoint_url,
+        "endpoint_shown": redact_url(endpoint_url),
+        "api": kw["api"],
+        "model": endpoint.config.model,
+        "headers": _parse_headers(kw["headers"]),
+        "api_key_env": kw["api_key_env"] or (None if embedded or not os.environ.get("OPENAI_API_KEY") else "OPENAI_API_KEY"),
+        "extra_body": _parse_extra_body(kw["extra_body"]),
+        "timeout_s": _duration_s(kw["timeout"], "--timeout") or 600.0,
+        "connect_timeout_s": _duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
+        "verify_tls": not kw["insecure"],
+        "pool_limit": max(kw["max_concurrency"] or DEFAULT_MAX_INFLIGHT, 1) + 16,
+        "accepted": dict(endpoint.accepted),
+        "describe": endpoint.describe(),
+        "workload": workload_dict(kw),
+        "rate": kw["rate"],
+        "arrival": kw["arrival"],
+        "burstiness": kw["burstiness"],
+        "requests": kw["n_requests"],
+        "duration_s": _duration_s(kw["duration"], "--duration"),
+        "max_concurrency": kw["max_concurrency"] or DEFAULT_MAX_INFLIGHT,
+        "origin": kw["latency_origin"],
+        "save_text": kw["save_text"],
+        "token_lists": not kw["no_token_lists"],
+        "out_dir": str(Path(kw["out_dir"]).resolve()),
+        "config_record": rec,
+    }
+
+
+def workload_dict(kw: dict[str, Any]) -> dict[str, Any]:
+    """WorkloadOptions fields (as JSON) from the command's options; ``api``/``salt`` are set later."""
+    return {
+        "input_tokens": kw["input_tokens"],
+        "output_tokens": kw["output_tokens"],
+        "output_tokens_override": kw["output_tokens_override"],
+        "trace": kw["trace"],
+        "trace_format": kw["trace_format"],
+        "trace_time_scale": kw["trace_time_scale"],
+        "trace_start_s": kw["trace_start"],
+        "trace_duration_s": kw["trace_duration"],
+        "trace_max_requests": kw["trace_max_requests"],
+        "dataset": kw["dataset"],
+        "tokenizer": kw["tokenizer"],
+        "prompt_format": kw["prompt_format"],
+        "shared_prefix_tokens": kw["shared_prefix_tokens"],
+        "prefix_groups": kw["prefix_groups"],
+        "seed": kw["seed"],
+        "salt": kw["salt"],
+    }
+
+
+def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
+    """Option checks that need no endpoint; raises UsageError."""
+    from loadgen.errors import ConfigError
+    from loadgen.workload.spec import Workload, WorkloadOptions
+
+    if kw["rate"] is not None and kw["rate"] <= 0:
+        raise click.UsageError("--rate must be > 0")
+    open_loop = kw["rate"] is not None or kw["trace"]
+    if not open_loop:
+        for name in ("n_requests", "duration", "max_concurrency"):
+            if kw[name] is not None:
+                flag = "--requests" if name == "n_requests" else "--" + name.replace("_", "-")
+                raise click.UsageError(
+                    f"{flag} shapes an open-loop schedule: give --rate (closed-loop users run until -t or stop)"
+                )
+    if kw["n_requests"] is not None and kw["duration"] is not None:
+        raise click.UsageError("--requests and --duration clash: give one")
+    if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
+        raise click.UsageError("--burstiness needs --arrival gamma")
+    if kw["max_concurrency"] is not None and kw["max_concurrency"] < 1:
+        raise click.UsageError("--max-concurrency must be at least 1")
+    try:
+        Workload(WorkloadOptions(**{**workload_dict(kw), "api": kw["api"], "salt": kw["salt"] or "check"}))
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
+    """Discover the served model and the accepted optional fields, with ``loadgen run``'s code."""
+    from loadgen.cli import endpoint_from_options
+    from loadgen.redact import Redactor
+
+    endpoint = endpoint_from_options({**kw, "no_stream": False}, endpoint_url, embedded, Redactor())
+
+    async def go() -> None:
+        try:
+            await endpoint.open()
+        finally:
+            await endpoint.close()
+
+    asyncio.run(go())
+    return endpoint
+
+
+@click.command(
+    "locust",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["--help"]},
+)
+@click.option("--endpoint", help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint).")
+@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
+@click.option("--model", help="Model name sent in requests (default: the first model the endpoint lists).")
+@click.option("--header", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable).")
+@click.option("--api-key-env", help="Environment variable holding the API key (read by every Locust process).")
+@click.option("--timeout", default="600s", show_default=True, help="Total per-request deadline.")
+@click.option("--connect-timeout", default="10s", show_default=True)
+@click.option("--extra-body", help="JSON object merged into every request body.")
+@click.option("--no-preflight", is_flag=True, help="Skip the pre-flight request that detects optional fields.")
+@click.option("--insecure", is_flag=True, help="Do not verify TLS certificates (recorded in the result).")
+@click.option("--sim-args", default="", help="Flags for the embedded simulated endpoint, e.g. '--itl-ms 10'.")
+@click.option("--rate", type=float, help="Open loop: requests per second, independent of responses (default: closed loop).")
+@click.option("--arrival", type=click.Choice(["poisson", "constant", "gamma"]), default="poisson", show_default=True)
+@click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1.0 = Poisson).")
+@click.option("--requests", "n_requests", type=int, help="Open loop: schedule this many requests.")
+@click.option("--duration", help="Open loop: schedule this long (default: Locust's -t, else 1 h).")
+@click.option("--max-concurrency", type=int,
+              help=f"Open loop: in-flight cap per process (default {DEFAULT_MAX_INFLIGHT}); reaching it makes the run INVALID.")
+@click.option("--input-tokens", default="128", show_default=True,
+              help="Prompt length: N or a distribution (uniform:A,B, normal:M,SD, ...).")
+@click.option("--output-tokens", default="64", show_default=True, help="Output length: N or a distribution.")
+@click.option("--output-tokens-override", is_flag=True, help="--output-tokens wins over a trace's or data set's lengths.")
+@click.option("--trace", help="Replay a request trace (file or builtin:NAME): open loop on its timestamps.")
+@click.option("--trace-format", default="auto", show_default=True)
+@click.option("--trace-time-scale", type=float, help="Divide the trace's offsets by this factor.")
+@click.option("--trace-start", type=float, default=0.0, show_default=True, help="Trace window start (s).")
+@click.option("--trace-duration", type=float, help="Trace window length (s).")
+@click.option("--trace-max-requests", type=int, help="At most this many trace rows.")
+@click.option("--dataset", help="Prompts from a data set (ShareGPT JSON or loadgen JSONL).")
+@click.option("--tokenizer", help="Hugging Face tokenizer (directory or tokenizer.json) for exact prompt lengths.")
+@click.option("--prompt-format", type=click.Choice(["text", "token-ids"]), default="text", show_default=True)
+@click.option("--shared-prefix-tokens", type=int, default=0, show_default=True)
+@click.option("--prefix-groups", type=int, default=1, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--salt", help="Prompt salt (default: a fresh one per test).")
+@click.option("--save-text", is_flag=True, help="Keep each request's output text in requests.jsonl.")
+@click.option("--no-token-lists", is_flag=True, help="Leave per-token ITL lists out of requests.jsonl.")
+@click.option("--latency-origin", type=click.Choice(["scheduled", "sent"]), default="scheduled", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Output directory (default results/<UTC time>-locust/).")
+@click.option("--web-token-env",
+              help="Environment variable with a token the web UI requires (needed for a non-loopback --web-host).")
+@click.pass_context
+def locust_command(ctx: click.Context, **kw: Any) -> None:
+    """Locust with loadgen's LLM user: UI rows for E2E, TTFT and TPOT; loadgen's result.json at the end.
+
+    Closed loop by default (Locust users); --rate gives an open-loop schedule.
+    Unknown options go to Locust (-u, -r, -t, --headless, --master, --worker,
+    --expect-workers, --stop-timeout, --web-host, --web-port, ...).
+    """
+    if importlib.util.find_spec("locust") is None:
+        raise click.ClickException("Locust is not installed: pip install 'loadgen[locust]'")
+    args = list(ctx.args)
+    token_env = kw["web_token_env"]
+    extra_env: dict[str, str] = {}
+    if token_env:
+        if not os.environ.get(token_env):
+            raise click.UsageError(f"--web-token-env {token_env}: that environment variable is not set")
+        extra_env["LOADGEN_LOCUST_WEB_TOKEN"] = os.environ[token_env]
+    if _has(args, "--worker"):  # the master sends the configuration at each test start
+        sys.exit(_run_child(locust_cmdline(args, None), _child_env(extra_env)))
+    args = web_args(args, token_env)
+    validate(kw, args)
+    from loadgen.cli import default_out_dir
+    from loadgen.errors import ConfigError, EndpointUnreachable
+
+    kw["out_dir"] = kw["out_dir"] or str(default_out_dir("locust"))
+    sim = None
+    embedded = kw["endpoint"] is None
+    try:
+        if embedded:
+            from loadgen.sim.launch import SimProcess
+
+            sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])
+            click.echo(f"no --endpoint: started the embedded simulated endpoint at {sim.url} (a test double)", err=True)
+        endpoint_url = sim.url if sim is not None else kw["endpoint"]
+        try:
+            endpoint = _preflight(kw, endpoint_url, embedded)
+        except EndpointUnreachable as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(3)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
+        cfg = build_config(kw, endpoint, endpoint_url, embedded, args)
+        extra_env["LOADGEN_LOCUST_CONFIG"] = json.dumps(cfg)
+        code = _run_child(locust_cmdline(args, cfg["endpoint_shown"]), _child_env(extra_env))
+    finally:
+        if sim is not None:
+            sim.stop()
+    sys.exit(exit_code(code, Path(cfg["out_dir"]) / "result.json"))
+
+
+def exit_code(locust_code: int, result_path: Path) -> int:
+    """As ``loadgen run``: 0 for a VALID result, 1 for INVALID (failed requests alone are data,
+    not Locust's exit 1); Locust's own code when it wrote no result or crashed (not 0 or 1)."""
+    if not result_path.exists():
+        return locust_code or 1
+    result = json.loads(result_path.read_text(encoding="utf-8"))
+    valid = result["validity"]["valid"]
+    click.echo(f"loadgen: {'VALID' if valid else 'INVALID'}; result in {result_path}", err=True)
+    if locust_code not in (0, 1):
+        return locust_code
+    return 0 if valid else 1
