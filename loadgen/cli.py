@@ -343,7 +343,27 @@ def _provider_api(kw: dict[str, Any]) -> str:
     return kw["api"] if explicit else "chat"
 
 
+_ENDPOINT_DEFAULTS: dict[str, Any] = {
+    "provider": "openai-compatible",
+    "deployment": None,
+    "api_version": None,
+    "azure_ad_token_env": None,
+    "anthropic_version": None,
+    "ca_file": None,
+    "connection_reuse": "keep-alive",
+    "network_baseline": "auto",
+    "retry_429": 0,
+    "max_rpm": None,
+    "max_tpm": None,
+    "no_stream": False,
+    "insecure": False,
+    "no_preflight": False,
+}
+
+
 def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool, redactor: Redactor):  # type: ignore[no-untyped-def]
+    """The endpoint for parsed options (other front ends, e.g. ``loadgen locust``, pass a subset)."""
+    kw = {**_ENDPOINT_DEFAULTS, **kw}
     from loadgen.endpoints.providers import DEFAULT_KEY_ENV, is_loopback_url, make_endpoint
     from loadgen.measure import new_run_id
 

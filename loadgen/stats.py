@@ -64,6 +64,28 @@ def lower_bound(k: int, n: int, confidence: float) -> float:
     return _bisect(lambda p: 1.0 - binom_cdf(k - 1, n, p) > alpha, 0.0, k / n)
 
 
+def fail_threshold(n: int, q: float, confidence: float) -> int:
+    """Smallest k with ``lower_bound(k, n, confidence) > q`` (``n + 1`` when even k = n is not enough).
+
+    ``lower_bound(k, n, c) > q`` exactly when P(X >= k) <= 1 - c for X ~ Binomial(n, q), so this
+    is a bisection over k on one binomial tail: O(k log n) once, where each ``lower_bound`` call
+    costs O(80 k). Lets a caller compare a count with a precomputed threshold.
+    """
+    alpha = 1.0 - confidence
+
+    def proves(k: int) -> bool:
+        return k > 0 and 1.0 - binom_cdf(k - 1, n, q) <= alpha
+
+    lo, hi = 0, n + 1  # proves(lo) is False; the answer is at most hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if proves(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def min_requests(percentile: float, confidence: float) -> int:
     """Requests needed for a percentile target to be decidable with no exceedance.
 

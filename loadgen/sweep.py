@@ -54,7 +54,7 @@ from loadgen.pricing import answer_cost
 from loadgen.results import RATE_LIMIT_DOMINATED, request_value
 from loadgen.runner import Runner
 from loadgen.slo import SLOTarget
-from loadgen.stats import lower_bound, min_requests, upper_bound
+from loadgen.stats import fail_threshold, lower_bound, min_requests, upper_bound
 from loadgen.types import RequestRecord
 
 SWEEP_SCHEMA_VERSION = 1
@@ -101,6 +101,12 @@ class TargetJudge:
     n: int = 0
     k: int = 0
     censored: int = 0
+    server_errors: int = 0  # of k: failures the generator cannot have caused
+
+
+# Failures that are the server's whatever the generator's timing (not: connect, which a saturated
+# client can cause too; cancelled, the probe's own early stop; client_limit).
+_SERVER_ERRORS = ("timeout", "rate_limited", "http_error", "incomplete_stream", "stream_error", "protocol")
 
 
 class ProbeJudge:
@@ -113,6 +119,13 @@ class ProbeJudge:
         self.runner: Runner | None = None
         self.stopped_early = False
         self.censored = 0
+        # exceedances out of n_cap that make FAIL certain, computed once: certain_fail() runs every
+        # 100 ms on the event loop that sends the requests and must not evaluate binomial bounds there
+        self.fail_k = {
+            tj.target.label: fail_threshold(n_cap, 1 - tj.target.percentile / 100, confidence)
+            for tj in self.targets
+            if tj.target.metric not in ("itl", "tpot")
+        }
 
     def on_summary(self, s: Any) -> None:
         """Count a request shipped by a worker process (no early stop across processes)."""
@@ -131,6 +144,8 @@ class ProbeJudge:
             tj.n += 1
             if not s.ok or s.zero_output or s.slo_values[i] > t.threshold_ns:
                 tj.k += 1
+                if not s.ok and s.error_kind in _SERVER_ERRORS:
+                    tj.server_errors += 1
 
     def on_record(self, rec: RequestRecord | None, m: RequestMetrics | None) -> None:
         if rec is None or m is None:  # worker mode: counted in on_summary
@@ -138,25 +153,37 @@ class ProbeJudge:
         if rec.phase != "measure":
             return
         cancelled = rec.error_kind == "cancelled"
+        censored = False
         for tj in self.targets:
             t = tj.target
             if t.metric == "itl":
                 continue
             if cancelled:
-                over = self._inflight_over(rec, t, rec.end_ns or now_ns())
-                if over:
+                if self._inflight_over(rec, t, rec.end_ns or now_ns()):
                     tj.n += 1
                     tj.k += 1
+                elif self._known_under(rec, t):
+                    tj.n += 1  # measured before the stop, and it conforms: not censored
                 else:
                     tj.censored += 1
+                    censored = True
                 continue
             tj.n += 1
             if not rec.ok or m.zero_output or request_value(t, m) > t.threshold_ns:
                 tj.k += 1
-        if cancelled and not any(
-            self._inflight_over(rec, tj.target, rec.end_ns or now_ns()) for tj in self.targets if tj.target.metric != "itl"
-        ):
+                if not rec.ok and rec.error_kind in _SERVER_ERRORS:
+                    tj.server_errors += 1
+        if censored:
             self.censored += 1
+
+    @staticmethod
+    def _known_under(rec: RequestRecord, t: SLOTarget) -> bool:
+        """Was ``t``'s value already measured when ``rec`` was cancelled (and, not being over, conforming)?"""
+        if t.metric == "ttft":
+            return bool(rec.events)
+        if t.metric == "time_to_first_answer_token":
+            return any(e.answer for e in rec.events)
+        return False
 
     @staticmethod
     def _inflight_over(rec: RequestRecord, t: SLOTarget, now: int) -> bool:
@@ -184,8 +211,18 @@ class ProbeJudge:
             if t.metric in ("itl", "tpot"):
                 continue
             k = tj.k + sum(1 for r in inflight if r.phase == "measure" and self._inflight_over(r, t, now))
-            q = 1 - t.percentile / 100
-            if lower_bound(k, self.n_cap, self.confidence) > q:
+            if k >= self.fail_k[t.label]:
+                return True
+        return False
+
+    def fails_on_server_errors(self) -> bool:
+        """True when the server's errors alone make a target FAIL (out of ``n_cap`` after an early
+        stop): a generator that lagged cannot have caused HTTP errors, so that verdict stands."""
+        for tj in self.targets:
+            if tj.target.metric == "itl":
+                continue
+            n = self.n_cap if self.stopped_early else tj.n
+            if lower_bound(tj.server_errors, n, self.confidence) > 1 - tj.target.percentile / 100:
                 return True
         return False
 
@@ -381,7 +418,11 @@ def _finish_probe(
             verdict = "fail"
     validity_detail: list[str] = []
     if invalid:
-        verdict = "invalid"
+        if judge.fails_on_server_errors():
+            verdict = "fail"
+            reasons.append("FAIL on the server's errors alone, whatever the generator's lag (see validity)")
+        else:
+            verdict = "invalid"
         for r in invalid:
             validity_detail += [c["detail"] for c in r["validity"]["checks"] if not c["ok"] and c["group"] == "generator"]
     counts = [r.get("counts") or {} for r in results]
