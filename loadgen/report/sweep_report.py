@@ -185,8 +185,15 @@ def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
         for t, d in imgs
     )
     a = res["answer"]
+    def _short(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        if isinstance(v, list):
+            return "[" + ", ".join(_short(x) for x in v) + "]"
+        return str(v)
+
     facts = "".join(
-        f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in a.items() if v is not None
+        f"<li>{html.escape(k)}: {html.escape(_short(v))}</li>" for k, v in a.items() if v is not None
     )
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>loadgen sweep</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse}}
