@@ -362,10 +362,12 @@ def test_truth_log_matches_requests(tmp_path: Path) -> None:
 
 
 def test_lone_request_timing(tmp_path: Path) -> None:
-    """TTFT within 3 ms of 100 ms and every gap within 3 ms of 20 ms (server-side truth).
+    """TTFT within 3 ms of 100 ms; gaps: mean within 1 ms and median within 2 ms of 20 ms,
+    each within 8 ms (server-side truth).
 
-    The machine is shared: an attempt spoiled by a scheduler hiccup elsewhere is
-    retried, at most 3 attempts; one clean attempt must meet the tolerances.
+    The engine sleeps until absolute deadlines, so a late wake-up (a scheduler hiccup
+    on a busy 2-core machine) shortens the next gap: the mean stays exact while single
+    gaps scatter by a few ms. At most 3 attempts; one must meet the tolerances.
     """
     truth = tmp_path / "t.jsonl"
     args = ["--ttft-ms", "100", "--itl-ms", "20", "--default-max-tokens", "8", "--truth-log", str(truth)]
@@ -380,7 +382,14 @@ def test_lone_request_timing(tmp_path: Path) -> None:
             ttft_ms = (line["first_token_ns"] - line["arrival_ns"]) / 1e6
             times = [t for t, _ in line["chunks"]]
             gaps_ms = [(b - a) / 1e6 for a, b in zip(times, times[1:])]
-            if abs(ttft_ms - 100) <= 3 and all(abs(g - 20) <= 3 for g in gaps_ms):
+            mean = sum(gaps_ms) / len(gaps_ms)
+            median = sorted(gaps_ms)[len(gaps_ms) // 2]
+            if (
+                abs(ttft_ms - 100) <= 3
+                and abs(mean - 20) <= 1
+                and abs(median - 20) <= 2
+                and all(abs(g - 20) <= 8 for g in gaps_ms)
+            ):
                 return
             failures.append((ttft_ms, gaps_ms))
     pytest.fail(f"timing off in every attempt: {failures}")
