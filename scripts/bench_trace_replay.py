@@ -31,6 +31,7 @@ def main() -> int:
     ap.add_argument("--trace", default="builtin:azure-code-2023")
     ap.add_argument("--window", default="600s")
     ap.add_argument("--time-scale", type=float, default=10.0)
+    ap.add_argument("--workers", type=int, default=1)
     a = ap.parse_args()
     d = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     truth_path = d / "truth.jsonl"
@@ -38,7 +39,7 @@ def main() -> int:
         cmd = [
             sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url, "--trace", a.trace,
             "--trace-duration", a.window, "--time-scale", str(a.time_scale), "--output-tokens", "8",
-            "--no-token-lists", "--out", str(d / "run"),
+            "--no-token-lists", "--workers", str(a.workers), "--out", str(d / "run"),
         ]
         p = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=900)
         if p.returncode not in (0, 1):
@@ -58,7 +59,7 @@ def main() -> int:
             lag_ms.append(r["schedule_lag_ms"])
     e = np.asarray(err_ms)
     n = res["counts"]["requests"]
-    print(f"trace {a.trace}, window {a.window} at {a.time_scale:g}x: {n} requests in {res['duration_s']:.1f} s "
+    print(f"trace {a.trace}, window {a.window} at {a.time_scale:g}x, {a.workers} worker(s): {n} requests in {res['duration_s']:.1f} s "
           f"({res['client']['schedule_realized_rps']:.1f} req/s asked), {res['counts']['failed']} failed")
     print(f"server arrival - trace offset (ms): p50 {np.percentile(e, 50):.3f}  p90 {np.percentile(e, 90):.3f}  "
           f"p99 {np.percentile(e, 99):.3f}  max {e.max():.3f}  (n={e.size})")
