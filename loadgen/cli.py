@@ -36,6 +36,57 @@ def _duration_s(value: str | None, what: str) -> float | None:
         raise click.UsageError(str(exc)) from None
 
 
+def _positive_duration_s(value: str | None, what: str, default: float) -> float:
+    """A duration that must be > 0 when given (0 is a mistake, not "use the default")."""
+    s = _duration_s(value, what)
+    if s is None:
+        return default
+    if not s > 0:
+        raise click.UsageError(f"{what} must be > 0")
+    return s
+
+
+def _check_endpoint(url: str) -> None:
+    """An http:// or https:// URL with a host and a valid port, or a usage error (nothing is sent)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise click.UsageError(
+            f"--endpoint {split_url_secrets(url)[0]!r}: expected an http:// or https:// URL with a host "
+            "(and a port in 1-65535), e.g. http://127.0.0.1:8000"
+        )
+
+
+def _start_sim(sim_args: str):  # type: ignore[no-untyped-def]
+    """The embedded simulated endpoint; a usage error naming --sim-args when it refuses them."""
+    from loadgen.sim.launch import SimProcess
+
+    try:
+        return SimProcess(sim_args.split() if sim_args else [])  # started by __init__
+    except RuntimeError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        errors = [ln[len("Error: "):] for ln in lines if ln.startswith("Error: ")]
+        why = errors[-1] if errors else (lines[-1] if lines else "")
+        raise click.UsageError(f"--sim-args {sim_args!r}: the simulated endpoint did not start: {why}") from None
+
+
+def _make_out_dir(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.UsageError(f"--out {str(out_dir)!r}: cannot create it: {exc.strerror or exc}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _workers(text: str) -> int:
     if text == "auto":
         from loadgen.workers import auto_workers
@@ -60,9 +111,11 @@ def _parse_extra_body(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise click.UsageError(f"--extra-body is not valid JSON (column {exc.colno}): {exc.msg}") from None
+    except ValueError as exc:  # NaN, Infinity: Python's extensions, not JSON
+        raise click.UsageError(f"--extra-body is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise click.UsageError("--extra-body must be a JSON object")
     return obj
@@ -210,8 +263,10 @@ def build_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
         raise click.UsageError("--requests and --duration clash: give one")
     if kw["concurrency"] is not None and kw["max_concurrency"] is not None:
         raise click.UsageError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
-    if kw["rate"] is not None and kw["rate"] <= 0:
+    if kw["rate"] is not None and not kw["rate"] > 0:  # NaN too
         raise click.UsageError("--rate must be > 0")
+    if kw["rate"] is not None and kw["rate"] == float("inf"):
+        raise click.UsageError("--rate must be finite")
     warm_n, warm_s = 0, 0.0
     if kw["warmup"]:
         if kw["warmup"].isdigit():
@@ -219,6 +274,8 @@ def build_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
         else:
             warm_s = _duration_s(kw["warmup"], "--warmup") or 0.0
     duration = _duration_s(kw["duration"], "--duration")
+    if duration is not None and not duration > 0:
+        raise click.UsageError("--duration must be > 0")
     if kw["n_requests"] is None and duration is None and not (kw["trace"] and kw["concurrency"] is None):
         duration = 60.0
     slos = []
@@ -245,6 +302,8 @@ def base_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
 
     if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
         raise click.UsageError("--burstiness needs --arrival gamma")
+    if kw["max_concurrency"] is not None and kw["max_concurrency"] < 1:
+        raise click.UsageError("--max-concurrency must be at least 1")
     ctx = click.get_current_context()
     explicit_out = ctx.get_parameter_source("output_tokens") != click.core.ParameterSource.DEFAULT
     if kw["prompt_format"] == "token-ids" and kw["api"] == "chat":
@@ -327,6 +386,8 @@ def resolve_endpoint_url(kw: dict[str, Any]) -> str | None:
     from loadgen.endpoints.providers import DEFAULT_BASE_URLS
 
     if kw["endpoint"]:
+        if not str(kw.get("api") or "").startswith("triton"):  # Triton also takes host:port
+            _check_endpoint(kw["endpoint"])
         return kw["endpoint"]
     if kw["provider"] == "azure":
         raise click.UsageError("--provider azure needs --endpoint https://RESOURCE.openai.azure.com")
@@ -403,8 +464,8 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
         stream=not kw["no_stream"],
         headers=headers,
         extra_body=extra,
-        timeout_s=_duration_s(kw["timeout"], "--timeout") or 600.0,
-        connect_timeout_s=_duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
+        timeout_s=_positive_duration_s(kw["timeout"], "--timeout", 600.0),
+        connect_timeout_s=_positive_duration_s(kw["connect_timeout"], "--connect-timeout", 10.0),
         verify_tls=not kw["insecure"],
         ca_file=kw["ca_file"],
         request_id_prefix=new_run_id(),
@@ -558,11 +619,9 @@ class _Target:
             kw["model"] = kw["model"] or info.get("served_model_name")
             self.err.print(f"--serve {kw['serve']}: server ready at {self.url} (logs in {self.out_dir / 'server'})")
         elif resolve_endpoint_url(kw) is None:
-            from loadgen.sim.launch import SimProcess
-
             if kw["api"].startswith("triton"):
                 raise click.UsageError(f"--api {kw['api']} needs --endpoint or --serve triton")
-            self.sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])  # started by __init__
+            self.sim = _start_sim(kw["sim_args"])
             self.embedded = True
             self.url = self.sim.url
             self.err.print(
@@ -626,6 +685,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
                     disable=not err.is_terminal,
                 ) as progress:
                     task = progress.add_task("requests", total=total)
+                    _make_out_dir(out_dir)
                     return await measure(
                         endpoint,
                         load,
@@ -803,7 +863,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
     scfg = build_sweep_config(kw)
     base = base_load_config(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _make_out_dir(out_dir)
     base.prices = scfg.prices
     redactor = Redactor()
     with _Target(kw, out_dir, err) as target:

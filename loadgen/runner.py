@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import gc
 import itertools
+from array import array
 from collections import deque
 import resource
 import signal
@@ -106,7 +107,7 @@ class Runner:
         self._next_deadline_ns = 0
         self._defer_sink = plan.mode == "open"
         self.cancel_reason = "in flight at the drain deadline"
-        self._loop_lag_ms: list[float] = []
+        self._loop_lag_ms: array[float] = array("d")  # 8 bytes a sample (a list: ~32), 200 samples/s
         self.t0_ns = 0
 
     def request_stop(self, interrupted: bool = True, cancel_inflight: bool = False) -> None:

@@ -68,8 +68,10 @@ def parse_slo(text: str) -> SLOTarget:
         pct = float(digits)
     elif len(digits) <= 2:
         pct = float(digits)
-    else:  # p999 -> 99.9, p9999 -> 99.99
+    elif digits.startswith("99"):  # p999 -> 99.9, p9999 -> 99.99
         pct = float(digits[:2] + "." + digits[2:])
+    else:  # p100 is not p10.0
+        raise ConfigError(f"invalid SLO {text!r}: percentile must be between 0 and 100 (p999 is 99.9)")
     if not 0 < pct < 100:
         raise ConfigError(f"invalid SLO {text!r}: percentile must be between 0 and 100")
     thr = parse_duration_ns(m.group(3), what="SLO threshold")

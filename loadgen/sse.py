@@ -42,11 +42,14 @@ class SSEDecoder:
     past ``max_event_bytes`` (memory stays bounded whatever the server sends).
     """
 
-    __slots__ = ("_dec", "_buf", "_data", "_event", "_id", "_retry", "_skip_lf", "_max", "_size", "_start")
+    __slots__ = (
+        "_dec", "_parts", "_plen", "_data", "_event", "_id", "_retry", "_skip_lf", "_max", "_size", "_start",
+    )  # fmt: skip
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._dec = codecs.getincrementaldecoder("utf-8")("strict")
-        self._buf = ""
+        self._parts: list[str] = []  # the unfinished last line, in a few pieces (see feed)
+        self._plen = 0
         self._data: list[str] = []
         self._event = ""
         self._id: str | None = None
@@ -59,7 +62,7 @@ class SSEDecoder:
     @property
     def pending(self) -> bool:
         """True when bytes of an unfinished event are buffered (at EOF: an incomplete event)."""
-        return bool(self._buf or self._data or self._event)
+        return bool(self._parts or self._data or self._event)
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         try:
@@ -76,18 +79,29 @@ class SSEDecoder:
             self._skip_lf = False
             if text[0] == "\n":
                 text = text[1:]
-        buf = self._buf + text if self._buf else text
-        if "\r" in buf:
-            if buf[-1] == "\r":
+        if "\r" in text:  # only the new text can hold a CR: what is buffered was normalized on arrival
+            if text[-1] == "\r":
                 self._skip_lf = True
-            buf = buf.replace("\r\n", "\n").replace("\r", "\n")
-        if "\n" not in buf:
-            self._buf = buf
-            self._check_size(len(buf))
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if "\n" not in text:
+            # A long line grows piece by piece; what is buffered is not scanned again, and pieces
+            # are merged like a binary counter (log n pieces, each character copied log n times),
+            # so a huge line costs n log n time and about twice its size in memory, however split.
+            if text:
+                parts = self._parts
+                parts.append(text)
+                while len(parts) > 1 and len(parts[-1]) >= len(parts[-2]):
+                    tail = parts.pop()
+                    parts[-1] += tail
+                self._plen += len(text)
+            self._check_size(self._plen)
             return []
+        buf = "".join(self._parts) + text if self._parts else text
         lines = buf.split("\n")
-        self._buf = lines.pop()
-        self._check_size(len(self._buf))
+        last = lines.pop()
+        self._parts = [last] if last else []
+        self._plen = len(last)
+        self._check_size(self._plen)
         events: list[SSEEvent] = []
         for line in lines:
             if not line:
@@ -132,5 +146,6 @@ class SSEDecoder:
         except UnicodeDecodeError as exc:
             raise ProtocolError(f"truncated UTF-8 at end of stream: {exc.reason}") from None
         if tail:
-            self._buf += tail
+            self._parts.append(tail)
+            self._plen += len(tail)
         return []

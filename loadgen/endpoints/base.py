@@ -70,16 +70,31 @@ def _errno_of(exc: BaseException) -> int | None:
     return None
 
 
+def _malformed_http(exc: BaseException) -> bool:
+    """The server's bytes are not valid HTTP: aiohttp's parser rejected the status line or a
+    header (it raises ``ClientResponseError`` with status 400; no other path of a request
+    raises it here, redirects are not followed) or a ``Content-Encoding`` it cannot decode.
+    A server bug, not a failed connection: the ``protocol`` kind."""
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return True
+    return isinstance(exc, aiohttp.ClientPayloadError) and isinstance(
+        exc.__cause__, aiohttp.http_exceptions.ContentEncodingError
+    )
+
+
 def classify_exception(exc: BaseException, *, response_started: bool) -> str:
     """Map a transport exception to an error kind from ``loadgen.types.ERROR_KINDS``.
 
     ``response_started``: the response headers had arrived (errors after that are
-    an ``incomplete_stream``, before that a ``connect`` failure).
+    an ``incomplete_stream``, before that a ``connect`` failure). A response that is
+    not valid HTTP is ``protocol`` either way.
     """
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timeout"
     if _errno_of(exc) in _CLIENT_LIMIT_ERRNOS:
         return "client_limit"
+    if _malformed_http(exc):
+        return "protocol"
     if response_started:
         return "incomplete_stream"
     if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ServerDisconnectedError):
@@ -490,9 +505,10 @@ async def http_attempt(
     except ProtocolError as exc:
         fail(record, "protocol", redact(str(exc)))
     except Exception as exc:  # transport errors become data, never escape
-        kind = classify_exception(exc, response_started=response_started)
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        fail(record, kind, redact(detail))
+        if record.status != "ok":  # a complete response stays ok (e.g. the deadline hit its slow close)
+            kind = classify_exception(exc, response_started=response_started)
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            fail(record, kind, redact(detail))
     finally:
         _current_record.reset(token)
     if record.sent_ns is None and record.error_kind not in ("connect", "client_limit"):

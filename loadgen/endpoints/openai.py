@@ -44,6 +44,7 @@ from loadgen.sse import SSEDecoder
 from loadgen.types import RequestRecord, RequestSpec, TokenEvent
 
 OPTIONAL_FIELDS = ("continuous_usage_stats", "include_usage", "ignore_eos", "min_tokens")
+DRAIN_AFTER_DONE_S = 1.0  # after [DONE], the end of the body is awaited this long, then the connection dropped
 __all__ = ["ERROR_BODY_LIMIT", "OpenAIConfig", "OpenAIEndpoint", "OpenAIStreamParser", "apply_stream_event"]
 
 
@@ -400,16 +401,20 @@ class OpenAIEndpoint:
             _fail(record, "stream_error", _error_text(obj["error"], self.redactor))
             return
         choices = obj.get("choices") or []
+        if not isinstance(choices, list):
+            raise ProtocolError("choices is not a list")
         text = ""
         if choices and isinstance(choices[0], dict):
             c = choices[0]
             if self.config.api == "chat":
                 msg = c.get("message") or {}
-                text = (msg.get("reasoning_content") or msg.get("reasoning") or "") + (
-                    msg.get("content") or ""
+                if not isinstance(msg, dict):
+                    raise ProtocolError("choices[0].message is not an object")
+                text = (_text_field(msg, "reasoning_content") or _text_field(msg, "reasoning")) + _text_field(
+                    msg, "content"
                 )
             else:
-                text = c.get("text") or ""
+                text = _text_field(c, "text")
             record.finish_reason = c.get("finish_reason")
         record.body_text = text
         _take_usage(record, obj.get("usage"))
@@ -422,11 +427,17 @@ class OpenAIEndpoint:
         async for chunk in resp.content.iter_any():
             if parser.feed(chunk, now_ns()):
                 break
-        if parser.done:
-            # read the rest of the body (the chunked terminator) so the connection can be reused
-            async for _ in resp.content.iter_any():
-                pass
         parser.finish(now_ns())
+        if parser.done:
+            # Complete. Read the rest of the body (the chunked terminator) so the connection can
+            # be reused, but never wait long for it: a server that does not end the body only
+            # costs its connection, not the request (it stays ok, its end at [DONE]).
+            try:
+                async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+                    async for _ in resp.content.iter_any():
+                        pass
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                resp.close()
 
 
 def apply_stream_event(record: RequestRecord, data: str, t_ns: int, *, chat: bool, redact: Redactor) -> str | None:
@@ -463,6 +474,8 @@ def apply_stream_event(record: RequestRecord, data: str, t_ns: int, *, chat: boo
     choices = obj.get("choices")
     if not choices:
         return None
+    if not isinstance(choices, list):
+        raise ProtocolError("choices is not a list")
     c = choices[0]
     if not isinstance(c, dict):
         raise ProtocolError("choices[0] is not an object")
@@ -470,15 +483,15 @@ def apply_stream_event(record: RequestRecord, data: str, t_ns: int, *, chat: boo
         delta = c.get("delta") or {}
         if not isinstance(delta, dict):
             raise ProtocolError("choices[0].delta is not an object")
-        content = delta.get("content") or ""
-        other = delta.get("reasoning_content") or delta.get("reasoning") or ""
+        content = _text_field(delta, "content")
+        other = _text_field(delta, "reasoning_content") or _text_field(delta, "reasoning")
         tools = delta.get("tool_calls")
         if tools:
             other += _tool_text(tools)
         if content or other or tools:
             record.events.append(TokenEvent(t_ns, other + content, bool(content), cont))
     else:
-        text = c.get("text") or ""
+        text = _text_field(c, "text")
         if text:
             record.events.append(TokenEvent(t_ns, text, True, cont))
     fr = c.get("finish_reason")
@@ -550,11 +563,36 @@ def _origin(url: str) -> str:
 _fail = fail
 
 
+MAX_USAGE_TOKENS = 1 << 22
+"""A reported token count above this (4 Mi) is not believed: a protocol error."""
+
+
+def _count(usage: dict[str, Any], name: str) -> int | None:
+    """An integer token count of ``usage`` (anything else is ignored, as before); a negative or
+    absurd one is a ProtocolError: per-token metrics allocate one slot per reported token."""
+    v = usage.get(name)
+    if not isinstance(v, int) or isinstance(v, bool):
+        return None
+    if not 0 <= v <= MAX_USAGE_TOKENS:
+        raise ProtocolError(f"usage.{name} is not a plausible token count: {v}")
+    return v
+
+
+def _text_field(obj: dict[str, Any], name: str) -> str:
+    """A text field of a choice or delta: "" when absent or null; ProtocolError when not a string."""
+    v = obj.get(name)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise ProtocolError(f"{name} is not a string: {type(v).__name__}")
+    return v
+
+
 def _take_usage(record: RequestRecord, usage: Any) -> None:
     if not isinstance(usage, dict):
         return
-    ct = usage.get("completion_tokens")
-    if isinstance(ct, int):
+    ct = _count(usage, "completion_tokens")
+    if ct is not None:
         record.completion_tokens = ct
     pt = usage.get("prompt_tokens")
     if isinstance(pt, int):

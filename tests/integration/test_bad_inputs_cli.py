@@ -1,0 +1,167 @@
+"""Bad configuration, data files and flags through the real command line (``cfg-NN``).
+
+Each case is ``python -m loadgen.cli ...`` in a subprocess. The endpoint, where one
+is needed, is a raw HTTP server on 127.0.0.1 that answers every request at once
+(``tests/fixtures/fault_proxy.py``), so a bad value that slips past validation shows
+up as what it really does (a run, a traceback, a file) rather than as "unreachable".
+
+Every case must end with exit code 2 and exactly one ``Error:`` line naming the flag,
+or the file, line and field of a data file; never a traceback; and nothing written
+that a later run could mistake for a result (no ``result.json``, no ``requests.jsonl``,
+no ``schedule.jsonl``). Server-side malformed input is in ``tests/unit/test_bad_inputs.py``.
+
+The cases run in parallel (a few at a time) in one module fixture; each test checks one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from tests.fixtures.fault_proxy import FaultServer
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(240)
+
+RUN = ["run", "--endpoint", "{url}", "--rate", "20", "--requests", "3", "--input-tokens", "8",
+       "--output-tokens", "4", "--model", "m"]
+
+
+def run_with(*extra: str, drop: tuple[str, ...] = ()) -> list[str]:
+    """``loadgen run`` against the test server with ``extra`` flags (``drop``: flags removed with their value)."""
+    out = list(RUN)
+    for flag in drop:
+        i = out.index(flag)
+        del out[i : i + 2]
+    return out + list(extra)
+
+
+class Case(NamedTuple):
+    id: str
+    args: list[str]
+    error: str  # regex the one Error: line must match (after "Error: ")
+    xfail: str | None = None
+
+
+# The loadgen bugs these cases found are fixed; the names stay so each case says which fix it pins.
+C1 = C2 = C3 = C4 = C6 = C7 = C8 = C9 = C10 = None
+
+CASES: list[Case] = [
+    Case("cfg-01-timeout-zero", run_with("--timeout", "0s"), r"--timeout", C1),
+    Case("cfg-02-connect-timeout-zero", run_with("--connect-timeout", "0"), r"--connect-timeout", C1),
+    Case("cfg-03-max-concurrency-zero", run_with("--max-concurrency", "0"), r"--max-concurrency", C2),
+    Case("cfg-04-max-concurrency-negative", run_with("--max-concurrency", "-3"), r"--max-concurrency", C2),
+    Case("cfg-05-duration-zero", run_with("--duration", "0s", drop=("--requests",)), r"--duration", C3),
+    Case("cfg-06-rate-nan", run_with("--rate", "nan", drop=("--rate",)), r"--rate", C4),
+    Case("cfg-07-rate-inf", run_with("--rate", "inf", drop=("--rate",)), r"--rate", C4),
+    Case("cfg-08-slo-percentile-100", run_with("--slo", "ttft:p100<=1s"), r"--slo.*percentile", C6),
+    Case("cfg-09-endpoint-without-scheme", run_with("--endpoint", "127.0.0.1:9", drop=("--endpoint",)),
+         r"--endpoint", C7),
+    Case("cfg-10-endpoint-bad-port", run_with("--endpoint", "http://127.0.0.1:99999", drop=("--endpoint",)),
+         r"--endpoint", C7),
+    Case("cfg-11-sim-args-out-of-range", run_with("--sim-args", "--fault-429 2", drop=("--endpoint", "--model")),
+         r"--sim-args.*--fault-429", C8),
+    Case("cfg-12-out-cannot-be-created", run_with("--out", "/proc/self/loadgen-no/x"), r"--out", C9),
+    Case("cfg-13-extra-body-nan", run_with("--extra-body", '{"temperature": NaN}'), r"--extra-body", C10),
+    Case("cfg-14-workers-zero", run_with("--workers", "0"), r"^--workers '0': expected a positive integer"),
+    Case("cfg-15-warmup-bad-unit", run_with("--warmup", "5x"), r"^invalid --warmup '5x'"),
+    Case("cfg-16-api-key-env-unset", run_with("--api-key-env", "LOADGEN_TEST_UNSET_VAR"),
+         r"^--api-key-env LOADGEN_TEST_UNSET_VAR: that environment variable is not set$"),
+    Case("cfg-17-header-empty-name", run_with("--header", ": v"), r"^--header ''\.\.\.: expected 'Name: value'$"),
+    Case("cfg-18-connect-timeout-not-a-duration", run_with("--connect-timeout", "fast"),
+         r"^invalid --connect-timeout 'fast'"),
+    Case("cfg-19-slo-percentile-zero", run_with("--slo", "ttft:p0<=1s"), r"^--slo: .*percentile must be between"),
+    Case("cfg-20-gamma-burstiness-zero", run_with("--arrival", "gamma", "--burstiness", "0"),
+         r"^--burstiness must be > 0$"),
+    Case("cfg-21-trace-bad-row", run_with("--trace", "{dir}/bad.csv", drop=("--rate",)),
+         r"^\S*bad\.csv:2: field 'ContextTokens': not an integer: '48x'$"),
+    Case("cfg-22-trace-gzip-bad-row", run_with("--trace", "{dir}/bad.csv.gz", drop=("--rate",)),
+         r"^\S*bad\.csv\.gz:2: field 'ContextTokens'"),
+    Case("cfg-23-trace-missing-file", run_with("--trace", "{dir}/nope.csv", drop=("--rate",)),
+         r"^trace file not found: \S*nope\.csv$"),
+    Case("cfg-24-dataset-bad-row", run_with("--dataset", "{dir}/ds.jsonl"),
+         r"^\S*ds\.jsonl:2: field 'prompt': must be a non-empty string$"),
+    Case("cfg-25-sharegpt-bad-turn", run_with("--dataset", "{dir}/sg.json"),
+         r"^\S*sg\.json:1: field '\[0\]\.conversations\[0\]'"),
+    Case("cfg-26-trace-inspect-empty-file", ["trace", "inspect", "{dir}/empty.csv"],
+         r"^\S*empty\.csv:1: field 'row': the file is empty$"),
+    Case("cfg-27-time-scale-zero", run_with("--trace", "builtin:azure-code-2023", "--time-scale", "0",
+                                            drop=("--rate",)), r"time scale must be > 0"),
+]
+MINIMUM = 12
+
+
+def _write_data(d: Path) -> None:
+    bad = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,48x,10\n"
+    (d / "bad.csv").write_text(bad)
+    (d / "bad.csv.gz").write_bytes(gzip.compress(bad.encode()))
+    (d / "ds.jsonl").write_text('{"prompt": "hi", "output_tokens": 3}\n{"prompt": 5}\n')
+    (d / "sg.json").write_text('[{"conversations": [{"from": "human", "value": 5}]}]')
+    (d / "empty.csv").write_text("")
+
+
+def _cli(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    for k in ("OPENAI_API_KEY", "LOADGEN_TEST_UNSET_VAR", "COLUMNS", "LINES"):
+        env.pop(k, None)
+    if args[0] == "run" and "--out" not in args:
+        args = args + ["--out", str(out)]
+    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=out.parent, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess[str], Path]]:
+    root = tmp_path_factory.mktemp("badcli")
+    _write_data(root)
+    ok = {"kind": "ok", "tokens": 4, "first_s": 0.001, "itl_s": 0.001}
+    with FaultServer({"mode": "raw", "default": ok}) as srv:
+        jobs = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+            for c in CASES:
+                d = root / c.id
+                d.mkdir()
+                args = [a.replace("{url}", srv.url).replace("{dir}", str(root)) for a in c.args]
+                jobs[c.id] = (pool.submit(_cli, args, d / "out"), d / "out")
+            done = {k: (f.result(), out) for k, (f, out) in jobs.items()}
+    yield done
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _params() -> list[Any]:
+    return [pytest.param(c, id=c.id, marks=[pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else [])
+            for c in CASES]
+
+
+@pytest.mark.parametrize("case", _params())
+def test_bad_config_input(case: Case, results: dict[str, Any]) -> None:
+    p, out = results[case.id]
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    written = sorted(x.name for x in out.iterdir()) if out.exists() else []
+    assert not {"result.json", "requests.jsonl", "schedule.jsonl", "histograms.hlog"} & set(written), written
+    assert p.returncode == 2, (p.returncode, p.stderr[-600:])
+    assert p.stdout == ""
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1, p.stderr
+    msg = errors[0][len("Error: "):]
+    assert re.search(case.error, msg), msg
+
+
+def test_cli_corpus_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert len({c.id for c in CASES}) == len(CASES) >= MINIMUM
+    data = sum(1 for c in CASES if "{dir}" in " ".join(c.args))
+    with capsys.disabled():
+        print(f"\nbad-input corpus (configuration): cfg {len(CASES)} (data files {data}, flags {len(CASES) - data}; "
+              f"xfail {sum(1 for c in CASES if c.xfail)})")
+    assert Counter(c.id[:3] for c in CASES) == {"cfg": len(CASES)}
