@@ -237,10 +237,15 @@ def _workload_options(f):  # type: ignore[no-untyped-def]
 @_workload_options
 def run_cmd(**kw: Any) -> None:
     """One sustained run (open loop with --rate, closed loop with --concurrency)."""
-    console = Console(stderr=False)
+    _exit_with(_run, kw)
+
+
+def _exit_with(command: Any, kw: dict[str, Any]) -> None:
+    """Run a command body and map loadgen's errors to exit codes (the one place that does)."""
+    console = Console()
     err = Console(stderr=True, soft_wrap=True)
     try:
-        code = _run(kw, console, err)
+        code = command(kw, console, err)
     except click.UsageError:
         raise
     except ConfigError as exc:
@@ -783,21 +788,7 @@ def _parse_ratio(text: str, what: str) -> float:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/).")
 def sweep_cmd(**kw: Any) -> None:
     """Find the highest offered load that still meets the SLO."""
-    console = Console()
-    err = Console(stderr=True, soft_wrap=True)
-    try:
-        code = _sweep(kw, console, err)
-    except click.UsageError:
-        raise
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
-    except EndpointUnreachable as exc:
-        err.print(f"[red]error:[/] {exc}")
-        sys.exit(EXIT_UNREACHABLE)
-    except LoadgenError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        sys.exit(EXIT_FAIL)
-    sys.exit(code)
+    _exit_with(_sweep, kw)
 
 
 def build_sweep_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
