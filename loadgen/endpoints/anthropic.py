@@ -32,13 +32,12 @@ import orjson
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.base import (
+    HTTPSendMixin,
     ClientRateCap,
     fail,
-    http_attempt,
     is_buffered,
     network_baseline,
     open_session,
-    send_with_attempts,
 )
 from loadgen.errors import EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
@@ -216,7 +215,7 @@ def _error_text(err: Any, redact: Redactor) -> str:
     return redact(str(err))[:300]
 
 
-class AnthropicEndpoint:
+class AnthropicEndpoint(HTTPSendMixin):
     """The Messages API over aiohttp: ``await open()``, ``await send(spec, record)``, ``await close()``.
 
     Raises :class:`EndpointUnreachable` from ``open`` when the server cannot be reached.
@@ -348,34 +347,6 @@ class AnthropicEndpoint:
         body.update(cfg.extra_body)
         return body
 
-    async def send(self, spec: RequestSpec, record: RequestRecord) -> None:
-        """Send one request and fill ``record``. Never raises except ``asyncio.CancelledError``."""
-        assert self._session is not None, "open() first"
-        cfg = self.config
-        if self.cap is None and not cfg.retry_429:
-            await self._attempt(spec, record)
-            return
-        await send_with_attempts(
-            self._attempt, spec, record, retry_429=cfg.retry_429, retry_max_wait_s=cfg.retry_429_max_wait_s, cap=self.cap
-        )
-
-    async def _attempt(self, spec: RequestSpec, record: RequestRecord) -> None:
-        assert self._session is not None, "open() first"
-        cfg = self.config
-        headers = self._headers
-        if cfg.request_id_prefix is not None:
-            headers = dict(headers)
-            headers["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
-        await http_attempt(
-            self._session,
-            self._url,
-            orjson.dumps(self.build_body(spec)),
-            headers,
-            record,
-            timeout_s=cfg.timeout_s,
-            redact=self.redactor,
-            read_ok=self._read_stream if cfg.stream else self._read_body,
-        )
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         parser = AnthropicStreamParser(record, redact=self.redactor, max_event_bytes=self.config.max_event_bytes)

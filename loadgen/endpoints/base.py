@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 
 from loadgen.clock import now_ns
 from loadgen.types import RequestRecord, RequestSpec
@@ -685,3 +686,49 @@ async def send_with_attempts(
         if delay > 0:
             await asyncio.sleep(delay / 1e9)
         n += 1
+
+
+class HTTPSendMixin:
+    """``send`` and one HTTP attempt, shared by the HTTP endpoints (OpenAI-compatible, Anthropic).
+
+    The class using it provides ``config`` (``timeout_s``, ``stream``, ``retry_429``,
+    ``retry_429_max_wait_s``, ``request_id_prefix``), ``cap`` (a :class:`ClientRateCap` or
+    None), ``redactor``, ``_session``, ``_url``, ``_headers``, ``build_body(spec)`` and the
+    readers ``_read_stream`` / ``_read_body``.
+    """
+
+    async def send(self, spec: Any, record: Any) -> None:
+        """Send one request and fill ``record`` (see :class:`RequestRecord`). Never raises
+        except ``asyncio.CancelledError``.
+
+        Under the client's rate cap when one is set; a 429 is retried only with
+        ``retry_429`` (see :func:`send_with_attempts`)."""
+        self_: Any = self
+        assert self_._session is not None, "open() first"
+        cfg = self_.config
+        if self_.cap is None and not cfg.retry_429:
+            await self._attempt(spec, record)
+            return
+        await send_with_attempts(
+            self._attempt, spec, record, retry_429=cfg.retry_429, retry_max_wait_s=cfg.retry_429_max_wait_s, cap=self_.cap
+        )
+
+    async def _attempt(self, spec: Any, record: Any) -> None:
+        """One HTTP exchange for ``spec`` (see :meth:`send`)."""
+        self_: Any = self
+        assert self_._session is not None, "open() first"
+        cfg = self_.config
+        headers = self_._headers
+        if cfg.request_id_prefix is not None:
+            headers = dict(headers)
+            headers["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
+        await http_attempt(
+            self_._session,
+            self_._url,
+            orjson.dumps(self_.build_body(spec)),
+            headers,
+            record,
+            timeout_s=cfg.timeout_s,
+            redact=self_.redactor,
+            read_ok=self_._read_stream if cfg.stream else self_._read_body,
+        )

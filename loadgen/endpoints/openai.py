@@ -29,14 +29,13 @@ import orjson
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.base import (
+    HTTPSendMixin,
     ERROR_BODY_LIMIT,
     ClientRateCap,
     fail,
-    http_attempt,
     is_buffered,
     network_baseline,
     open_session,
-    send_with_attempts,
 )
 from loadgen.errors import EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
@@ -102,7 +101,7 @@ def _split_base(url: str) -> tuple[str, str]:
     return root, explicit
 
 
-class OpenAIEndpoint:
+class OpenAIEndpoint(HTTPSendMixin):
     """An OpenAI-compatible streaming endpoint over aiohttp.
 
     Use as ``await ep.open()`` (creates the session, runs the pre-flight),
@@ -353,39 +352,6 @@ class OpenAIEndpoint:
         body.update(cfg.extra_body)
         return body
 
-    async def send(self, spec: RequestSpec, record: RequestRecord) -> None:
-        """Send one request and fill ``record`` (see :class:`RequestRecord`). Never raises
-        except ``asyncio.CancelledError``.
-
-        Under the client's rate cap when one is set; a 429 is retried only with
-        ``retry_429`` (see :func:`loadgen.endpoints.base.send_with_attempts`)."""
-        assert self._session is not None, "open() first"
-        cfg = self.config
-        if self.cap is None and not cfg.retry_429:
-            await self._attempt(spec, record)
-            return
-        await send_with_attempts(
-            self._attempt, spec, record, retry_429=cfg.retry_429, retry_max_wait_s=cfg.retry_429_max_wait_s, cap=self.cap
-        )
-
-    async def _attempt(self, spec: RequestSpec, record: RequestRecord) -> None:
-        """One HTTP exchange for ``spec`` (see :meth:`send`)."""
-        assert self._session is not None, "open() first"
-        cfg = self.config
-        headers = self._headers
-        if cfg.request_id_prefix is not None:
-            headers = dict(headers)
-            headers["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
-        await http_attempt(
-            self._session,
-            self._url,
-            orjson.dumps(self.build_body(spec)),
-            headers,
-            record,
-            timeout_s=cfg.timeout_s,
-            redact=self.redactor,
-            read_ok=self._read_stream if cfg.stream else self._read_body,
-        )
 
     async def _read_body(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         raw = await resp.read()
