@@ -309,20 +309,7 @@ class AnthropicEndpoint(HTTPSendMixin):
             "stream": cfg.stream,
             "header_names": sorted(redact_headers(cfg.headers)),
             "output_length_forced": False,
-            "client": {
-                "library": f"aiohttp {aiohttp.__version__}",
-                "pool_limit": cfg.pool_limit,
-                "connect_timeout_s": cfg.connect_timeout_s,
-                "request_timeout_s": cfg.timeout_s,
-                "retries": cfg.retry_429,  # only of 429s, only when asked (--retry-429)
-                "redirects": "not followed",
-                "verify_tls": cfg.verify_tls,
-                "connection_reuse": cfg.connection_reuse,
-                "http_version": "1.1",
-                "retry_429": cfg.retry_429,
-                "retry_429_max_wait_s": cfg.retry_429_max_wait_s,
-                "rate_cap": self.cap.describe() if self.cap else None,
-            },
+            "client": self._client_settings(),
         }
         if self.network is not None:
             out["network"] = self.network

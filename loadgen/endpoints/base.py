@@ -713,6 +713,25 @@ class HTTPSendMixin:
             self._attempt, spec, record, retry_429=cfg.retry_429, retry_max_wait_s=cfg.retry_429_max_wait_s, cap=self_.cap
         )
 
+    def _client_settings(self) -> dict[str, Any]:
+        """The HTTP client's settings as recorded in ``conditions.endpoint.client``."""
+        self_: Any = self
+        cfg = self_.config
+        return {
+            "library": f"aiohttp {aiohttp.__version__}",
+            "pool_limit": cfg.pool_limit,
+            "connect_timeout_s": cfg.connect_timeout_s,
+            "request_timeout_s": cfg.timeout_s,
+            "retries": cfg.retry_429,  # only of 429s, only when asked (--retry-429)
+            "redirects": "not followed",
+            "verify_tls": cfg.verify_tls,
+            "connection_reuse": cfg.connection_reuse,
+            "http_version": "1.1",
+            "retry_429": cfg.retry_429,
+            "retry_429_max_wait_s": cfg.retry_429_max_wait_s,
+            "rate_cap": self_.cap.describe() if self_.cap else None,
+        }
+
     async def _attempt(self, spec: Any, record: Any) -> None:
         """One HTTP exchange for ``spec`` (see :meth:`send`)."""
         self_: Any = self
