@@ -4,7 +4,7 @@ Conventions (shared/cases/streams.json, the project's reference):
 
 * **Request start** (the latency origin) is the scheduled send time by default,
   as MLPerf LoadGen and wrk2 measure (coordinated-omission free); ``origin="sent"``
-  measures from the actual send (request headers written) instead.
+  measures from the actual send (request bytes handed to the socket) instead.
 * A **token-bearing event** is a stream event that carries at least one generated
   token: non-empty completion ``text``, or a chat delta with non-empty ``content``,
   ``reasoning_content``, ``reasoning`` or ``tool_calls``. Role-only deltas, empty

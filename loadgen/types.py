@@ -81,7 +81,9 @@ class RequestRecord:
 
     Times are absolute monotonic ns. ``scheduled_ns`` is the latency origin
     (coordinated-omission free, as MLPerf LoadGen and wrk2); ``sent_ns`` is when
-    the request headers were written (None if never sent). ``end_ns`` is the clean
+    the request's bytes were handed to the socket (the body's first chunk, which
+    carries the buffered headers; the headers for a request without a body; None if
+    never sent). ``end_ns`` is the clean
     end for ok requests, or the moment the failure was observed.
     """
 

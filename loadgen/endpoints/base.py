@@ -315,6 +315,17 @@ async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
         rec.sent_ns = now_ns()
 
 
+async def _on_chunk_sent(session: Any, ctx: Any, params: Any) -> None:
+    """``sent_ns`` is when the request's bytes are handed to the socket: aiohttp buffers the
+    headers (``_on_headers_sent`` stamps that, the time for a request without a body) and
+    writes them with the body's first chunk from a task of its own, which in a burst runs
+    only after every other ready task; the first chunk's time is the true send."""
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord) and not getattr(ctx, "body_started", False):
+        ctx.body_started = True
+        rec.sent_ns = now_ns()
+
+
 async def _on_conn_start(session: Any, ctx: Any, params: Any) -> None:
     ctx.conn_start_ns = now_ns()
 
@@ -393,6 +404,7 @@ def open_session(
         raise ValueError(f"connection_reuse must be one of {CONNECTION_REUSE}")
     trace = aiohttp.TraceConfig()
     trace.on_request_headers_sent.append(_on_headers_sent)
+    trace.on_request_chunk_sent.append(_on_chunk_sent)
     trace.on_connection_create_start.append(_on_conn_start)
     trace.on_connection_create_end.append(_on_conn_end)
     trace.on_connection_reuseconn.append(_on_reuse)

@@ -21,7 +21,9 @@ abandoned) ends as one JSON line, written and flushed when it ends::
 
     {"request_id": x-request-id header or null, "seq": arrival order (0-based),
      "api": "completions" | "chat", "stream": bool,
-     "arrival_ns": when the body had been read,
+     "arrival_ns": when the request reached the server process: the read in which its
+                   headers completed (served by :meth:`SimServer.start`; mounted elsewhere,
+                   handler entry), before handler dispatch and body parsing,
      "first_token_ns": when the first token-bearing write was issued, or null,
      "chunks": [[t_ns, n_tokens], ...] one per token-bearing write, t just before the
                write was handed to the socket (the earliest the client can see it),
@@ -48,6 +50,8 @@ from typing import IO, Any
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_server import Server
 
 from loadgen.clock import now_ns
 from loadgen.sim.model import BatchModel, SimParams, TokenEmission
@@ -245,6 +249,50 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
+ARRIVAL_KEY = web.RequestKey("loadgen_arrival_ns", int) if hasattr(web, "RequestKey") else "loadgen_arrival_ns"
+
+
+class _ArrivalStampingHandler(RequestHandler):
+    """aiohttp's connection protocol, stamping each request when its headers are read.
+
+    The truth log's ``arrival_ns`` must be when the request reached the server, not when
+    the event loop got round to its handler: in a burst, handlers run one after another,
+    each parsing its body, and a later request's handler can start milliseconds after its
+    bytes arrived. ``data_received`` runs as the loop reads the socket, before any handler;
+    each request parsed in that read gets that read's time (keyed by its body stream, which
+    the handler sees as ``request.content``; picked up by :func:`_arrival_middleware`).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.arrivals: dict[int, int] = {}
+
+    def data_received(self, data: bytes) -> None:
+        t = now_ns()
+        queued = self._messages  # aiohttp's parsed-but-not-yet-handled requests
+        before = len(queued)
+        super().data_received(data)
+        for i in range(before, len(queued)):
+            self.arrivals[id(queued[i][1])] = t  # keyed by the body stream: request.content
+
+
+class _ArrivalStampingServer(Server):
+    """aiohttp's protocol factory, building :class:`_ArrivalStampingHandler` connections."""
+
+    def __call__(self) -> RequestHandler:
+        return _ArrivalStampingHandler(self, loop=self._loop, **self._kwargs)
+
+
+@web.middleware
+async def _arrival_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Move the connection's arrival stamp for this request onto the request (or stamp now)."""
+    proto = request.protocol
+    stamps = getattr(proto, "arrivals", None)
+    t = stamps.pop(id(request.content), None) if stamps is not None else None
+    request[ARRIVAL_KEY] = t if t is not None else now_ns()
+    return await handler(request)
+
+
 class SimServer:
     """The simulated endpoint: model, engine task, HTTP handlers and truth log.
 
@@ -285,7 +333,7 @@ class SimServer:
 
     def build_app(self) -> web.Application:
         """An aiohttp application serving the OpenAI-compatible routes."""
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_arrival_middleware])
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
@@ -298,6 +346,8 @@ class SimServer:
         """Serve on ``host:port`` (0 picks a free port); return the bound port."""
         runner = web.AppRunner(self.build_app(), access_log=None, shutdown_timeout=shutdown_timeout_s)
         await runner.setup()
+        if type(runner.server) is Server:  # else (another aiohttp) arrival falls back to handler entry
+            runner.server.__class__ = _ArrivalStampingServer  # arrivals stamped as the socket is read
         site = web.TCPSite(runner, host, port, backlog=4096)
         await site.start()
         self._runner = runner
@@ -488,8 +538,8 @@ class SimServer:
         return resp
 
     async def _generate(self, request: web.Request, api: str) -> web.StreamResponse:
+        arrival_ns = request.get(ARRIVAL_KEY) or now_ns()
         raw = await request.read()
-        arrival_ns = now_ns()
         seq = self._seq
         self._seq += 1
         fault = self._draw_fault()

@@ -470,3 +470,50 @@ def test_orphaned_server_exits_with_its_parent() -> None:
     if alive():  # do not leave it behind even if the test fails
         os.kill(pid, 9)
         pytest.fail("orphaned sim server kept running")
+
+
+def test_arrival_is_stamped_when_the_socket_is_read_not_when_the_handler_runs(tmp_path: Path) -> None:
+    """A burst: two requests written together, the first one's handler blocks its loop for
+    60 ms (a slow body parse). The second request's ``arrival_ns`` must be when its bytes
+    were read (within a few ms of the first's), not when its handler finally ran (>= 60 ms
+    later), or replay-fidelity checks would blame the client for the server's queue."""
+    import time as _time
+
+    from loadgen.sim.server import SimServer
+
+    truth = tmp_path / "truth.jsonl"
+
+    async def main() -> None:
+        server = SimServer(truth_log=str(truth))
+        real_parse = server._parse
+        blocked: list[int] = []
+
+        def slow_parse(raw: bytes, api: str) -> Any:
+            if not blocked:
+                blocked.append(1)
+                _time.sleep(0.06)  # blocks the server's event loop, as a big body parse would
+            return real_parse(raw, api)
+
+        server._parse = slow_parse  # type: ignore[method-assign]
+        port = await server.start("127.0.0.1", 0)
+        try:
+            body = json.dumps({"prompt": "a b c", "max_tokens": 1, "stream": False}).encode()
+            conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            for i, (_, w) in enumerate(conns):
+                w.write(
+                    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + f"x-request-id: burst-{i}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+            for r, w in conns:
+                await asyncio.wait_for(r.readuntil(b"}}"), 5)
+                w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+    rows = {t["request_id"]: t for t in map(json.loads, truth.read_text().splitlines())}
+    assert set(rows) == {"burst-0", "burst-1"}
+    gap_ms = abs(rows["burst-1"]["arrival_ns"] - rows["burst-0"]["arrival_ns"]) / 1e6
+    assert gap_ms < 30, f"second arrival stamped {gap_ms:.1f} ms after the first: stamped at handler, not read"
+    assert all(t["status"] == "ok" for t in rows.values())
