@@ -240,6 +240,9 @@ async def measure(
         energy = (result.get("server") or {}).get("energy") or {}
         if energy.get("energy_j"):
             result["energy"] = {"joules": energy["energy_j"], **energy}
+    from loadgen.timeseries import series  # per-interval throughput and latency (sustained behaviour)
+
+    result["timeseries"] = series(out_dir / "requests.jsonl", cfg.origin)
     write_json(out_dir / "result.json", result)
     write_hlog(out_dir / "histograms.hlog", agg, outcome)
     return MeasuredRun(result, outcome, agg, out_dir)

@@ -12,6 +12,17 @@ reported (``comparable: false`` with reasons) and the ranking withheld unless ``
 Formulas: cost per million output tokens = cost_per_hour / (output_tps * 3600) * 1e6 (or, with
 per-token prices, the input and output prices weighted by the tokens of the run);
 output tokens per joule = output tokens / energy (J) over the same window.
+
+Sustained behaviour: from the time series of the run at the answer (``result.json``
+``timeseries``, or rebuilt from its ``requests.jsonl``), the change of output tok/s, TTFT
+p50 and E2E p50 from the first to the last third of the run; a system beyond the drift
+threshold of :mod:`loadgen.timeseries` is flagged in ``warnings``. Not ranked.
+
+Quality: a ``check.json`` (:mod:`loadgen.check`) next to the result, or given with
+``check=``, fills the quality rows (agreement with its reference, accuracy).
+
+Interactivity: where a sweep is a concurrency sweep, its per-user output tok/s (1000 /
+TPOT p50) against total output tok/s, one point per concurrency, plotted per system.
 """
 
 from __future__ import annotations
@@ -25,7 +36,9 @@ from typing import Any
 
 import orjson
 
+from loadgen.check import QUALITY_ROWS, load_check, scorecard_values
 from loadgen.errors import InputFileError
+from loadgen.timeseries import DRIFT_MIN_LATENCY_MS, DRIFT_THRESHOLD, drift, series
 
 SCORECARD_SCHEMA_VERSION = 1
 NOT_MEASURED = "not measured"
@@ -47,6 +60,12 @@ ROWS = (
     ("error_rate", "error rate", "low"),
     ("output_tokens_per_joule", "output tokens per joule", "high"),
     ("cost_per_million_output_tokens_usd", "cost per million output tokens (USD)", "low"),
+    ("max_concurrency", "max concurrency meeting the SLO (concurrency sweep)", "high"),
+    ("sustained", "sustained: verdict (last third against first)", None),
+    ("sustained_output_tps_change", "sustained: output tok/s change, last third / first - 1", None),
+    ("sustained_ttft_p50_change", "sustained: TTFT p50 change, last third / first - 1", None),
+    ("sustained_e2e_p50_change", "sustained: E2E p50 change, last third / first - 1", None),
+    *QUALITY_ROWS,
 )
 
 MUST_MATCH = ("model", "api", "stream", "input_tokens", "output_tokens", "slo", "arrival", "latency_origin", "schema")
@@ -59,8 +78,12 @@ class System:
     kind: str
     values: dict[str, Any] = field(default_factory=dict)
     conditions: dict[str, Any] = field(default_factory=dict)
-    curve: list[tuple[float, float | None]] = field(default_factory=list)
+    curve: list[tuple[float, float | None, int | None]] = field(default_factory=list)  # (load, SLO metric, concurrency)
     links: dict[str, str] = field(default_factory=dict)
+    interactivity: list[dict[str, Any]] = field(default_factory=list)
+    drift: dict[str, Any] = field(default_factory=dict)
+    check: dict[str, Any] | None = None  # reference, unit and load of the attached check
+    slo_line_ms: float | None = None
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -87,8 +110,11 @@ def _lat(res: dict[str, Any], metric: str, key: str) -> Any:
     return NOT_MEASURED if v is None else v
 
 
-def load_system(path: str, label: str | None = None) -> System:
-    """Read one result or sweep into the scorecard's terms. Raises InputFileError."""
+def load_system(path: str, label: str | None = None, check: str | None = None) -> System:
+    """Read one result or sweep into the scorecard's terms. Raises InputFileError.
+
+    ``check``: a ``check.json`` for the quality rows; by default the one next to the result.
+    """
     f, kind = _pick(Path(path))
     doc = _load_json(f)
     if kind == "run" and "answer" in doc:
@@ -102,9 +128,17 @@ def load_system(path: str, label: str | None = None) -> System:
         a = doc.get("answer") or {}
         at = None
         for p in doc.get("probes") or []:
-            if a.get("max_rate_rps") is not None and p.get("offered_rps") == a["max_rate_rps"] and p.get("verdict") == "pass":
+            if p.get("verdict") == "pass" and (
+                (a.get("max_rate_rps") is not None and p.get("offered_rps") == a["max_rate_rps"])
+                or (a.get("concurrency") is not None and p.get("concurrency") == a["concurrency"])
+            ):
                 at = p
-            sys_.curve.append((p.get("offered_rps") or 0.0, _first_slo_value(doc, p)))
+            # closed-loop probes have no offered rate: their achieved request rate stands in
+            x = p.get("offered_rps") if p.get("concurrency") is None else p.get("request_rps")
+            sys_.curve.append((x or 0.0, _first_slo_value(doc, p), p.get("concurrency")))
+        slos = doc.get("slo") or []
+        sys_.slo_line_ms = slos[0].get("threshold_ms") if slos else None
+        sys_.interactivity = [r for r in doc.get("interactivity") or [] if r.get("per_user_output_tps") is not None]
         res = {}
         if at is not None and at.get("dir"):
             rp = f.parent / Path(at["dir"]).name / "result.json"
@@ -113,6 +147,9 @@ def load_system(path: str, label: str | None = None) -> System:
                 sys_.links["answer_probe"] = str(rp)
         v = sys_.values
         v["max_rate_rps"] = a.get("max_rate_rps")
+        v["max_concurrency"] = a.get("concurrency")
+        if v["max_rate_rps"] is None and a.get("concurrency") is not None:
+            v["max_rate_rps"] = a.get("request_rps")  # closed loop: the rate achieved at the answer
         v["output_tps"] = a.get("output_tps")
         v["output_tps_per_accelerator"] = a.get("output_tps_per_accelerator")
         v["goodput_rps"] = a.get("goodput_rps")
@@ -121,6 +158,7 @@ def load_system(path: str, label: str | None = None) -> System:
     else:
         v = sys_.values
         v["max_rate_rps"] = None
+        v["max_concurrency"] = None
         t = res.get("throughput") or {}
         v["output_tps"] = t.get("output_tps")
         v["goodput_rps"] = t.get("goodput_rps")
@@ -132,6 +170,24 @@ def load_system(path: str, label: str | None = None) -> System:
         v[f"{m}_p99_ms"] = _lat(res, m, "p99")
     counts = res.get("counts") or {}
     v["error_rate"] = (counts.get("failed", 0) / counts["requests"]) if counts.get("requests") else NOT_MEASURED
+    run_dir = Path(sys_.links["answer_probe"]).parent if "answer_probe" in sys_.links else (f.parent if kind == "run" else None)
+    ts = res.get("timeseries")
+    if ts is None and run_dir is not None and (run_dir / "requests.jsonl").exists():
+        ts = series(run_dir / "requests.jsonl", (res.get("conditions") or {}).get("latency_origin") or "scheduled")
+    sys_.drift = drift(ts)
+    ch = sys_.drift["changes"]
+    v["sustained"] = sys_.drift["verdict"] + ("" if sys_.drift["verdict"] == NOT_MEASURED else f" ({sys_.drift['reason']})")
+    v["sustained_output_tps_change"] = ch.get("output_tps")
+    v["sustained_ttft_p50_change"] = ch.get("ttft_p50_ms")
+    v["sustained_e2e_p50_change"] = ch.get("e2e_p50_ms")
+    check_path = Path(check) if check else f.parent / "check.json"
+    if check or check_path.exists():
+        cdoc = load_check(check_path)
+        v.update(scorecard_values(cdoc))
+        ag = cdoc.get("agreement") or {}
+        sys_.check = {"source": str(check_path), "reference": (cdoc.get("reference") or {}).get("source"),
+                      "token_unit": ag.get("token_unit"), "load": (cdoc.get("settings") or {}).get("load")}  # fmt: skip
+        sys_.links["check"] = str(check_path)
     energy = res.get("energy") or {}
     joules = energy.get("joules")
     out_tokens = (res.get("tokens") or {}).get("output")
@@ -185,17 +241,31 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
         vals = {s.label: s.values.get(key, NOT_MEASURED) for s in systems}
         best = None
         nums = {k: v for k, v in vals.items() if isinstance(v, (int, float))}
-        if ranked and better and len(nums) >= 2:
+        if ranked and better and len(nums) >= 2 and len(set(nums.values())) > 1:  # a tie for all: no best
             best = (max if better == "high" else min)(nums, key=nums.get)  # type: ignore[arg-type]
         rows.append({"key": key, "label": label, "values": vals, "best": best})
+    warnings = [f"{s.label} drifts over its run: {s.drift['reason']}" for s in systems if s.drift.get("verdict") == "drifting"]
     return {
         "schema_version": SCORECARD_SCHEMA_VERSION,
         "systems": [{"label": s.label, "kind": s.kind, "source": s.source, "links": s.links, "conditions": s.conditions} for s in systems],
         "comparable": comparable,
         "reasons": reasons,
-        "ranking": "shown" if ranked else "withheld (conditions differ; --force to rank anyway)",
+        "ranking": ("shown" if comparable else "forced with --force although the conditions differ")
+        if ranked
+        else "withheld (conditions differ; --force to rank anyway)",
         "forced": bool(force and not comparable),
         "rows": rows,
+        "warnings": warnings,
+        "sustained": {
+            "rule": f"drifting when |last third / first third - 1| > {DRIFT_THRESHOLD:.0%} for output tok/s, TTFT p50 or "
+            f"E2E p50 (a latency also by more than {DRIFT_MIN_LATENCY_MS:g} ms)",
+            "systems": {s.label: s.drift for s in systems},
+        },
+        "latency_curves": {
+            s.label: [{"load_rps": x, "slo_metric_ms": y, "concurrency": c} for x, y, c in s.curve] for s in systems if s.curve
+        },
+        "interactivity": {s.label: s.interactivity for s in systems if s.interactivity},
+        "checks": {s.label: s.check for s in systems if s.check},
     }
 
 
@@ -211,14 +281,20 @@ def write_outputs(card: dict[str, Any], systems: list[System], out_dir: Path) ->
     (out_dir / "scorecard.html").write_text(_html(card, systems), encoding="utf-8")
 
 
-def _fmt(v: Any) -> str:
+_PERCENT_KEYS = ("_change", "_agreement", "_rate", "quality_accuracy")
+
+
+def _fmt(v: Any, key: str = "") -> str:
+    """A cell's text; changes, agreements and rates of a row ``key`` as percentages."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and key.endswith(_PERCENT_KEYS):
+        return f"{v:+.1%}" if key.endswith("_change") else f"{v:.1%}"
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1 else f"{v:,.2f}"
     return str(v)
 
 
-def _html(card: dict[str, Any], systems: list[System]) -> str:
-    plot = ""
+def _plots(systems: list[System]) -> str:
+    """Latency against load with the SLO line, and the interactivity curves: inline PNGs ('' without matplotlib)."""
     try:
         import base64
 
@@ -226,23 +302,55 @@ def _html(card: dict[str, Any], systems: list[System]) -> str:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-
-        curves = [s for s in systems if s.curve]
-        if curves:
-            fig, ax = plt.subplots(figsize=(7, 4))
-            for s in curves:
-                pts = sorted((x, y) for x, y in s.curve if y is not None)
-                ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=s.label)
-            ax.set_xlabel("offered load (req/s)")
-            ax.set_ylabel("SLO metric (ms)")
-            ax.set_yscale("log")
-            ax.legend()
-            b = io.BytesIO()
-            fig.savefig(b, format="png", dpi=100, bbox_inches="tight")
-            plt.close(fig)
-            plot = f"<img alt='latency vs offered load' src='data:image/png;base64,{base64.b64encode(b.getvalue()).decode()}'/>"
     except ImportError:
-        pass
+        return ""
+
+    def png(fig: Any, alt: str) -> str:
+        b = io.BytesIO()
+        fig.savefig(b, format="png", dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        return f"<img alt='{alt}' src='data:image/png;base64,{base64.b64encode(b.getvalue()).decode()}'/>"
+
+    out = ""
+    curves = [s for s in systems if s.curve]
+    if curves:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for s in curves:
+            # open-loop probes in rate order; closed-loop probes in concurrency order (labelled)
+            pts = sorted(((c or 0, x), y, c) for x, y, c in s.curve if y is not None)
+            ax.plot([k[1] for k, _, _ in pts], [y for _, y, _ in pts], "o-", label=s.label)
+            for (_, x), y, c in pts:
+                if c:
+                    ax.annotate(f"c{c}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, 3))
+        lines = {s.slo_line_ms for s in curves if s.slo_line_ms}
+        for y in lines:
+            ax.axhline(y, color="red", linestyle="--", linewidth=1, label=f"SLO {y:g} ms")
+        ax.set_xlabel("load (req/s: offered, or achieved for closed-loop probes)")
+        ax.set_ylabel("SLO metric (ms)")
+        ax.set_yscale("log")
+        ax.set_title("latency against load")
+        ax.legend(fontsize=8)
+        out += png(fig, "latency against load")
+    inter = [s for s in systems if s.interactivity]
+    if inter:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for s in inter:
+            pts = sorted((r.get("concurrency") or 0, r["output_tps"], r["per_user_output_tps"], r.get("meets_slo"))
+                         for r in s.interactivity if r.get("output_tps") is not None)  # fmt: skip
+            (line,) = ax.plot([p[1] for p in pts], [p[2] for p in pts], "-", label=s.label)
+            for c, x, y, ok in pts:  # filled: meets the SLO; hollow: misses it
+                ax.plot([x], [y], "o", color=line.get_color(), markerfacecolor=line.get_color() if ok else "white")
+                ax.annotate(f"c{c}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, 3))
+        ax.set_xlabel("output tok/s (all users)")
+        ax.set_ylabel("output tok/s per user (1000 / TPOT p50)")
+        ax.set_title("interactivity (hollow: misses the SLO)")
+        ax.legend(fontsize=8)
+        out += png(fig, "interactivity curve")
+    return out
+
+
+def _html(card: dict[str, Any], systems: list[System]) -> str:
+    plot = _plots(systems)
     head = "".join(f"<th><a href='{html.escape(s.source)}'>{html.escape(s.label)}</a></th>" for s in systems)
     body = ""
     for r in card["rows"]:
@@ -250,11 +358,23 @@ def _html(card: dict[str, Any], systems: list[System]) -> str:
         for s in systems:
             v = r["values"][s.label]
             mark = " style='background:#dfd;font-weight:bold'" if r["best"] == s.label else ""
-            cells += f"<td{mark}>{html.escape(_fmt(v))}</td>"
+            if v == NOT_MEASURED:
+                mark = " style='color:#999'"
+            text = html.escape(_fmt(v, r["key"]))
+            link = s.links.get("check") if r["key"].startswith("quality_") else s.links.get("answer_probe")
+            if link and v != NOT_MEASURED:
+                text = f"<a href='{html.escape(link)}' style='color:inherit'>{text}</a>"
+            cells += f"<td{mark}>{text}</td>"
         body += f"<tr><th style='text-align:left'>{html.escape(r['label'])}</th>{cells}</tr>"
     warn = ""
     if not card["comparable"]:
         warn = "<p style='color:#a00'><b>Not comparable:</b> " + "; ".join(html.escape(x) for x in card["reasons"]) + f" — ranking {html.escape(card['ranking'])}</p>"
+    for w in card.get("warnings") or []:
+        warn += f"<p style='color:#a60'><b>Drift:</b> {html.escape(w)}</p>"
+    notes = f"<p style='font-size:85%'>Sustained: {html.escape(card['sustained']['rule'])}.</p>"
+    for label, c in (card.get("checks") or {}).items():
+        notes += (f"<p style='font-size:85%'>Quality of {html.escape(label)}: {html.escape(str(c.get('source')))} against "
+                  f"{html.escape(str(c.get('reference')))} ({html.escape(str(c.get('token_unit')))}; {html.escape(str(c.get('load')))}).</p>")  # fmt: skip
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>loadgen scorecard</title>
-<style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:4px 8px}} table{{border-collapse:collapse}}</style>
-</head><body><h1>loadgen scorecard</h1>{warn}<table><tr><th></th>{head}</tr>{body}</table>{plot}</body></html>"""
+<style>body{{font-family:sans-serif;margin:1.5em}} td,th{{border:1px solid #ccc;padding:3px 8px;font-size:90%}} table{{border-collapse:collapse}} img{{margin:0.5em 1em 0 0}}</style>
+</head><body><h1>loadgen scorecard</h1>{warn}<table><tr><th></th>{head}</tr>{body}</table>{notes}<div>{plot}</div></body></html>"""

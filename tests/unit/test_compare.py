@@ -78,3 +78,54 @@ def test_bad_input_names_the_file(tmp_path: Path) -> None:
     assert str(bad) in str(e.value)
     with pytest.raises(InputFileError):
         load_system(str(tmp_path / "missing"))
+
+
+def test_quality_sustained_and_interactivity_rows(tmp_path: Path) -> None:
+    from loadgen.timeseries import series
+
+    a_dir = _sweep(tmp_path / "a", out_tokens=128, rate=10, out_tps=1000, cost=None, joules=None)
+    b_dir = _sweep(tmp_path / "b", out_tokens=128, rate=12, out_tps=1200, cost=None, joules=None)
+    # a: a concurrency sweep with a drifting answer probe and a check.json next to it
+    doc = json.loads((a_dir / "sweep.json").read_text())
+    doc["answer"].update(max_rate_rps=None, concurrency=4, request_rps=9.5)
+    doc["probes"] = [
+        {"offered_rps": 0.0, "concurrency": 2, "request_rps": 5.0, "verdict": "pass", "dir": "probe-00",
+         "latency_ms": {"ttft": {"p99": 10.0}}},
+        {"offered_rps": 0.0, "concurrency": 4, "request_rps": 9.5, "verdict": "pass", "dir": "probe-01",
+         "latency_ms": {"ttft": {"p99": 20.0}}},
+    ]  # fmt: skip
+    doc["interactivity"] = [
+        {"concurrency": 2, "per_user_output_tps": 50.0, "output_tps": 100.0, "meets_slo": True},
+        {"concurrency": 4, "per_user_output_tps": 40.0, "output_tps": 160.0, "meets_slo": True},
+    ]
+    (a_dir / "sweep.json").write_text(json.dumps(doc))
+    lines = [{"phase": "measure", "scheduled_s": float(i), "sent_s": float(i), "status": "ok",
+              "ttft_ms": 300.0 if i >= 20 else 100.0, "e2e_ms": 500.0, "output_tokens": 10} for i in range(30)]  # fmt: skip
+    res = json.loads((a_dir / "probe-01" / "result.json").read_text())
+    res["timeseries"] = series(lines)
+    (a_dir / "probe-01" / "result.json").write_text(json.dumps(res))
+    check = {"kind": "loadgen-check", "schema_version": 1, "settings": {"load": "one request at a time"},
+             "agreement": {"first_token_agreement": 1.0, "exact_match_rate": 0.75, "mean_lcp_tokens": 12.5,
+                           "output_length_agreement": 1.0, "token_unit": "token_ids"},
+             "reference": {"source": "ref/check.json"}, "summary": {"accuracy": {"accuracy": 0.5}}}  # fmt: skip
+    (a_dir / "check.json").write_text(json.dumps(check))
+    a, b = load_system(str(a_dir)), load_system(str(b_dir))
+    card = scorecard([a, b])
+    rows = {r["key"]: r for r in card["rows"]}
+    assert rows["max_concurrency"]["values"] == {"a": 4, "b": NOT_MEASURED}
+    assert rows["max_rate_rps"]["values"]["a"] == 9.5  # closed loop: the rate achieved at the answer
+    assert rows["quality_exact_match_rate"]["values"] == {"a": 0.75, "b": NOT_MEASURED}
+    assert rows["quality_accuracy"]["values"] == {"a": 0.5, "b": NOT_MEASURED}
+    assert rows["quality_exact_match_rate"]["best"] is None  # one measured value: nothing to rank
+    assert rows["sustained"]["values"]["a"].startswith("drifting (ttft_p50_ms +")
+    assert rows["sustained"]["values"]["b"] == NOT_MEASURED
+    assert rows["sustained_ttft_p50_change"]["values"]["a"] == pytest.approx(2.0, rel=2e-3)
+    assert card["warnings"] == [f"a drifts over its run: {a.drift['reason']}"]
+    assert card["interactivity"]["a"][1]["per_user_output_tps"] == 40.0 and "b" not in card["interactivity"]
+    assert card["checks"]["a"]["reference"] == "ref/check.json"
+    write_outputs(card, [a, b], tmp_path / "out")
+    page = (tmp_path / "out" / "scorecard.html").read_text()
+    assert "Drift:" in page and "quality: exact-match rate" in page
+    # a tie among all systems marks no best
+    tie = scorecard([b, load_system(str(b_dir), label="b2")])
+    assert next(r for r in tie["rows"] if r["key"] == "max_rate_rps")["best"] is None

@@ -1,0 +1,200 @@
+"""Sustained behaviour of one run: a compact per-interval time series and its drift.
+
+Built from ``requests.jsonl`` after the run, in two streaming passes (memory
+O(intervals), HDR histograms per interval), so it adds nothing to the run itself.
+
+Window: the measured requests' first origin (scheduled send; the actual send with
+``--latency-origin sent``) to their last end (origin + ``e2e_ms``, or
+``error_e2e_ms`` for a failure), the same span as ``result.json`` ``duration_s``.
+It is cut into ``INTERVALS`` equal intervals. Per interval:
+
+* ``completed`` / ``failed``: requests that *ended* in it; ``output_tokens`` of the
+  completed ones (attributed at completion); ``request_rps = completed / interval_s``,
+  ``output_tps = output_tokens / interval_s``;
+* ``ttft_ms`` / ``e2e_ms`` p50 and p99 of the successful requests whose *origin* is in
+  it (latency by arrival: a growing queue shows as rising latency of later arrivals).
+  HDR precision (±0.1 %).
+
+``thirds``: the same figures over the first and the last third, cut for throughput from
+the first to the last *end* and for latency from the first to the last *origin* (so a
+steady run's ramp-up and drain edges do not read as drift).
+
+Drift (the scorecard's sustained-behaviour rows), last third against first third:
+``change = last / first - 1`` for output tok/s, TTFT p50 and E2E p50. A metric
+drifts when ``|change| > DRIFT_THRESHOLD`` (20 %) and, for a latency, also
+``|last - first| > DRIFT_MIN_LATENCY_MS`` (5 ms: a 2 ms -> 3 ms TTFT is not a
+drifting system). No verdict when a third holds fewer than
+``MIN_REQUESTS_PER_THIRD`` requests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import orjson
+
+from loadgen.histograms import LatencyHistogram
+
+TIMESERIES_VERSION = 1
+INTERVALS = 12
+"""Intervals per run (each 1/12 of the measured window; a third is 4 of them)."""
+DRIFT_THRESHOLD = 0.20
+"""Relative change (last third against first third) beyond which a metric drifts."""
+DRIFT_MIN_LATENCY_MS = 5.0
+"""A latency change must also exceed this many milliseconds to count as drift."""
+MIN_REQUESTS_PER_THIRD = 10
+"""Fewer requests than this in a third: no drift verdict."""
+
+
+def _lines(path: Path) -> Iterator[dict[str, Any]]:
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if raw.strip():
+                try:
+                    yield orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue  # a torn last line of an interrupted run
+
+
+def _times(d: dict[str, Any], origin: str) -> tuple[float, float] | None:
+    """(origin_s, end_s) of one measured request line; None when it was never sent."""
+    if d.get("phase", "measure") != "measure" or d.get("sent_s") is None:
+        return None
+    o = d["sent_s"] if origin == "sent" else d.get("scheduled_s")
+    if o is None:
+        return None
+    ms = d.get("e2e_ms") if d.get("status") == "ok" else d.get("error_e2e_ms")
+    return o, o + (ms or 0.0) / 1000.0
+
+
+class _Bin:
+    __slots__ = ("completed", "failed", "output_tokens", "ttft", "e2e", "arrivals")
+
+    def __init__(self) -> None:
+        self.completed = 0
+        self.failed = 0
+        self.output_tokens = 0
+        self.arrivals = 0
+        self.ttft = LatencyHistogram("ttft")
+        self.e2e = LatencyHistogram("e2e")
+
+    def to_json(self, span_s: float) -> dict[str, Any]:
+        def r(v: float | None) -> float | None:
+            return None if v is None else round(v, 3)
+
+        return {
+            "completed": self.completed,
+            "failed": self.failed,
+            "output_tokens": self.output_tokens,
+            "request_rps": round(self.completed / span_s, 4) if span_s > 0 else None,
+            "output_tps": round(self.output_tokens / span_s, 4) if span_s > 0 else None,
+            "arrivals": self.arrivals,
+            "ttft_ms": {"p50": r(self.ttft.percentile_ms(50)), "p99": r(self.ttft.percentile_ms(99))},
+            "e2e_ms": {"p50": r(self.e2e.percentile_ms(50)), "p99": r(self.e2e.percentile_ms(99))},
+        }
+
+
+def series(lines: Iterable[dict[str, Any]] | Path, origin: str = "scheduled", intervals: int = INTERVALS) -> dict[str, Any] | None:
+    """The time series of one run's request lines (or its ``requests.jsonl`` path).
+
+    ``lines`` may be iterated twice (a path is re-read). Returns None when no measured
+    request ended. Times in the result are seconds from the run's t0.
+    """
+    src = (lambda: _lines(lines)) if isinstance(lines, Path) else (lambda it=list(lines): iter(it))
+    o_lo = o_hi = e_lo = e_hi = None
+    for d in src():
+        t = _times(d, origin)
+        if t is None:
+            continue
+        o, e = t
+        o_lo, o_hi = (o, o) if o_lo is None else (min(o_lo, o), max(o_hi, o))  # type: ignore[type-var]
+        e_lo, e_hi = (e, e) if e_lo is None else (min(e_lo, e), max(e_hi, e))  # type: ignore[type-var]
+    if o_lo is None or o_hi is None or e_lo is None or e_hi is None or e_hi <= o_lo:
+        return None
+    start, end = o_lo, e_hi
+    width = (end - start) / intervals
+    bins = [_Bin() for _ in range(intervals)]
+    first, last = _Bin(), _Bin()
+
+    def idx(t: float) -> int:
+        return min(max(int((t - start) / width), 0), intervals - 1)
+
+    for d in src():
+        t = _times(d, origin)
+        if t is None:
+            continue
+        o, e = t
+        ok = d.get("status") == "ok"
+        # throughput by completion (thirds of [first end, last end]); latency by arrival (thirds of the origins)
+        for b in (bins[idx(e)], _third(e, e_lo, e_hi, first, last)):
+            if b is None:
+                continue
+            if ok:
+                b.completed += 1
+                b.output_tokens += int(d.get("output_tokens") or 0)
+            else:
+                b.failed += 1
+        for b in (bins[idx(o)], _third(o, o_lo, o_hi, first, last)):
+            if b is None:
+                continue
+            b.arrivals += 1
+            if ok:
+                if d.get("ttft_ms") is not None:
+                    b.ttft.record_ns(d["ttft_ms"] * 1e6)
+                if d.get("e2e_ms") is not None:
+                    b.e2e.record_ns(d["e2e_ms"] * 1e6)
+    third_s = (e_hi - e_lo) / 3
+    return {
+        "version": TIMESERIES_VERSION,
+        "start_s": round(start, 6),
+        "interval_s": round(width, 6),
+        "latency_origin": origin,
+        "intervals": [b.to_json(width) for b in bins],
+        "thirds": {"first": first.to_json(third_s), "last": last.to_json(third_s)},
+    }
+
+
+def _third(t: float, start: float, end: float, first: _Bin, last: _Bin) -> _Bin | None:
+    """The first-third bin, the last-third bin, or None for the middle third of [start, end]."""
+    third = (end - start) / 3
+    if t < start + third:
+        return first
+    return last if t >= end - third else None
+
+
+def _change(first: float | None, last: float | None) -> float | None:
+    if first is None or last is None or first <= 0:
+        return None
+    return last / first - 1.0
+
+
+def drift(ts: dict[str, Any] | None) -> dict[str, Any]:
+    """Last third against first third: changes, drifting metrics and a verdict.
+
+    Returns ``{"verdict": "steady" | "drifting" | "not measured", "changes": {metric: ratio - 1},
+    "drifting": [metric, ...], "reason": str}``. Definitions in the module docstring.
+    """
+    if not ts or "thirds" not in ts:
+        return {"verdict": "not measured", "changes": {}, "drifting": [], "reason": "no time series"}
+    f, la = ts["thirds"]["first"], ts["thirds"]["last"]
+    n = min(f["completed"] + f["failed"], la["completed"] + la["failed"], f["arrivals"], la["arrivals"])
+    pairs = {
+        "output_tps": (f["output_tps"], la["output_tps"], None),
+        "ttft_p50_ms": (f["ttft_ms"]["p50"], la["ttft_ms"]["p50"], DRIFT_MIN_LATENCY_MS),
+        "e2e_p50_ms": (f["e2e_ms"]["p50"], la["e2e_ms"]["p50"], DRIFT_MIN_LATENCY_MS),
+    }
+    changes = {k: _change(a, b) for k, (a, b, _) in pairs.items()}
+    if n < MIN_REQUESTS_PER_THIRD:
+        return {"verdict": "not measured", "changes": changes, "drifting": [],
+                "reason": f"{n} requests in a third (fewer than {MIN_REQUESTS_PER_THIRD})"}  # fmt: skip
+    drifting = []
+    for k, (a, b, floor) in pairs.items():
+        c = changes[k]
+        if c is None or abs(c) <= DRIFT_THRESHOLD:
+            continue
+        if floor is not None and abs(b - a) <= floor:
+            continue
+        drifting.append(k)
+    reason = ", ".join(f"{k} {changes[k]:+.0%}" for k in drifting) if drifting else "within ±20 %"
+    return {"verdict": "drifting" if drifting else "steady", "changes": changes, "drifting": drifting, "reason": reason}

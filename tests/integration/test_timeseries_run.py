@@ -1,0 +1,29 @@
+"""A real run against the embedded simulated endpoint carries a time series that adds up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from loadgen.timeseries import INTERVALS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_run_writes_timeseries(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--rate", "40", "--requests", "80", "--warmup", "10",
+                    "--input-tokens", "16", "--output-tokens", "8", "--out", str(out)],
+                   capture_output=True, text=True, timeout=120, cwd=str(REPO),
+                   env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    res = json.loads((out / "result.json").read_text())
+    ts = res["timeseries"]
+    assert len(ts["intervals"]) == INTERVALS and ts["latency_origin"] == "scheduled"
+    # every measured request ends in exactly one interval and arrives in exactly one
+    assert sum(b["completed"] + b["failed"] for b in ts["intervals"]) == res["counts"]["requests"] == 80
+    assert sum(b["arrivals"] for b in ts["intervals"]) == 80
+    assert sum(b["output_tokens"] for b in ts["intervals"]) == res["tokens"]["output"]
+    assert abs(ts["interval_s"] * INTERVALS - res["duration_s"]) < 1e-3

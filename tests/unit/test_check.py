@@ -1,0 +1,189 @@
+"""``loadgen check``: agreement figures against a perturbed test double, accuracy, the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from click.testing import CliRunner
+
+from loadgen.check import (
+    CheckSettings,
+    Prompt,
+    agreement,
+    is_correct,
+    lcp,
+    load_prompts,
+    normalise,
+    run_check,
+    scorecard_values,
+)
+from loadgen.cli import main
+
+# prompt -> (HTTP status, output token ids, text); the candidate is the reference perturbed
+REFERENCE = {
+    "p1": (200, [1, 2, 3, 4], "The answer is 42."),
+    "p2": (200, [5, 6, 7, 8], "Paris is the capital"),
+    "p3": (200, [1, 1, 1], "one one one"),
+    "p4": (200, [7, 8], "seven eight"),
+    "p5": (500, None, ""),  # the reference failed here: p5 is left out
+}
+CANDIDATE = {
+    "p1": (200, [1, 2, 3, 4], "The answer is 42."),  # identical
+    "p2": (200, [5, 6, 9, 9], "Paris is not it"),  # same first token, diverges after 2
+    "p3": (200, [2, 1, 1, 1, 1], "two one one one one"),  # first token differs, 5 tokens instead of 3
+    "p4": (500, None, ""),  # the candidate failed: a mismatch everywhere
+    "p5": (200, [3], "three"),
+}
+
+
+class _Server:
+    """A scripted OpenAI-compatible completions server on 127.0.0.1, in its own thread."""
+
+    def __init__(self, script: dict[str, tuple[int, list[int] | None, str]], reject_token_ids: bool = False) -> None:
+        self.script = script
+        self.reject_token_ids = reject_token_ids
+        self.bodies: list[dict[str, Any]] = []
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.bodies.append(body)
+        if self.reject_token_ids and "return_token_ids" in body:
+            return web.json_response({"error": {"message": "unknown field return_token_ids"}}, status=400)
+        status, ids, text = self.script[body["prompt"]]
+        if status != 200:
+            return web.json_response({"error": {"message": "boom"}}, status=status)
+        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": "stop"}
+        if not self.reject_token_ids:
+            choice["token_ids"] = ids
+        usage = {"prompt_tokens": 3, "completion_tokens": len(ids or []), "total_tokens": 3 + len(ids or [])}
+        return web.json_response({"choices": [choice], "usage": usage})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "scripted"}]})
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        self._ready.set()
+        self._loop.run_forever()
+
+    def __enter__(self) -> "_Server":
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+@pytest.fixture()
+def prompts_file(tmp_path: Path) -> Path:
+    p = tmp_path / "prompts.jsonl"
+    answers = {"p1": ["42"], "p2": ["Paris"], "p3": ["three"], "p4": ["eight"], "p5": ["three"]}
+    p.write_text("".join(json.dumps({"id": k, "prompt": k, "answers": answers[k]}) + "\n" for k in REFERENCE))
+    return p
+
+
+@pytest.fixture()
+def servers() -> Iterator[tuple[_Server, _Server]]:
+    with _Server(REFERENCE) as ref, _Server(CANDIDATE) as cand:
+        yield ref, cand
+
+
+def test_perturbed_candidate_exact_figures(servers: tuple[_Server, _Server], prompts_file: Path, tmp_path: Path) -> None:
+    ref, cand = servers
+    doc = run_check(cand.url, prompts_file=str(prompts_file), reference=ref.url, answers=True, out_dir=tmp_path / "c")
+    ag = doc["agreement"]
+    assert ag["token_unit"] == "token_ids"
+    assert ag["prompts"] == 4 and ag["reference_errors"] == 1 and ag["candidate_errors"] == 1
+    assert ag["first_token_agreement"] == 2 / 4  # p1, p2
+    assert ag["exact_match_rate"] == 1 / 4  # p1
+    assert ag["mean_lcp_tokens"] == (4 + 2 + 0 + 0) / 4
+    assert ag["mean_lcp_fraction"] == (1 + 2 / 4 + 0 + 0) / 4
+    assert ag["output_length_agreement"] == 2 / 4  # p1, p2 (4 = 4); p3 5 != 3; p4 failed
+    assert ag["output_length_ratio"] == (4 + 4 + 5) / (4 + 4 + 3 + 2)
+    # answers: p1 "42" yes, p2 "Paris" yes, p3 "three" no, p4 failed, p5 "three" yes
+    assert doc["summary"]["accuracy"]["correct"] == 3 and doc["summary"]["accuracy"]["accuracy"] == 3 / 5
+    # every request greedy and seeded
+    assert all(b["temperature"] == 0.0 and b["seed"] == 0 and b["return_token_ids"] is True for b in cand.bodies)
+    saved = json.loads((tmp_path / "c" / "check.json").read_text())
+    assert saved["schema_version"] == 1 and saved["kind"] == "loadgen-check"
+    assert (tmp_path / "c" / "reference-check.json").exists()
+    # the same figures from the saved reference file instead of the reference endpoint
+    again = run_check(cand.url, prompts_file=str(prompts_file), reference=str(tmp_path / "c" / "reference-check.json"))
+    assert again["agreement"] == {**ag, "warnings": []}
+    vals = scorecard_values(doc)
+    assert vals["quality_exact_match_rate"] == 0.25 and vals["quality_accuracy"] == 0.6
+
+
+def test_against_itself_is_full_agreement(servers: tuple[_Server, _Server], prompts_file: Path) -> None:
+    ref, _ = servers
+    doc = run_check(ref.url, prompts_file=str(prompts_file), reference=ref.url, settings=CheckSettings(rate_rps=50.0))
+    ag = doc["agreement"]
+    assert (ag["first_token_agreement"], ag["exact_match_rate"], ag["output_length_agreement"]) == (1.0, 1.0, 1.0)
+    assert ag["mean_lcp_fraction"] == 1.0 and ag["mean_lcp_tokens"] == (4 + 4 + 3 + 2) / 4
+    assert doc["settings"]["load"] == "open loop at 50 req/s"
+
+
+def test_server_without_token_ids_falls_back_to_words(prompts_file: Path) -> None:
+    with _Server(REFERENCE, reject_token_ids=True) as ref, _Server(CANDIDATE, reject_token_ids=True) as cand:
+        doc = run_check(cand.url, prompts_file=str(prompts_file), reference=ref.url)
+    assert doc["token_ids"] is False
+    ag = doc["agreement"]
+    assert ag["token_unit"] == "words"
+    # words: p1 equal (4 words); p2 "Paris is" common (2 of 4); p3 differ at once; p4 failed
+    assert ag["exact_match_rate"] == 1 / 4 and ag["mean_lcp_tokens"] == (4 + 2 + 0 + 0) / 4
+    assert "return_token_ids" not in cand.bodies[-1]
+
+
+def test_settings_mismatch_is_a_warning() -> None:
+    out = [{"id": "a", "text": "x", "token_ids": [1], "output_tokens": 1, "error": None}]
+    a = {"settings": {"max_tokens": 32}, "token_ids": True, "outputs": out}
+    b = {"settings": {"max_tokens": 16}, "token_ids": True, "outputs": out}
+    assert agreement(a, b)["warnings"] == ["max_tokens differs: 32 vs reference 16"]
+
+
+def test_lcp_and_answer_rule() -> None:
+    assert lcp([1, 2, 3], [1, 2, 4, 5]) == 2 and lcp([], [1]) == 0
+    assert normalise("It's 1,234.") == ["it", "s", "1234"]
+    assert is_correct(" 17 + 25 = 42.", ["42"]) and not is_correct(" 420", ["42"])
+    assert is_correct("Carbon Dioxide, mostly", ["carbon dioxide"]) and not is_correct("carbon", ["carbon dioxide"])
+
+
+def test_shipped_questions_have_answers() -> None:
+    qs = load_prompts()
+    assert len(qs) == 40 and all(isinstance(q, Prompt) and q.answers for q in qs)
+
+
+def test_cli_check_writes_and_exits(servers: tuple[_Server, _Server], prompts_file: Path, tmp_path: Path) -> None:
+    ref, cand = servers
+    r = CliRunner().invoke(main, ["check", "--endpoint", cand.url, "--reference", ref.url, "--prompts", str(prompts_file),
+                                  "--answers", "--out", str(tmp_path / "o")])  # fmt: skip
+    assert r.exit_code == 1, r.output  # one request failed
+    assert "exact match 25.0%" in r.output and "accuracy 3/5" in r.output
+    assert json.loads((tmp_path / "o" / "check.json").read_text())["agreement"]["prompts"] == 4
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1}\n')
+    r = CliRunner().invoke(main, ["check", "--endpoint", cand.url, "--prompts", str(bad)])
+    assert r.exit_code == 2 and "bad.jsonl:1: field 'prompt'" in r.output

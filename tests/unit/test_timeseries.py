@@ -1,0 +1,57 @@
+"""Per-interval time series and drift: exact tiny runs (one request a second)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadgen.timeseries import drift, series
+
+
+def _line(i: int, ttft_ms: float = 100.0, e2e_ms: float = 500.0, out: int = 10, status: str = "ok") -> dict:
+    return {"index": i, "phase": "measure", "scheduled_s": float(i), "sent_s": float(i) + 0.001, "status": status,
+            "ttft_ms": ttft_ms if status == "ok" else None, "e2e_ms": e2e_ms if status == "ok" else None,
+            "error_e2e_ms": None if status == "ok" else e2e_ms, "output_tokens": out}  # fmt: skip
+
+
+def test_steady_run() -> None:
+    # 30 requests at t = 0..29 s, each 500 ms: ends 0.5..29.5 s
+    ts = series([_line(i) for i in range(30)] + [{**_line(99), "phase": "warmup"}])
+    assert ts is not None
+    assert ts["start_s"] == 0.0 and ts["interval_s"] == pytest.approx(29.5 / 12)
+    assert len(ts["intervals"]) == 12
+    assert sum(b["completed"] for b in ts["intervals"]) == 30
+    assert sum(b["output_tokens"] for b in ts["intervals"]) == 300
+    f, la = ts["thirds"]["first"], ts["thirds"]["last"]
+    # ends cut in thirds of [0.5, 29.5]: 10 completions each, 100 tokens over 29/3 s
+    assert (f["completed"], la["completed"]) == (10, 10)
+    assert f["output_tps"] == pytest.approx(100 / (29 / 3), abs=1e-4) == la["output_tps"]
+    d = drift(ts)
+    assert d["verdict"] == "steady" and d["drifting"] == [] and d["changes"]["output_tps"] == 0.0
+
+
+def test_latency_drift_is_flagged(tmp_path: Path) -> None:
+    # the last ten arrivals wait twice as long for their first token
+    lines = [_line(i, ttft_ms=200.0 if i >= 20 else 100.0) for i in range(30)]
+    p = tmp_path / "requests.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"torn')
+    d = drift(series(p))
+    assert d["verdict"] == "drifting" and d["drifting"] == ["ttft_p50_ms"]
+    assert d["changes"]["ttft_p50_ms"] == pytest.approx(1.0, rel=2e-3)  # HDR precision
+    # the same relative change under 5 ms is no drift
+    small = [_line(i, ttft_ms=4.0 if i >= 20 else 2.0) for i in range(30)]
+    assert drift(series(small))["verdict"] == "steady"
+
+
+def test_throughput_drop_failures_and_too_few() -> None:
+    # the last ten requests fail: no output tokens in the last third
+    lines = [_line(i, status="error" if i >= 20 else "ok") for i in range(30)]
+    ts = series(lines)
+    assert ts["thirds"]["last"]["failed"] == 10 and ts["thirds"]["last"]["output_tps"] == 0.0
+    d = drift(ts)
+    assert "output_tps" in d["drifting"] and d["changes"]["output_tps"] == -1.0
+    few = drift(series([_line(i) for i in range(6)]))
+    assert few["verdict"] == "not measured" and "fewer than 10" in few["reason"]
+    assert series([]) is None and drift(None)["verdict"] == "not measured"
