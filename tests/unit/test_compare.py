@@ -129,3 +129,20 @@ def test_quality_sustained_and_interactivity_rows(tmp_path: Path) -> None:
     # a tie among all systems marks no best
     tie = scorecard([b, load_system(str(b_dir), label="b2")])
     assert next(r for r in tie["rows"] if r["key"] == "max_rate_rps")["best"] is None
+
+
+def test_cli_compare_check_flag(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from loadgen.cli import main
+
+    a = _sweep(tmp_path / "a", out_tokens=128, rate=10, out_tps=1000, cost=None, joules=None)
+    b = _sweep(tmp_path / "b", out_tokens=128, rate=12, out_tps=1200, cost=None, joules=None)
+    chk = tmp_path / "elsewhere.json"
+    chk.write_text(json.dumps({"kind": "loadgen-check", "agreement": {"exact_match_rate": 0.5}, "summary": {}}))
+    r = CliRunner().invoke(main, ["compare", str(a), str(b), "--check", "-", "--check", str(chk), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    rows = {x["key"]: x for x in json.loads((tmp_path / "o" / "scorecard.json").read_text())["rows"]}
+    assert rows["quality_exact_match_rate"]["values"] == {"a": NOT_MEASURED, "b": 0.5}
+    r = CliRunner().invoke(main, ["compare", str(a), str(b), "--check", str(chk)])
+    assert r.exit_code == 2 and "--check given 1 times for 2 results" in r.output
