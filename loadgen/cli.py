@@ -87,14 +87,35 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _workers(text: str) -> int:
+def _workers(text: str, cluster: Any = None) -> int:
     if text == "auto":
+        if cluster is not None:
+            return cluster.auto_workers()
         from loadgen.workers import auto_workers
 
         return auto_workers()
     if not text.isdigit() or int(text) < 1:
         raise click.UsageError(f"--workers {text!r}: expected a positive integer or 'auto'")
     return int(text)
+
+
+class _ClusterOption:
+    """``--cluster ADDRESS``: a connected :class:`loadgen.cluster.Cluster` for the command's life (or None)."""
+
+    def __init__(self, address: str | None, err: Console) -> None:
+        self.cluster: Any = None
+        if address:
+            from loadgen.cluster import Cluster
+
+            self.cluster = Cluster(address, progress=err.print)
+            err.print(f"--cluster: connected to the Ray cluster at {address} ({self.cluster.cpus()} CPUs)")
+
+    def __enter__(self) -> Any:
+        return self.cluster
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
 
 
 def _parse_headers(values: tuple[str, ...]) -> dict[str, str]:
@@ -190,6 +211,7 @@ def _run_only_options(f):  # type: ignore[no-untyped-def]
         click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms (repeatable)."),
         click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>/)."),
         click.option("--workers", default="1", show_default=True, help="Client processes sharing the schedule (N or auto)."),
+        click.option("--cluster", help="Ray cluster address (host:port, auto, ray://...): the --workers shards run as its actors."),
         click.option("--dry-run", is_flag=True, help="Build the schedule, write schedule.jsonl, send nothing."),
     ]
     for o in reversed(opts):
@@ -668,7 +690,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
         return _dry_run(load, out_dir, console)
     load.prices = _prices(kw)
     redactor = Redactor()
-    with _Target(kw, out_dir, err) as target:
+    with _ClusterOption(kw["cluster"], err) as cluster, _Target(kw, out_dir, err) as target:
         if not target.embedded:
             confirm_remote(kw, target.url, target.embedded, _run_estimate(kw, load), err)
         endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
@@ -698,9 +720,10 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
                         config_record=config_record(kw, target.url, target.embedded),
                         redactor=redactor,
                         on_record=lambda rec, m: progress.advance(task),
-                        workers=_workers(kw["workers"]),
+                        workers=_workers(kw["workers"], cluster),
                         server_observer=observer,
                         conditions_extra=extra,
+                        cluster=cluster,
                     )
             finally:
                 await endpoint.close()
@@ -792,6 +815,7 @@ def _parse_ratio(text: str, what: str) -> float:
 @click.option("--accelerators", type=int, help="Accelerators serving the endpoint (throughput per accelerator).")
 @click.option("--concurrency-levels", help="Closed-loop sweep over these user counts, e.g. 1,2,4,8,16.")
 @click.option("--workers", default="1", show_default=True, help="Client processes per probe (N or auto); no early stop with N > 1.")
+@click.option("--cluster", help="Ray cluster address: each probe's --workers shards run as its actors.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/).")
 def sweep_cmd(**kw: Any) -> None:
     """Find the highest offered load that still meets the SLO."""
@@ -864,7 +888,9 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
     _make_out_dir(out_dir)
     base.prices = scfg.prices
     redactor = Redactor()
-    with _Target(kw, out_dir, err) as target:
+    with _ClusterOption(kw["cluster"], err) as cluster, _Target(kw, out_dir, err) as target:
+        if cluster is not None and kw["workers"] == "auto":
+            scfg.workers = cluster.auto_workers()
         if not target.embedded:
             confirm_remote(kw, target.url, target.embedded, _sweep_estimate(kw, scfg), err)
         endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
@@ -885,6 +911,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
                     redactor=redactor,
                     progress=lambda msg: err.print(redactor(msg)),
                     server_observer=observer,
+                    cluster=cluster,
                 )
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.add_signal_handler(sig, sweep.interrupt)
@@ -898,6 +925,9 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
                 cond["endpoint"] = endpoint.describe()
                 if observer is not None:
                     cond["server"] = await observer.conditions()
+                if cluster is not None:
+                    cond["workers"] = scfg.workers
+                    cond["cluster"] = cluster.last_conditions  # the last probe's; each probe's result.json has its own
                 out.result["conditions"] = cond
                 out.result["config"] = config_record(kw, target.url, target.embedded)
                 return out

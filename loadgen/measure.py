@@ -172,12 +172,15 @@ async def measure(
     on_summary: Callable[[Any], None] | None = None,
     server_observer: Any = None,
     conditions_extra: dict[str, Any] | None = None,
+    cluster: Any = None,
 ) -> MeasuredRun:
     """Run ``cfg`` against an opened ``endpoint``; write files to ``out_dir``; return the result.
 
     With ``workers > 1`` the run is spread over worker processes (:mod:`loadgen.workers`):
     ``on_record`` is then called with ``(None, None)`` per request (progress only) and
     ``on_summary`` with each request's :class:`~loadgen.results.RequestSummary`.
+    With ``cluster`` (a connected :class:`loadgen.cluster.Cluster`) the ``workers`` shards
+    run as actors of that Ray cluster instead, with the same callbacks.
 
     ``config_record`` is the resolved configuration as it should appear in
     ``result.json`` (secrets already removed). Raises ConfigError on a bad plan.
@@ -196,7 +199,8 @@ async def measure(
     if server_observer is not None:
         await server_observer.begin()  # /metrics scrape, energy window, power samples
     with open(out_dir / "requests.jsonl", "wb") as fh:
-        if workers > 1:
+        cluster_cond = None
+        if workers > 1 or cluster is not None:
             from dataclasses import replace as _replace
 
             from loadgen.endpoints.openai import OpenAIEndpoint
@@ -210,9 +214,14 @@ async def measure(
                 max_rpm=endpoint.config.max_rpm / workers if endpoint.config.max_rpm else None,
                 max_tpm=endpoint.config.max_tpm / workers if endpoint.config.max_tpm else None,
             )
-            outcome = run_workers(
-                workers, ep_cfg, cfg, plan, agg, fh, redactor, on_record=on_record, on_summary=on_summary
-            )
+            if cluster is not None:
+                outcome, cluster_cond = cluster.run(
+                    workers, ep_cfg, cfg, plan, agg, fh, redactor, on_record=on_record, on_summary=on_summary
+                )
+            else:
+                outcome = run_workers(
+                    workers, ep_cfg, cfg, plan, agg, fh, redactor, on_record=on_record, on_summary=on_summary
+                )
         else:
             outcome = await _run_here(
                 endpoint, plan, cfg, fh, agg, redactor, tokenizer, on_record, install_signal_handlers, runner_hook
@@ -227,7 +236,9 @@ async def measure(
         config_record={**(config_record or {}), "workload": workload.describe()},
         fd_limit=(fd_soft, fd_hard),
     )
-    if workers > 1:
+    if cluster_cond is not None:
+        result["conditions"]["cluster"] = cluster_cond
+    if workers > 1 or cluster_cond is not None:
         result["conditions"]["workers"] = workers
         result["conditions"]["merge"] = {
             "per_request_metrics": "exact: every request's summary is shipped to the parent",

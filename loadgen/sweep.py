@@ -289,6 +289,7 @@ async def run_probe(
     runner_hook: Callable[[Runner], None] | None = None,
     workers: int = 1,
     server_observer: Any = None,
+    cluster: Any = None,
 ) -> Probe:
     """One probe at ``rate`` req/s (or closed loop at ``concurrency``), extended while undecided."""
     need = scfg.needed_requests()
@@ -355,6 +356,7 @@ async def run_probe(
                 workers=workers,
                 on_summary=judge.on_summary,
                 server_observer=server_observer,
+                cluster=cluster,
             )
         finally:
             watcher.cancel()
@@ -488,8 +490,10 @@ class Sweep:
         progress: Callable[[str], None] | None = None,
         on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
         server_observer: Any = None,
+        cluster: Any = None,
     ) -> None:
         self.server_observer = server_observer
+        self.cluster = cluster  # a connected loadgen.cluster.Cluster: probes run on its actors
         self.endpoint = endpoint
         self.base = base
         self.scfg = scfg
@@ -526,6 +530,7 @@ class Sweep:
             runner_hook=self._set_runner,
             workers=self.scfg.workers,
             server_observer=self.server_observer,
+            cluster=self.cluster,
         )
         p.prefix_cache_reset = reset
         self.probes.append(p)

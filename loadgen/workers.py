@@ -78,7 +78,7 @@ def _worker_main(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load:
     import asyncio
 
     try:
-        asyncio.run(_worker(w, n, ep_cfg, redactor, load, conn))
+        asyncio.run(worker_body(w, n, ep_cfg, redactor, load, conn.send, conn.recv))
     except Exception as exc:  # report, then die: the parent counts this worker's requests as unsent
         try:
             conn.send(("error", f"{type(exc).__name__}: {redactor(str(exc))}"))
@@ -87,7 +87,25 @@ def _worker_main(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load:
         raise SystemExit(1) from None
 
 
-async def _worker(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load: Any, conn: Connection) -> None:
+async def worker_body(
+    w: int,
+    n: int,
+    ep_cfg: OpenAIConfig,
+    redactor: Redactor,
+    load: Any,
+    send: Callable[[tuple], None],
+    recv: Callable[[], tuple],
+    *,
+    install_signal_handlers: bool = True,
+    on_runner: Callable[[Runner], None] | None = None,
+) -> None:
+    """One worker's whole life, whatever carries its messages (a pipe here, a Ray actor's queues).
+
+    Messages sent, in order: ``("ready", shard_size)``; then, after ``recv()`` returned
+    ``("go", t0_ns)`` (t0 on *this* process's CLOCK_MONOTONIC), ``("recs", [(line, summary), ...])``
+    batches as requests finish and one ``("done", stats, histogram_states)``. Any other
+    message from ``recv()`` ends the worker before it sends anything.
+    """
     import asyncio
 
     from loadgen.measure import build_plan, build_workload
@@ -98,8 +116,8 @@ async def _worker(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load
         wl = build_workload(load)
         plan = shard_plan(build_plan(load, wl), w, n)
         tokenizer = wl.tokenizer
-        conn.send(("ready", len(plan.schedule)))
-        msg = conn.recv()
+        send(("ready", len(plan.schedule)))
+        msg = recv()
         if msg[0] != "go":
             return
         t0 = msg[1]
@@ -108,7 +126,7 @@ async def _worker(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load
 
         def flush() -> None:
             if buf:
-                conn.send(("recs", list(buf)))
+                send(("recs", list(buf)))
                 buf.clear()
 
         def sink(rec: Any) -> None:
@@ -131,7 +149,9 @@ async def _worker(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load
                 await asyncio.sleep(FLUSH_S)
                 flush()
 
-        runner = Runner(ep, plan, sink, t0_ns=t0, install_signal_handlers=True)
+        runner = Runner(ep, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        if on_runner is not None:
+            on_runner(runner)
         f = asyncio.create_task(flusher())
         try:
             out = await runner.run()
@@ -140,7 +160,7 @@ async def _worker(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load
         flush()
         c = out.client
         lags = c.loop_lag_ms if len(c.loop_lag_ms) <= 20000 else c.loop_lag_ms[:: math.ceil(len(c.loop_lag_ms) / 20000)]
-        conn.send(
+        send(
             (
                 "done",
                 {
@@ -158,6 +178,109 @@ async def _worker(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load
         )
     finally:
         await ep.close()
+
+
+class Collector:
+    """The parent's side of N workers: lines written and summaries aggregated as they arrive.
+
+    Shared by the local processes (:func:`run_workers`) and the Ray actors
+    (:mod:`loadgen.cluster`). ``handle(w, msg)`` takes one message of worker ``w``;
+    :meth:`outcome` merges the workers' statistics and histograms into one
+    :class:`~loadgen.runner.RunOutcome`, counting whatever a failed worker never
+    delivered as unsent.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        agg: Aggregator,
+        fh: IO[bytes],
+        *,
+        on_record: Callable[[Any, Any], None] | None = None,
+        on_summary: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.n = n
+        self.agg = agg
+        self.fh = fh
+        self.on_record = on_record
+        self.on_summary = on_summary
+        self.expected = {w: 0 for w in range(n)}
+        self.received = {w: 0 for w in range(n)}
+        self.done: dict[int, tuple[dict, dict]] = {}
+        self.failures: list[str] = []
+        self.interrupted = False
+
+    def fail(self, w: int, text: str) -> None:
+        self.failures.append(f"worker {w} {text}")
+
+    def handle(self, w: int, msg: tuple) -> bool:
+        """Take one message from worker ``w``; True when that worker has finished (done or failed)."""
+        if msg[0] == "recs":
+            for line, s in msg[1]:
+                self.fh.write(line + b"\n")
+                self.agg.add_summary(s)
+                self.received[w] += 1
+                if self.on_summary is not None:
+                    self.on_summary(s)
+                if self.on_record is not None:
+                    self.on_record(None, None)
+            self.fh.flush()
+            return False
+        if msg[0] == "done":
+            self.done[w] = (msg[1], msg[2])
+            return True
+        if msg[0] == "ready":
+            self.expected[w] = msg[1]
+            return False
+        self.fail(w, f"failed: {msg[1]}")
+        return True
+
+    def outcome(self, plan: RunPlan, t0_ns: int, t0_wall_ns: int) -> RunOutcome:
+        unsent = 0
+        unsent_warm = 0
+        cpu_fracs: list[float] = []
+        lags: list[float] = []
+        aborted = None
+        end = now_ns()
+        interrupted = self.interrupted
+        for w in range(self.n):
+            if w in self.done:
+                st, hists = self.done[w]
+                unsent += st["unsent"]
+                unsent_warm += st["unsent_warmup"]
+                interrupted = interrupted or st["interrupted"]
+                cpu_fracs.append(st["cpu_s"] / st["wall_s"] if st["wall_s"] else 0.0)
+                lags.extend(st["loop_lag_ms"])
+                aborted = aborted or st["aborted_reason"]
+                self.agg.merge_token_histograms(hists)
+            else:
+                # whatever this worker never reported is unsent (open loop: its shard size)
+                unsent += max(self.expected[w] - self.received[w], 0)
+        sched = [s.offset_ns for s in plan.schedule if s.phase == "measure"]
+        realized = None
+        if plan.mode == "open" and len(sched) >= 2 and sched[-1] > sched[0]:
+            kept = sched[: len(sched) - unsent] if unsent else sched
+            if len(kept) >= 2 and kept[-1] > kept[0]:
+                realized = (len(kept) - 1) / ((kept[-1] - kept[0]) / 1e9)
+        client = ClientStats(
+            cpu_s=sum(f for f in cpu_fracs),
+            wall_s=1.0,
+            loop_lag_ms=lags,
+            schedule_realized_rps=realized,
+            open_loop=plan.mode == "open",
+            aborted_reason=aborted,
+            worker_cpu_fractions=cpu_fracs,
+            worker_failures=self.failures,
+        )
+        return RunOutcome(
+            t0_ns=t0_ns,
+            t0_wall_ns=t0_wall_ns,
+            interrupted=interrupted,
+            unsent=unsent,
+            unsent_warmup=unsent_warm,
+            client=client,
+            end_ns=end,
+        )
 
 
 def run_workers(
@@ -187,14 +310,10 @@ def run_workers(
         b.close()
         procs.append(p)
         conns.append(a)
-    expected = {w: 0 for w in range(n)}
-    received = {w: 0 for w in range(n)}
-    failures: list[str] = []
-    interrupted = False
+    col = Collector(n, agg, fh, on_record=on_record, on_summary=on_summary)
 
     def forward(signum: int, frame: Any) -> None:
-        nonlocal interrupted
-        interrupted = True
+        col.interrupted = True
         for p in procs:
             if p.is_alive():
                 try:
@@ -216,26 +335,25 @@ def run_workers(
                 except EOFError:
                     msg = ("error", f"exit code {procs[w].exitcode}")
                 if msg[0] == "ready":
-                    expected[w] = msg[1]
+                    col.handle(w, msg)
                 else:
-                    failures.append(f"worker {w} failed to start: {msg[1]}")
+                    col.fail(w, f"failed to start: {msg[1]}")
                     failed_start.add(w)
                 pending.discard(w)
         for w in pending:
-            failures.append(f"worker {w} not ready after {READY_TIMEOUT_S:g} s")
+            col.fail(w, f"not ready after {READY_TIMEOUT_S:g} s")
         anchor_m, anchor_w = wall_anchor()
         t0 = now_ns() + LEAD_IN_NS
         live = [w for w in range(n) if w not in pending and w not in failed_start]
         for w in live:
             conns[w].send(("go", t0))
-        done: dict[int, tuple[dict, dict]] = {}
         open_ = set(live)
         while open_:
             ready = wait([conns[w] for w in open_], timeout=1.0)
             if not ready:
                 for w in list(open_):
                     if not procs[w].is_alive():
-                        failures.append(f"worker {w} died (exit code {procs[w].exitcode})")
+                        col.fail(w, f"died (exit code {procs[w].exitcode})")
                         open_.discard(w)
                 continue
             for c in ready:
@@ -244,24 +362,10 @@ def run_workers(
                     msg = c.recv()
                 except EOFError:
                     procs[w].join(timeout=5)
-                    failures.append(f"worker {w} died (exit code {procs[w].exitcode})")
+                    col.fail(w, f"died (exit code {procs[w].exitcode})")
                     open_.discard(w)
                     continue
-                if msg[0] == "recs":
-                    for line, s in msg[1]:
-                        fh.write(line + b"\n")
-                        agg.add_summary(s)
-                        received[w] += 1
-                        if on_summary is not None:
-                            on_summary(s)
-                        if on_record is not None:
-                            on_record(None, None)
-                    fh.flush()
-                elif msg[0] == "done":
-                    done[w] = (msg[1], msg[2])
-                    open_.discard(w)
-                elif msg[0] == "error":
-                    failures.append(f"worker {w} failed: {msg[1]}")
+                if col.handle(w, msg):
                     open_.discard(w)
     finally:
         for s, h in old.items():
@@ -271,48 +375,4 @@ def run_workers(
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
-    unsent = 0
-    unsent_warm = 0
-    cpu_fracs: list[float] = []
-    lags: list[float] = []
-    aborted = None
-    end = now_ns()
-    for w in range(n):
-        if w in done:
-            st, hists = done[w]
-            unsent += st["unsent"]
-            unsent_warm += st["unsent_warmup"]
-            interrupted = interrupted or st["interrupted"]
-            cpu_fracs.append(st["cpu_s"] / st["wall_s"] if st["wall_s"] else 0.0)
-            lags.extend(st["loop_lag_ms"])
-            aborted = aborted or st["aborted_reason"]
-            end = max(end, st["end_ns"]) if st["end_ns"] else end
-            agg.merge_token_histograms(hists)
-        else:
-            # whatever this worker never reported is unsent (open loop: its shard size)
-            unsent += max(expected[w] - received[w], 0)
-    sched = [s.offset_ns for s in plan.schedule if s.phase == "measure"]
-    realized = None
-    if plan.mode == "open" and len(sched) >= 2 and sched[-1] > sched[0]:
-        kept = sched[: len(sched) - unsent] if unsent else sched
-        if len(kept) >= 2 and kept[-1] > kept[0]:
-            realized = (len(kept) - 1) / ((kept[-1] - kept[0]) / 1e9)
-    client = ClientStats(
-        cpu_s=sum(f for f in cpu_fracs),
-        wall_s=1.0,
-        loop_lag_ms=lags,
-        schedule_realized_rps=realized,
-        open_loop=plan.mode == "open",
-        aborted_reason=aborted,
-        worker_cpu_fractions=cpu_fracs,
-        worker_failures=failures,
-    )
-    return RunOutcome(
-        t0_ns=t0,
-        t0_wall_ns=anchor_w + (t0 - anchor_m),
-        interrupted=interrupted,
-        unsent=unsent,
-        unsent_warmup=unsent_warm,
-        client=client,
-        end_ns=end,
-    )
+    return col.outcome(plan, t0, anchor_w + (t0 - anchor_m))

@@ -1,0 +1,233 @@
+"""``--cluster ADDRESS``: the worker shards as actors of a real Ray cluster on 127.0.0.1.
+
+One head node is started for the module (``ray start --head --block`` in its own process
+group, dashboard and usage stats off, a small object store, free ports) and killed at the end
+by its process group; the loadgen CLI connects to it with ``--cluster 127.0.0.1:PORT`` like any
+user would. Against the embedded simulated endpoint:
+
+* a run with 2 actors matches a local ``--workers 2`` run of the same schedule (every request
+  accounted for, the same per-request and per-token counts, TTFT/E2E within noise) and reports
+  each actor's anchors and measured clock offset;
+* a short sweep on the cluster gives the same answer and, probe by probe at the same rates,
+  the same latencies within noise as the local-worker sweep;
+* an actor killed mid-run is reported (INVALID, limited by the client) and its undelivered
+  requests are counted as unsent; the run ends on time.
+
+Skipped when Ray is not importable (``pip install 'loadgen[cluster]'``). About 50 s on a busy
+2-core machine, most of it starting the head node and the actors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+pytest.importorskip("ray", reason="Ray is not installed: pip install 'loadgen[cluster]' to run the --cluster tests")
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_ARGS = "--slots 64 --ttft-ms 5 --itl-ms 5 --itl-per-seq-ms 0.5"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env["COLUMNS"] = "250"
+    env.pop("OPENAI_API_KEY", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def ray_head() -> Iterator[str]:
+    """A one-node Ray cluster on 127.0.0.1; yields its address; always killed (process group)."""
+    port = _free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="lgray-", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    ray_bin = Path(sys.executable).with_name("ray")
+    cmd = [
+        str(ray_bin), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port),
+        "--num-cpus", "4", "--object-store-memory", str(80 * 1024 * 1024), "--include-dashboard", "false",
+        "--dashboard-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port()),
+        "--ray-client-server-port", str(_free_port()), "--disable-usage-stats", "--temp-dir", str(tmp),
+    ]
+    log = open(tmp / "head.log", "wb")
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if b"Ray runtime started" in (tmp / "head.log").read_bytes():
+                break
+            if p.poll() is not None:
+                pytest.fail("ray start exited: " + (tmp / "head.log").read_text()[-2000:])
+            time.sleep(0.2)
+        else:
+            pytest.fail("ray start: the head node was not up after 90 s")
+        yield f"127.0.0.1:{port}"
+    finally:
+        for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                p.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass
+        # Ray's worker processes run in sessions of their own: find this cluster's by its temp dir
+        for pid in _pids_with_arg(str(tmp)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _pids_with_arg(text: str) -> list[int]:
+    """Processes whose command line mentions ``text`` (this test's unique Ray temp dir)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if text.encode() in (d / "cmdline").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def _cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _lines(p: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+
+
+def _near(a: float, b: float, abs_ms: float = 3.0, rel: float = 0.3) -> bool:
+    """Within noise on a shared 2-core machine: a few ms or 30 %, whichever is larger."""
+    return abs(a - b) <= max(abs_ms, rel * max(abs(a), abs(b)))
+
+
+def _check_cluster_conditions(res: dict[str, Any], n: int) -> None:
+    cl = res["conditions"]["cluster"]
+    assert cl["engine"] == "ray" and res["conditions"]["workers"] == n
+    assert len(cl["actors"]) == n
+    for a in cl["actors"]:
+        assert a["pid"] > 0 and a["node_id"]
+        assert a["anchor"]["wall_ns"] > 0 and a["anchor"]["monotonic_ns"] > 0
+        off = a["clock_offset"]
+        assert off["samples"] >= 3 and off["rtt_ms"] > 0
+        # one host: the wall clocks are the same clock, so the offset is within the ping's uncertainty
+        assert abs(off["offset_ms"]) <= off["uncertainty_ms"] + 1.0
+    assert cl["max_abs_clock_offset_ms"] is not None
+    assert len(cl["code_hash"]) == 16 and cl["code"].startswith("installed")  # PYTHONPATH reaches the actors
+
+
+RUN = ["run", "--rate", "40", "--requests", "80", "--arrival", "constant", "--output-tokens", "6",
+       "--input-tokens", "8", "--workers", "2", "--no-preflight"]
+
+
+def test_run_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -> None:
+    truth = tmp_path / "truth.jsonl"
+    pc = _cli([*RUN, "--cluster", ray_head, "--out", str(tmp_path / "cluster"),
+               "--sim-args", f"{SIM_ARGS} --truth-log {truth}"])
+    assert pc.returncode in (0, 1), pc.stderr[-3000:]
+    pl = _cli([*RUN, "--out", str(tmp_path / "local"), "--sim-args", SIM_ARGS])
+    assert pl.returncode in (0, 1), pl.stderr[-3000:]
+    rc = json.loads((tmp_path / "cluster" / "result.json").read_text())
+    rl = json.loads((tmp_path / "local" / "result.json").read_text())
+    recs = _lines(tmp_path / "cluster" / "requests.jsonl")
+    # every request accounted for, each sent once
+    assert rc["counts"]["requests"] == 80 == len(recs) and rc["counts"]["unsent"] == 0
+    assert sorted(r["index"] for r in recs) == list(range(80))
+    assert rc["counts"]["completed"] == rl["counts"]["completed"] == 80
+    for r in recs:  # constant arrivals: offsets i / 40 s whichever actor sent them
+        assert abs(r["scheduled_s"] - r["index"] / 40) < 1e-6
+    time.sleep(0.5)  # the sim flushes its last truth lines as it stops
+    assert len(_lines(truth)) == 80
+    _check_cluster_conditions(rc, 2)
+    assert "cluster" not in rl["conditions"]
+    # same counts per token, latencies within noise
+    for m in ("ttft", "itl", "e2e"):
+        assert rc["latency_ms"][m]["count"] == rl["latency_ms"][m]["count"], m
+    for m in ("ttft", "e2e"):
+        assert _near(rc["latency_ms"][m]["p50"], rl["latency_ms"][m]["p50"]), (m, rc["latency_ms"][m], rl["latency_ms"][m])
+    assert _near(rc["latency_ms"]["itl"]["p50"], rl["latency_ms"]["itl"]["p50"], abs_ms=1.0)
+
+
+SWEEP = ["sweep", "--slo", "ttft:p90<=100ms", "--calibration", "0", "--start-rate", "20", "--max-rate", "40",
+         "--probe-duration", "2s", "--input-tokens", "16", "--output-tokens", "16", "--workers", "2",
+         "--max-schedule-lag", "100ms", "--max-loop-lag", "100ms", "--sim-args", SIM_ARGS]
+
+
+def test_sweep_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -> None:
+    pc = _cli([*SWEEP, "--cluster", ray_head, "--out", str(tmp_path / "cluster")])
+    pl = _cli([*SWEEP, "--out", str(tmp_path / "local")])
+    assert pc.returncode == 0, pc.stdout[-3000:] + pc.stderr[-3000:]
+    assert pl.returncode == 0, pl.stdout[-3000:] + pl.stderr[-3000:]
+    sc = json.loads((tmp_path / "cluster" / "sweep.json").read_text())
+    sl = json.loads((tmp_path / "local" / "sweep.json").read_text())
+    assert sc["answer"]["max_rate_rps"] == sl["answer"]["max_rate_rps"] == 40
+    assert sc["conditions"]["cluster"]["engine"] == "ray" and sc["conditions"]["workers"] == 2
+    assert [p["offered_rps"] for p in sc["probes"]] == [p["offered_rps"] for p in sl["probes"]]
+    for a, b in zip(sc["probes"], sl["probes"]):
+        assert a["verdict"] == b["verdict"] == "pass"
+        assert _near(a["latency_ms"]["ttft"]["p50"], b["latency_ms"]["ttft"]["p50"]), (a["latency_ms"], b["latency_ms"])
+        res = json.loads((tmp_path / "cluster" / a["dir"] / "result.json").read_text())
+        _check_cluster_conditions(res, 2)
+        c = res["counts"]
+        assert c["unsent"] == 0 and c["requests"] + c["warmup"] == len(_lines(tmp_path / "cluster" / a["dir"] / "requests.jsonl"))
+
+
+def test_dead_actor_is_reported_and_its_requests_counted(ray_head: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    err = tmp_path / "stderr.txt"
+    cmd = [sys.executable, "-m", "loadgen.cli", "run", "--rate", "20", "--requests", "60", "--arrival", "constant",
+           "--output-tokens", "6", "--input-tokens", "8", "--workers", "2", "--no-preflight", "--cluster", ray_head,
+           "--out", str(out), "--sim-args", SIM_ARGS]
+    with open(err, "w") as fh:
+        p = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=fh)
+    try:
+        pid = None
+        deadline = time.monotonic() + 60
+        while pid is None and time.monotonic() < deadline and p.poll() is None:
+            for ln in err.read_text().splitlines():
+                if ln.startswith("cluster: worker 1 on"):
+                    pid = int(ln.split("pid ")[1].split(")")[0])
+            time.sleep(0.1)
+        assert pid is not None, err.read_text()
+        time.sleep(1.5)  # the actors are sending (t0 + ~1.2 s)
+        os.kill(pid, signal.SIGKILL)  # the actor process of worker 1, started by this test's cluster
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    assert p.returncode == 1, err.read_text()[-3000:]
+    res = json.loads((out / "result.json").read_text())
+    checks = {c["name"]: c for c in res["validity"]["checks"]}
+    assert not checks["workers"]["ok"] and "worker 1 died" in checks["workers"]["detail"]
+    assert res["validity"]["limited_by"] == "client"
+    recs = _lines(out / "requests.jsonl")
+    assert res["counts"]["requests"] == len(recs)
+    assert 0 < res["counts"]["unsent"] < 60
+    assert res["counts"]["requests"] + res["counts"]["unsent"] == 60  # every scheduled request accounted for
+    assert all(r["index"] % 2 == 0 for r in recs[-10:])  # only worker 0 went on
