@@ -56,6 +56,8 @@ TAKE_WAIT_S = 0.25
 """How long one ``take()`` waits for a first message before it returns an empty batch."""
 PINGS = 8
 """Clock-offset exchanges per actor and run (the minimum-RTT one is kept)."""
+CONNECT_TIMEOUT_S = 60.0
+"""``ray.init`` taking longer than this is a failed connection (ConfigError), never a hang."""
 MIN_LEAD_IN_NS = 300_000_000
 """t0 is at least this far after the driver's go: the go messages must reach every node first."""
 
@@ -77,6 +79,20 @@ def code_hash() -> str:
                 with open(path, "rb") as fh:
                     h.update(fh.read() + b"\0")
     return h.hexdigest()[:16]
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Raise ConfigError unless ``host:port`` (or ``ray://host:port``) accepts a TCP connection.
+
+    ``auto`` and other forms Ray resolves itself are not checked here."""
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"--cluster {address!r}: nothing listens there ({exc.strerror or exc}); is the Ray head up?") from None
 
 
 def _import_ray() -> Any:
@@ -227,12 +243,28 @@ class Cluster:
         self.last_conditions: dict[str, Any] | None = None  # the last run's conditions.cluster
 
     def _connect(self, runtime_env: dict[str, Any] | None) -> None:
-        try:
-            self.ray.init(
-                address=self.address, runtime_env=runtime_env, log_to_driver=False, logging_level="ERROR", namespace="loadgen"
-            )
-        except Exception as exc:  # ConnectionError, ValueError, RuntimeError: all "no cluster there"
-            raise ConfigError(f"--cluster {self.address!r}: cannot connect: {type(exc).__name__}: {exc}") from None
+        """``ray.init`` with bounds: a TCP check of ``host:port`` first (Ray itself retries a dead
+        address for minutes), then at most :data:`CONNECT_TIMEOUT_S` for the handshake."""
+        _check_reachable(self.address)
+        box: dict[str, Any] = {}
+
+        def init() -> None:
+            try:
+                self.ray.init(
+                    address=self.address, runtime_env=runtime_env, log_to_driver=False, logging_level="ERROR",
+                    namespace="loadgen",
+                )
+                box["ok"] = True
+            except Exception as exc:  # ConnectionError, ValueError, RuntimeError: all "no cluster there"
+                box["error"] = exc
+
+        t = threading.Thread(target=init, name="loadgen-ray-init", daemon=True)
+        t.start()
+        t.join(CONNECT_TIMEOUT_S)
+        if "ok" not in box:
+            exc = box.get("error")
+            why = f"{type(exc).__name__}: {exc}" if exc is not None else f"no answer in {CONNECT_TIMEOUT_S:g} s"
+            raise ConfigError(f"--cluster {self.address!r}: cannot connect: {why}")
 
     def __enter__(self) -> "Cluster":
         return self

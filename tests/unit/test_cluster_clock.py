@@ -1,4 +1,4 @@
-"""Clock offsets of cluster actors (NTP style, minimum-RTT sample kept): tiny exact cases in ns."""
+"""Cluster actors: clock offsets (NTP style, minimum-RTT sample kept) in exact ns; address checks."""
 
 from __future__ import annotations
 
@@ -41,3 +41,22 @@ def test_an_asymmetric_kept_sample_is_off_by_at_most_its_uncertainty() -> None:
     link = FakeLink(0, [(1_000_000, 3_000_000)])
     r = ping(link.remote, 1, local=link.local)
     assert r["offset_ms"] == -1.0 and abs(r["offset_ms"]) <= r["uncertainty_ms"] == 2.0
+
+
+def test_a_dead_cluster_address_fails_fast_and_a_live_one_passes() -> None:
+    import socket
+
+    import pytest
+
+    from loadgen.cluster import _check_reachable
+    from loadgen.errors import ConfigError
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        _check_reachable(f"127.0.0.1:{port}")
+        _check_reachable(f"ray://127.0.0.1:{port}")
+    with pytest.raises(ConfigError, match="nothing listens there"):
+        _check_reachable(f"127.0.0.1:{port}")  # closed now
+    _check_reachable("auto")  # resolved by Ray itself
