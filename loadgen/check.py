@@ -171,11 +171,20 @@ async def collect(
     path = url + ("/chat/completions" if settings.api == "chat" else "/completions")
     timeout = aiohttp.ClientTimeout(total=settings.timeout_s, connect=10.0)
     use_ids = settings.token_ids
+    from loadgen.errors import ConfigError
+    from loadgen.redact import Redactor, redact_url, split_url_secrets
+
+    redact = Redactor([*split_url_secrets(base_url)[1], *(p for v in (headers or {}).values() for p in (v, v.split()[-1] if v.split() else v) if len(p) >= 8)])
     async with aiohttp.ClientSession(timeout=timeout, headers=headers or {}, connector=aiohttp.TCPConnector(limit=0)) as http:
         model = settings.model
         if model is None:
-            async with http.get(url + "/models") as r:
-                model = (await r.json())["data"][0]["id"]
+            try:
+                async with http.get(url + "/models", allow_redirects=False) as r:
+                    model = (await r.json(content_type=None))["data"][0]["id"]
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError, TypeError) as exc:
+                raise ConfigError(
+                    redact(f"{redact_url(url)}/models: no model name ({type(exc).__name__}: {exc}); pass --model")
+                ) from None
 
         async def one(q: Prompt) -> dict[str, Any]:
             nonlocal use_ids
@@ -196,7 +205,7 @@ async def collect(
                 err = None
             except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError, KeyError, IndexError) as exc:
                 out = {"text": "", "token_ids": None, "output_tokens": None, "finish_reason": None}
-                err = f"{type(exc).__name__}: {exc}"[:300]
+                err = redact(f"{type(exc).__name__}: {exc}")[:300]
             return {"id": q.id, **out, "latency_ms": round((time.perf_counter_ns() - t) / 1e6, 3), "error": err}
 
         if settings.rate_rps:
@@ -429,7 +438,9 @@ def run_check(
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "reference-check.json").write_bytes(orjson.dumps(ref_doc, option=orjson.OPT_INDENT_2))
-        ref_source = reference
+        from loadgen.redact import redact_url
+
+        ref_source = redact_url(reference)
     elif reference is not None:
         ref_doc = load_check(reference)
         ref_source = str(reference)

@@ -187,3 +187,21 @@ def test_cli_check_writes_and_exits(servers: tuple[_Server, _Server], prompts_fi
     bad.write_text('{"id": 1}\n')
     r = CliRunner().invoke(main, ["check", "--endpoint", cand.url, "--prompts", str(bad)])
     assert r.exit_code == 2 and "bad.jsonl:1: field 'prompt'" in r.output
+
+
+def test_unreachable_endpoint_is_one_line_and_keys_never_leak(tmp_path: Path) -> None:
+    """No server: a usage error naming the URL (no traceback), with the key and URL userinfo
+    redacted from the message; nothing written that looks like a result."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    key = "sk-check-SENTINEL-4242"
+    r = CliRunner().invoke(main, ["check", "--endpoint", f"http://user:{key}@127.0.0.1:{port}", "--header",
+                                  f"Authorization: Bearer {key}", "--out", str(tmp_path / "o")])  # fmt: skip
+    assert r.exit_code == 2, r.output
+    assert "/v1/models: no model name" in r.output and "pass --model" in r.output
+    assert "Traceback" not in r.output and key not in r.output
+    assert not (tmp_path / "o" / "check.json").exists()
