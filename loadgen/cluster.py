@@ -117,6 +117,7 @@ class _WorkerActor:
         self._runner: Any = None
         self._loop: Any = None
         self._thread: threading.Thread | None = None
+        self._tick_since: float | None = None  # when the pending liveness callback was scheduled
 
     def info(self) -> dict[str, Any]:
         import ray
@@ -131,11 +132,22 @@ class _WorkerActor:
         return code_hash()
 
     def prepare(self, w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, timeout_s: float) -> tuple:
-        if self._thread is not None and self._thread.is_alive():
-            return ("error", "the previous run of this actor has not finished")
+        if self._thread is not None:
+            self._thread.join(timeout=30)  # the previous run sends "done" before it closes its endpoint
+            if self._thread.is_alive():
+                return ("error", "the previous run of this actor has not finished")
         self._out = queue.Queue()
         self._in = queue.Queue()
         self._runner = None
+        self._loop = None
+        self._tick_since = None
+        out = self._out
+        finished = False
+
+        def send(msg: tuple) -> None:
+            nonlocal finished
+            finished = finished or msg[0] in ("done", "error")
+            out.put(msg)
 
         def on_runner(r: Any) -> None:
             import asyncio
@@ -156,12 +168,14 @@ class _WorkerActor:
                 with asyncio.Runner(loop_factory=factory) as r:
                     r.run(
                         worker_body(
-                            w, n, ep_cfg, redactor, load, self._out.put, self._in.get,
+                            w, n, ep_cfg, redactor, load, send, self._in.get,
                             install_signal_handlers=False, on_runner=on_runner,
                         )
                     )
             except BaseException as exc:  # reported to the driver, which counts this shard as unsent
-                self._out.put(("error", f"{type(exc).__name__}: {redactor(str(exc))}"))
+                send(("error", f"{type(exc).__name__}: {redactor(str(exc))}"))
+            if not finished:  # stopped before its t0: the driver must not wait for it
+                send(("error", "stopped before it started"))
 
         self._thread = threading.Thread(target=body, name=f"loadgen-worker-{w}", daemon=True)
         self._thread.start()
@@ -184,7 +198,19 @@ class _WorkerActor:
                 out.append(self._out.get_nowait())
         except queue.Empty:
             pass
+        loop = self._loop
+        if not out and loop is not None and not loop.is_closed():
+            # liveness: a quiet run is fine, an event loop that runs no callback is not
+            now = time.monotonic()
+            if self._tick_since is None:
+                self._tick_since = now
+                loop.call_soon_threadsafe(self._tick)
+            elif now - self._tick_since > STALL_TIMEOUT_S:
+                out.append(("error", f"event loop unresponsive for {STALL_TIMEOUT_S:g} s"))
         return out
+
+    def _tick(self) -> None:
+        self._tick_since = None
 
     def stop(self, cancel: bool) -> None:
         self._in.put(("stop",))  # a run not started yet ends before sending
@@ -367,6 +393,7 @@ class Cluster:
         ready_msgs: dict[int, tuple] = {}
         skew: dict[int, dict[str, float]] = {}
         failed: set[int] = set()
+        went: set[int] = set()
         t0_wall = time.time_ns()
         t0_local = now_ns()
         try:
@@ -392,11 +419,12 @@ class Cluster:
             for w in pending.values():
                 col.fail(w, f"not ready after {READY_TIMEOUT_S:g} s (cluster resources: {ray.available_resources()})")
                 failed.add(w)
-            for ref, w in info_refs.items():
+            got, _ = ray.wait(list(info_refs), num_returns=len(info_refs), timeout=5)
+            for ref in got:
                 try:
-                    info[w] = ray.get(ref, timeout=5)
+                    info[info_refs[ref]] = ray.get(ref, timeout=1)
                 except Exception:
-                    info[w] = {}
+                    pass
             live = [w for w in range(n) if w not in failed]
             # clock offsets, then one wall-clock t0 for all
             for w in list(live):
@@ -420,6 +448,7 @@ class Cluster:
                 anchor = ready_msgs[w][2]
                 offset_ns = round(skew[w]["offset_ms"] * 1e6)
                 actors[w].go.remote(anchor["monotonic_ns"] + (t0_wall + offset_ns - anchor["wall_ns"]))
+                went.add(w)
             # stream: one outstanding take() per actor
             takes = {actors[w].take.remote(TAKE_WAIT_S): (w, time.monotonic()) for w in live}
             while takes:
@@ -450,6 +479,9 @@ class Cluster:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            for w in range(n):
+                if w not in went and w not in failed:
+                    actors[w].stop.remote(False)  # a prepared shard that never got its t0 ends now
             for w in sorted(failed):
                 self._drop(w)
         outcome = col.outcome(plan, t0_local, t0_wall)

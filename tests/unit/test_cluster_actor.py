@@ -1,4 +1,4 @@
-"""Cluster actors: clock offsets (NTP style, minimum-RTT sample kept) in exact ns; address checks."""
+"""Cluster actors without Ray: clock offsets (NTP style, minimum-RTT sample kept) in exact ns, address checks, liveness."""
 
 from __future__ import annotations
 
@@ -60,3 +60,47 @@ def test_a_dead_cluster_address_fails_fast_and_a_live_one_passes() -> None:
     with pytest.raises(ConfigError, match="nothing listens there"):
         _check_reachable(f"127.0.0.1:{port}")  # closed now
     _check_reachable("auto")  # resolved by Ray itself
+
+
+def test_take_reports_an_actor_event_loop_that_runs_no_callback(monkeypatch) -> None:
+    import asyncio
+    import time
+
+    import loadgen.cluster as cluster
+
+    actor = cluster._WorkerActor()  # the plain class: no Ray needed
+    loop = asyncio.new_event_loop()  # never run: a wedged loop
+    try:
+        actor._loop = loop
+        assert actor.take(0.01) == []  # quiet so far: a liveness callback is scheduled
+        monkeypatch.setattr(cluster, "STALL_TIMEOUT_S", 0.0)
+        time.sleep(0.01)
+        (msg,) = actor.take(0.01)
+        assert msg[0] == "error" and "event loop unresponsive" in msg[1]
+    finally:
+        loop.close()
+
+
+def test_take_of_a_live_quiet_loop_reports_nothing() -> None:
+    import asyncio
+    import threading
+    import time
+
+    import loadgen.cluster as cluster
+
+    actor = cluster._WorkerActor()
+    loop = asyncio.new_event_loop()
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    try:
+        actor._loop = loop
+        for _ in range(5):
+            assert actor.take(0.02) == []  # each call finds the previous liveness callback run
+        deadline = time.monotonic() + 5
+        while actor._tick_since is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert actor._tick_since is None
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(5)
+        loop.close()
