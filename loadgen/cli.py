@@ -3,7 +3,8 @@
 The only module that maps errors to exit codes:
 0 done (and SLO met if given), 1 SLO missed or run INVALID, 2 usage error,
 3 endpoint unreachable, 4 a launched server failed to start (--serve), 5 a sweep's answer
-is only a lower bound (client limited), 130 interrupted.
+is only a lower bound (client limited), 6 every measured request of a run failed,
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from loadgen.redact import Redactor, find_body_secrets, is_sensitive_name, redac
 from loadgen.slo import parse_duration_ns, parse_slo
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_ALL_FAILED = 6  # a run whose measured requests all failed: nothing was measured
 
 
 def _duration_s(value: str | None, what: str) -> float | None:
@@ -734,6 +736,11 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
     render_run(run.result, console, str(out_dir))
     if run.result["interrupted"]:
         return EXIT_INTERRUPTED
+    counts = run.result["counts"]
+    if counts["requests"] and not counts["completed"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in counts["errors_by_kind"].items())
+        err.print(f"[red]error:[/] all {counts['requests']} measured requests failed ({kinds}): nothing was measured")
+        return EXIT_ALL_FAILED
     if not run.result["validity"]["valid"]:
         return EXIT_FAIL
     if run.result.get("slo") and not run.result["slo"]["met"]:

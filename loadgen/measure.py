@@ -110,7 +110,7 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
     cfg.validate()
     wl = workload or build_workload(cfg)
     if cfg.concurrency is None:
-        schedule = wl.schedule(
+        schedule = wl.lazy_schedule(  # send times in arrays; each prompt built just before its send
             rate_rps=cfg.rate_rps,
             arrival=cfg.arrival,
             burstiness=cfg.burstiness,
@@ -194,7 +194,7 @@ async def measure(
         tokenizer = workload.tokenizer
     out_dir.mkdir(parents=True, exist_ok=True)
     fd_soft, fd_hard = raise_fd_limit()
-    agg = Aggregator(cfg.slos)
+    agg = Aggregator(cfg.slos, spill_dir=out_dir)  # exact samples spill to an unnamed file there
     started_at = dt.datetime.now(dt.timezone.utc)
     if server_observer is not None:
         await server_observer.begin()  # /metrics scrape, energy window, power samples

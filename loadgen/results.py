@@ -5,6 +5,11 @@ keeps exact per-request samples (for exact percentiles) and HDR histograms of
 every metric (for merging and per-token percentiles), and produces the
 ``result.json`` body with :meth:`Aggregator.result`.
 
+Memory: the exact samples live in :class:`~loadgen.samples.SampleLog` s (float64; the
+newest 4 Ki values of each in memory, older ones in one unnamed temporary file per
+aggregator, ``spill_dir``), so a run's memory does not grow with its length; the disk
+cost is 8 bytes a value, about 64 bytes a request. No per-request object is kept.
+
 Percentile method: per-request metrics (TTFT, time to first answer token,
 TPOT, E2E, schedule lag, error E2E) are exact over the run's samples with linear
 interpolation (numpy's default); per-token metrics (ITL, inter-chunk latency)
@@ -16,12 +21,14 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from loadgen.histograms import LatencyHistogram
 from loadgen.metrics import RequestMetrics
+from loadgen.samples import SampleLog, SpillFile
 from loadgen.slo import SLOTarget, exact_percentile
 from loadgen.types import RequestRecord
 
@@ -64,7 +71,7 @@ class ClientStats:
     worker_failures: list[str] = field(default_factory=list)
 
 
-def summarize_exact(values: list[float] | array, scale: float = 1e-6) -> dict[str, Any]:
+def summarize_exact(values: list[float] | array | SampleLog, scale: float = 1e-6) -> dict[str, Any]:
     """count/mean/percentiles/max of exact samples (ns in, ms out by default)."""
     n = len(values)
     out: dict[str, Any] = {"count": n}
@@ -103,11 +110,15 @@ class Aggregator:
 
     ``add(record, metrics)`` once per finished request (warm-up records are
     counted apart and excluded from statistics). ``unsent`` is set by the runner.
+    Exact samples spill to an unnamed temporary file in ``spill_dir`` (default: the
+    system's temporary directory) past 4 Ki values each; see the module docstring.
     """
 
-    def __init__(self, slos: list[SLOTarget] | None = None) -> None:
+    def __init__(self, slos: list[SLOTarget] | None = None, spill_dir: str | Path | None = None) -> None:
         self.slos = list(slos or [])
-        self.samples: dict[str, array] = {m: array("d") for m in PER_REQUEST_METRICS}
+        self.spill = SpillFile(spill_dir)
+        log = lambda: SampleLog(self.spill)  # noqa: E731
+        self.samples: dict[str, SampleLog] = {m: log() for m in PER_REQUEST_METRICS}
         self.hist: dict[str, LatencyHistogram] = {m: LatencyHistogram(m) for m in LATENCY_METRICS}
         self.requests = 0
         self.completed = 0
@@ -116,7 +127,7 @@ class Aggregator:
         self.unsent = 0
         self.warmup_requests = 0
         self.errors_by_kind: dict[str, int] = {}
-        self.retry_after_s: list[float] = []
+        self.retry_after_s = log()
         self.input_tokens = 0
         self.output_tokens = 0
         self.output_tokens_estimated = 0
@@ -131,20 +142,24 @@ class Aggregator:
         self.first_sent_ns: int | None = None
         self.last_sent_ns: int | None = None
         self.sent = 0
-        self.generator_lag = array("d")
+        self.generator_lag = log()
         # per-target exceedance counting for SLO verdicts
-        self.slo_values: dict[str, array] = {t.label: array("d") for t in self.slos}
+        self.slo_values: dict[str, SampleLog] = {t.label: log() for t in self.slos}
         # provider quotas, the client's own cap, the network (see provider_result)
         self.buffered = 0
         self.throttled = 0
-        self.throttle_ns = array("d")
+        self.throttle_ns = log()
         self.retried = 0
         self.rate_limited_attempts = 0
         self.ratelimit_points: list[tuple[int, dict[str, float]]] = []
         self.cached_input_tokens = 0
         self.connections_new = 0
         self.connections_reused = 0
-        self.network_samples: dict[str, array] = {m: array("d") for m in NETWORK_METRICS}
+        self.network_samples: dict[str, SampleLog] = {m: log() for m in NETWORK_METRICS}
+
+    def close(self) -> None:
+        """Release the spill file (its descriptor); spilled samples can no longer be read."""
+        self.spill.close()
 
     # ------------------------------------------------------------------ adding
 
@@ -308,20 +323,20 @@ class Aggregator:
         targets = []
         all_met = True
         for t in self.slos:
-            vals = sorted(self.slo_values[t.label])
+            vals = np.sort(self.slo_values[t.label].values())
             # failures counted as +inf; cases that never produced a value (e.g. no requests) fail
             if t.metric == "itl":
                 v_ms = self.hist["itl"].percentile_ms(t.percentile)
-                exceed = sum(1 for v in vals if v > t.threshold_ns)
+                exceed = int(np.count_nonzero(vals > t.threshold_ns))
                 misses = (self.failed + self.zero_output) / total if total else 1.0
                 met = v_ms is not None and v_ms * 1e6 <= t.threshold_ns and misses <= 1 - t.percentile / 100
                 value = v_ms
                 method = "pooled per-token percentile (HDR); no confidence bound"
             else:
-                pv = exact_percentile(vals, t.percentile)
+                pv = float(exact_percentile(vals, t.percentile))  # type: ignore[arg-type]
                 value = None if math.isnan(pv) else (None if math.isinf(pv) else pv / 1e6)
-                exceed = sum(1 for v in vals if v > t.threshold_ns)
-                met = bool(vals) and not math.isnan(pv) and pv <= t.threshold_ns
+                exceed = int(np.count_nonzero(vals > t.threshold_ns))
+                met = vals.size > 0 and not math.isnan(pv) and pv <= t.threshold_ns
                 method = "exact percentile over requests; failures and zero-output count as over"
             all_met &= bool(met)
             targets.append(
@@ -497,17 +512,17 @@ class Aggregator:
         origin = t0_ns if t0_ns is not None else (self.first_scheduled_ns or 0)
         rl_count = self.errors_by_kind.get("rate_limited", 0)
         if rl_count or self.rate_limited_attempts or self.ratelimit_points or self.retried:
-            ra = self.retry_after_s
+            ra = self.retry_after_s.values()
             out["rate_limit"] = {
                 "rate_limited_requests": rl_count,
                 "rate_limited_attempts": self.rate_limited_attempts,
                 "retried_requests": self.retried,
                 "rate_limited_fraction": (rl_count / self.requests) if self.requests else None,
                 "retry_after_s": {
-                    "count": len(ra),
-                    "min": min(ra) if ra else None,
-                    "median": float(np.median(ra)) if ra else None,
-                    "max": max(ra) if ra else None,
+                    "count": int(ra.size),
+                    "min": float(ra.min()) if ra.size else None,
+                    "median": float(np.median(ra)) if ra.size else None,
+                    "max": float(ra.max()) if ra.size else None,
                 },
                 "series": ratelimit_series(self.ratelimit_points, origin),
             }

@@ -1,11 +1,15 @@
 """The engine: open-loop dispatch on absolute deadlines, closed-loop users, draining.
 
-Open loop (MLPerf LoadGen Server, wrk2): the whole schedule is built first; the
-dispatcher sleeps until ``t0 + offset`` for each entry (never a relative
-``sleep(interval)``, so no drift), and each request's latency origin is its
-scheduled time. If the dispatcher falls more than ``abort_lag_s`` behind, it
-stops sending, counts the rest as unsent and the run is INVALID (the client,
-not the server, limited it).
+Open loop (MLPerf LoadGen Server, wrk2): the send times are fixed first (a
+:class:`~loadgen.schedule.Schedule`: arrays); the dispatcher sleeps until
+``t0 + offset`` for each entry (never a relative ``sleep(interval)``, so no
+drift), and each request's latency origin is its scheduled time. Each request's
+spec (prompt) is built just in time: in the dispatcher's slack before a deadline,
+up to ``LOOKAHEAD_NS`` (and ``MAX_AHEAD`` specs) ahead of the next send, never
+within ``BUILD_GUARD_NS`` of it, so building never delays a send unless the
+generator is already overloaded; a spec is dropped when its request ends. If
+the dispatcher falls more than ``abort_lag_s`` behind, it stops sending, counts
+the rest as unsent and the run is INVALID (the client, not the server, limited it).
 
 Closed loop: N users, each sending its next request when the last completes
 (scheduled time = the moment the user sends).
@@ -33,27 +37,33 @@ from typing import Callable, Literal
 from loadgen.clock import now_ns, wall_anchor
 from loadgen.endpoints.base import Endpoint
 from loadgen.results import ClientStats
+from loadgen.schedule import Schedule, as_schedule
 from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest
 
 LEAD_IN_NS = 100_000_000  # t0 is set this far ahead so the first deadline is not already late
 LOOP_PROBE_S = 0.005
+LOOP_LAG_KEPT = 50_000  # loop-lag samples kept at most (thinned evenly beyond)
 SPIN_NS = 1_200_000  # the last 1.2 ms before a deadline are spent yielding, not sleeping
 SINK_PERIOD_S = 0.002
 SINK_GUARD_NS = 1_500_000  # no sink work this close to a send deadline
 SINK_MAX_DELAY_S = 0.05
+LOOKAHEAD_NS = 500_000_000  # open loop: specs are built up to this far ahead of the next send...
+MAX_AHEAD = 1024  # ...and at most this many (bounds the memory of long prompts at high rates)
+BUILD_GUARD_NS = 2_000_000  # no spec is built this close to a send deadline (one costs ~10-100 µs)
 
 
 @dataclass
 class RunPlan:
     """What to run (configuration only; no runtime state).
 
-    Open loop: ``schedule`` (offsets from t0; phases set). Closed loop:
+    Open loop: ``schedule`` (offsets from t0; phases set): a lazy
+    :class:`~loadgen.schedule.Schedule` or a list of built entries. Closed loop:
     ``concurrency`` users drawing specs from ``make_spec(index)`` until
     ``max_requests`` (warm-up included) or ``t0 + warmup_s + duration_s``.
     """
 
     mode: Literal["open", "closed"]
-    schedule: list[ScheduledRequest] = field(default_factory=list)
+    schedule: Schedule | list[ScheduledRequest] = field(default_factory=list)
     concurrency: int = 1
     make_spec: Callable[[int], RequestSpec] | None = None
     max_requests: int | None = None
@@ -107,7 +117,7 @@ class Runner:
         self._next_deadline_ns = 0
         self._defer_sink = plan.mode == "open"
         self.cancel_reason = "in flight at the drain deadline"
-        self._loop_lag_ms: array[float] = array("d")  # 8 bytes a sample (a list: ~32), 200 samples/s
+        self._loop_lag_ms: array[float] = array("d")  # at most LOOP_LAG_KEPT samples (see _loop_monitor)
         self.t0_ns = 0
 
     def request_stop(self, interrupted: bool = True, cancel_inflight: bool = False) -> None:
@@ -170,7 +180,6 @@ class Runner:
                 loop.remove_signal_handler(sig)
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         end = now_ns()
-        sched = [s.offset_ns for s in self.plan.schedule if s.phase == "measure"]
         client = ClientStats(
             cpu_s=(ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
             wall_s=(end - w0) / 1e9,
@@ -178,10 +187,8 @@ class Runner:
             open_loop=self.plan.mode == "open",
             aborted_reason=self.aborted_reason,
         )
-        if self.plan.mode == "open" and len(sched) >= 2:
-            sent_part = sched[: len(sched) - self.unsent] if self.unsent else sched
-            if len(sent_part) >= 2 and sent_part[-1] > sent_part[0]:
-                client.schedule_realized_rps = (len(sent_part) - 1) / ((sent_part[-1] - sent_part[0]) / 1e9)
+        if self.plan.mode == "open":
+            client.schedule_realized_rps = realized_send_rps(as_schedule(self.plan.schedule), self.unsent)
         return RunOutcome(
             t0_ns=self.t0_ns,
             t0_wall_ns=t0_wall,
@@ -200,13 +207,27 @@ class Runner:
         self.request_stop(True)
 
     async def _loop_monitor(self) -> None:
+        """Probe the event loop's lag every LOOP_PROBE_S (200 probes/s).
+
+        Memory stays fixed on any run length: once LOOP_LAG_KEPT samples are kept,
+        every other one is dropped and from then on only every other probe is kept
+        (the stride doubles each time), so the samples stay an even thinning of the
+        whole run (400 KB at most; runs under ~4 minutes keep every probe).
+        """
         lags = self._loop_lag_ms
+        stride = 1
+        k = 0
         while True:
             t = now_ns()
             await asyncio.sleep(LOOP_PROBE_S)
             lag = (now_ns() - t) / 1e6 - LOOP_PROBE_S * 1e3
-            if len(lags) < 2_000_000:
-                lags.append(max(lag, 0.0))
+            k += 1
+            if k % stride:
+                continue
+            lags.append(max(lag, 0.0))
+            if len(lags) >= LOOP_LAG_KEPT:
+                lags[:] = lags[1::2]
+                stride *= 2
 
     async def _wait_until(self, deadline_ns: int) -> None:
         """Sleep until an absolute deadline; wakes ~1 ms early and yields until it.
@@ -231,35 +252,55 @@ class Runner:
         plan = self.plan
         sem = asyncio.Semaphore(plan.max_concurrency) if plan.max_concurrency else None
         abort_ns = int(plan.abort_lag_s * 1e9)
-        schedule = plan.schedule
+        schedule = as_schedule(plan.schedule)
+        n = len(schedule)
+        offsets = schedule.offsets_ns
         t0 = self.t0_ns
-        for pos, item in enumerate(schedule):
-            deadline = t0 + item.offset_ns
+        ahead: deque[RequestSpec] = deque()  # built specs of positions pos, pos + 1, ... (in order)
+        built = 0  # the next position to build
+
+        def build_ahead(deadline: int) -> None:
+            """Build specs in the slack before ``deadline`` (never within BUILD_GUARD_NS of it)."""
+            nonlocal built
+            horizon = deadline - t0 + LOOKAHEAD_NS
+            while built < n and len(ahead) < MAX_AHEAD and offsets[built] <= horizon:
+                if now_ns() > deadline - BUILD_GUARD_NS:
+                    return
+                ahead.append(schedule.spec(built))
+                built += 1
+
+        for pos in range(n):
+            deadline = t0 + int(offsets[pos])
             self._next_deadline_ns = deadline
+            build_ahead(deadline)
             await self._wait_until(deadline)
             if not self._stop.is_set() and now_ns() - deadline > abort_ns:
                 self.aborted_reason = (
                     f"the generator fell {(now_ns() - deadline) / 1e9:.2f} s behind its schedule at request "
-                    f"{pos} of {len(schedule)}; it stopped sending"
+                    f"{pos} of {n}; it stopped sending"
                 )
                 self._stop.set()
             if self._stop.is_set():
-                self._count_unsent(schedule[pos:])
+                self._count_unsent(schedule, pos)
                 return
             if sem is not None:
                 await sem.acquire()
                 if self._stop.is_set():
                     sem.release()
-                    self._count_unsent(schedule[pos:])
+                    self._count_unsent(schedule, pos)
                     return
-            self._start(tg, item.spec, item.phase, deadline, sem)
+            if ahead:
+                spec = ahead.popleft()
+            else:  # no slack to build it earlier: the generator is behind anyway
+                spec = schedule.spec(pos)
+                built = pos + 1
+            self._start(tg, spec, schedule.phase(pos), deadline, sem)
+            del spec
 
-    def _count_unsent(self, rest: list[ScheduledRequest]) -> None:
-        for it in rest:
-            if it.phase == "measure":
-                self.unsent += 1
-            else:
-                self.unsent_warmup += 1
+    def _count_unsent(self, schedule: Schedule, pos: int) -> None:
+        measured, warm = schedule.count_phases(pos)
+        self.unsent += measured
+        self.unsent_warmup += warm
 
     def _start(
         self,
@@ -388,3 +429,17 @@ class Runner:
             if self._stop_fut.done() and not self.interrupted and self._inflight:
                 # a non-interrupting stop (early stop, generator abort): wait for completion
                 await asyncio.wait(set(self._inflight))
+
+
+def realized_send_rps(schedule: Schedule, unsent: int = 0) -> float | None:
+    """The schedule's own rate over the measured sends that went out: (n - 1) / (last - first).
+
+    The last ``unsent`` measured entries are left out (a stop ends the sends). None
+    for fewer than two sends or no time between them.
+    """
+    sched = schedule.measure_offsets_ns()
+    if unsent:
+        sched = sched[: max(len(sched) - unsent, 0)]
+    if len(sched) < 2 or sched[-1] <= sched[0]:
+        return None
+    return (len(sched) - 1) / ((int(sched[-1]) - int(sched[0])) / 1e9)

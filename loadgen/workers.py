@@ -37,7 +37,8 @@ from loadgen.metrics import compute
 from loadgen.recordlog import record_line
 from loadgen.redact import Redactor
 from loadgen.results import Aggregator, ClientStats, summarize
-from loadgen.runner import LEAD_IN_NS, RunOutcome, RunPlan, Runner
+from loadgen.runner import LEAD_IN_NS, RunOutcome, RunPlan, Runner, realized_send_rps
+from loadgen.schedule import as_schedule
 
 BATCH = 64
 FLUSH_S = 0.05
@@ -256,12 +257,7 @@ class Collector:
             else:
                 # whatever this worker never reported is unsent (open loop: its shard size)
                 unsent += max(self.expected[w] - self.received[w], 0)
-        sched = [s.offset_ns for s in plan.schedule if s.phase == "measure"]
-        realized = None
-        if plan.mode == "open" and len(sched) >= 2 and sched[-1] > sched[0]:
-            kept = sched[: len(sched) - unsent] if unsent else sched
-            if len(kept) >= 2 and kept[-1] > kept[0]:
-                realized = (len(kept) - 1) / ((kept[-1] - kept[0]) / 1e9)
+        realized = realized_send_rps(as_schedule(plan.schedule), unsent) if plan.mode == "open" else None
         client = ClientStats(
             cpu_s=sum(f for f in cpu_fracs),
             wall_s=1.0,

@@ -14,7 +14,8 @@ process (``loadgen.sim``) on 127.0.0.1 with a small probability of each fault (4
 
 Printed at the end (and written as JSON with ``--json``): RSS before and after the
 schedule is built, at the end of warm-up, at the end of sending, peak; growth after
-warm-up (total and per hour); descriptors and tasks at warm-up, at the end, their
+warm-up (total, per hour, per request, and the least-squares slope of RSS over the
+samples after warm-up, which one allocator step at either end does not sway); descriptors and tasks at warm-up, at the end, their
 range after warm-up and after the endpoint is closed; request counts, error kinds,
 unsent; client CPU. Exit status 1 when a bound is broken: growth after warm-up
 above ``--max-growth-mib`` or ``--max-growth-mib-per-hour`` (the per-hour bound is
@@ -23,8 +24,12 @@ only judged on runs of 20 minutes or more, where it means something), peak RSS a
 the samples after warm-up more than ``--flat-slack`` above that of the first
 quarter), a leak after close, or a request not accounted for.
 
-Note: ``measure()`` builds the whole schedule before the run starts (about 1 KB per
-request with these prompts), so it shows in "after plan", not in the growth.
+What a long run holds per request (docs/architecture.md, "Long runs"): the schedule's
+send offsets and phase flags (9 bytes a request, allocated before the run: "after
+plan"); prompts are built just before their send and dropped when the request ends;
+exact per-request samples stay in memory up to 4 Ki values per metric and then go to
+an unnamed temporary file in the output directory (8 bytes a value on disk); loop-lag
+samples are thinned past 50 000. So memory after warm-up should stay flat.
 """
 
 from __future__ import annotations
@@ -134,6 +139,8 @@ async def soak(*, minutes: float, rate: float, warmup_s: float, fault_p: float =
                 pass
             await ep.close()
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        spilled = m.aggregator.spill.bytes
+        m.aggregator.close()  # the result is built: release the samples' spill file (one descriptor)
         fig["wall_s"] = time.perf_counter() - wall0
         fig["client_cpu_s"] = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
         for _ in range(100):  # closing sockets go within a few loop turns
@@ -156,6 +163,9 @@ async def soak(*, minutes: float, rate: float, warmup_s: float, fault_p: float =
         "rss_end_mib": e["rss"] / MiB,
         "growth_mib": (e["rss"] - w["rss"]) / MiB,
         "growth_mib_per_hour": (e["rss"] - w["rss"]) / MiB / hours,
+        "growth_bytes_per_request": (e["rss"] - w["rss"]) / max(e["records"] - w["records"], 1),
+        "slope_mib_per_hour": _slope([s["t_s"] for s in after], [s["rss"] / MiB for s in after]) * 3600.0,
+        "spilled_bytes": spilled,
         "rss_max_after_warmup_mib": max(s["rss"] for s in after) / MiB,
         "fds_warm": w["fds"], "fds_end": e["fds"],
         "fds_range_after_warmup": [min(s["fds"] for s in after), max(s["fds"] for s in after)],
@@ -174,6 +184,16 @@ async def soak(*, minutes: float, rate: float, warmup_s: float, fault_p: float =
         "samples": len(samples),
     })
     return fig
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys over xs (0 for fewer than two distinct xs)."""
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
 
 
 def judge(fig: dict[str, Any], *, max_growth_mib: float, max_growth_mib_per_hour: float, max_rss_mib: float,
@@ -206,7 +226,9 @@ def render(fig: dict[str, Any]) -> str:
         f"memory   start {fig['rss_start_mib']:.1f} MiB, after plan {fig['rss_after_plan_mib']:.1f} MiB "
         f"({fig['plan_build_s']:.1f} s to build), "
         f"warm-up {fig['rss_warm_mib']:.1f} MiB, end {fig['rss_end_mib']:.1f} MiB, peak {fig['rss_peak_mib']:.1f} MiB",
-        f"growth   {fig['growth_mib']:+.2f} MiB after warm-up = {fig['growth_mib_per_hour']:+.1f} MiB/h",
+        f"growth   {fig['growth_mib']:+.2f} MiB after warm-up = {fig['growth_mib_per_hour']:+.1f} MiB/h "
+        f"({fig['growth_bytes_per_request']:+.1f} B/request; least-squares slope {fig['slope_mib_per_hour']:+.1f} MiB/h); "
+        f"samples spilled to disk {fig['spilled_bytes'] / MiB:.1f} MiB",
         f"fds      {fig['fds_before']} before, warm-up {fig['fds_warm']}, end {fig['fds_end']}, "
         f"range {fig['fds_range_after_warmup']}, after close {fig['fds_after_close']}",
         f"tasks    {fig['tasks_before']} before, warm-up {fig['tasks_warm']}, end {fig['tasks_end']}, "

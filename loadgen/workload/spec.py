@@ -28,8 +28,9 @@ import numpy as np
 import orjson
 
 from loadgen.errors import ConfigError
+from loadgen.schedule import Schedule
 from loadgen.types import RequestSpec, ScheduledRequest
-from loadgen.workload.arrivals import arrival_offsets_ns
+from loadgen.workload.arrivals import arrival_offsets_array
 from loadgen.workload.datasets import DatasetEntry, read_dataset
 from loadgen.workload.lengths import LengthSpec, parse_length_spec
 from loadgen.workload.prompts import Prompt, PromptBuilder, new_salt
@@ -228,15 +229,68 @@ class Workload:
     ) -> list[PlannedRequest]:
         """The open-loop send times and phases, without building any prompt (see :meth:`schedule`).
 
-        Build each request just in time with :meth:`spec_for` (a long trace's
-        prompts then never all sit in memory at once).
+        Build each request just in time with :meth:`spec_for`. One object a request:
+        for a long run use :meth:`lazy_schedule` (arrays).
         """
+        offs, rows, warm = self._plan_arrays(
+            rate_rps=rate_rps, arrival=arrival, burstiness=burstiness, requests=requests,
+            duration_s=duration_s, warmup_requests=warmup_requests, warmup_s=warmup_s,
+        )  # fmt: skip
+        n_tr = len(self.trace) if self.trace is not None else 0
+        out: list[PlannedRequest] = []
+        for i, (off, w) in enumerate(zip(offs.tolist(), warm.tolist())):
+            row, gen = (int(rows[i]), i // max(n_tr, 1)) if rows is not None else (None, 0)
+            out.append(PlannedRequest(off, i, "warmup" if w else "measure", row, gen))
+        return out
+
+    def lazy_schedule(
+        self,
+        *,
+        rate_rps: float | None = None,
+        arrival: str = "poisson",
+        burstiness: float = 1.0,
+        requests: int | None = None,
+        duration_s: float | None = None,
+        warmup_requests: int = 0,
+        warmup_s: float = 0.0,
+    ) -> Schedule:
+        """The open-loop schedule of :meth:`schedule` as a :class:`~loadgen.schedule.Schedule`.
+
+        Send offsets and phases in arrays (9 bytes a request; a trace adds its row, 8);
+        each request is built by ``schedule.spec(k)`` when asked for, the same one
+        :meth:`schedule` would have built. Raises ConfigError.
+        """
+        offs, rows, warm = self._plan_arrays(
+            rate_rps=rate_rps, arrival=arrival, burstiness=burstiness, requests=requests,
+            duration_s=duration_s, warmup_requests=warmup_requests, warmup_s=warmup_s,
+        )  # fmt: skip
+        if rows is None:
+            return Schedule(offs, warm, self.spec)
+        n_tr = max(len(self.trace), 1) if self.trace is not None else 1
+        row_at = rows
+
+        def spec_at(i: int) -> RequestSpec:
+            return self.spec(i, int(row_at[i]), i // n_tr)
+
+        return Schedule(offs, warm, spec_at)
+
+    def _plan_arrays(
+        self,
+        *,
+        rate_rps: float | None,
+        arrival: str,
+        burstiness: float,
+        requests: int | None,
+        duration_s: float | None,
+        warmup_requests: int,
+        warmup_s: float,
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(offsets ns int64, trace rows int64 or None, warm-up flags) of the open-loop sends."""
         if requests is not None and duration_s is not None:
             raise ConfigError("--requests and --duration clash: give one of them")
         count = None if requests is None else warmup_requests + requests
         span_s = None if duration_s is None else warmup_s + duration_s
-        rows: list[int] | None = None
-        gens: list[int] | None = None
+        rows: np.ndarray | None = None
         o = self.opts
         if self.trace is not None:
             target = o.trace_rate_rps
@@ -248,8 +302,7 @@ class Workload:
             )  # fmt: skip
             until = None if span_s is None else round(span_s * 1e9)
             offs, row_arr = loop_offsets(rp, count=count, until_ns=until, loop=o.trace_loop)
-            rows = row_arr.tolist()
-            gens = (np.arange(offs.size, dtype=np.int64) // max(len(self.trace), 1)).tolist()
+            rows = np.asarray(row_arr, dtype=np.int64)
             self.replay = {
                 "factor": rp.factor,
                 "source_rate_rps": rp.source_rate_rps,
@@ -258,26 +311,21 @@ class Workload:
                 "loop": o.trace_loop,
                 "scheduled": int(offs.size),
             }
-            offsets = offs.tolist()
+            offsets = np.asarray(offs, dtype=np.int64)
         else:
             if rate_rps is None:
                 raise ConfigError("an open-loop run needs --rate (or a trace)")
             if count is None and span_s is None:
                 raise ConfigError("give --requests N or --duration D")
-            offsets = arrival_offsets_ns(
+            offsets = arrival_offsets_array(
                 arrival, rate_rps, count=count, duration_s=None if count is not None else span_s,
                 seed=o.seed, burstiness=burstiness,
             )  # fmt: skip
-        w_ns = round(warmup_s * 1e9)
-        out: list[PlannedRequest] = []
-        for i, off in enumerate(offsets):
-            if warmup_requests:
-                phase = "warmup" if i < warmup_requests else "measure"
-            else:
-                phase = "warmup" if off < w_ns else "measure"
-            row, gen = (rows[i], gens[i]) if rows is not None and gens is not None else (None, 0)
-            out.append(PlannedRequest(off, i, phase, row, gen))
-        return out
+        if warmup_requests:
+            warm = np.arange(offsets.size) < warmup_requests
+        else:
+            warm = offsets < round(warmup_s * 1e9)
+        return offsets, rows, warm
 
     def spec_for(self, p: PlannedRequest) -> RequestSpec:
         """The request of a planned send (same as in :meth:`schedule`)."""
@@ -300,7 +348,7 @@ class Workload:
         ``trace_rate_rps``) rescales it to a mean rate and, with neither
         ``requests`` nor ``duration_s``, the whole window is sent once. Otherwise
         arrivals from :func:`arrival_offsets_ns` at ``rate_rps``. Every prompt is
-        built here (see :meth:`plan` to build them just in time). Raises ConfigError.
+        built here (see :meth:`lazy_schedule` to build them just in time). Raises ConfigError.
         """
         out: list[ScheduledRequest] = []
         for p in self.plan(
@@ -377,16 +425,25 @@ def spec_factory(opts: WorkloadOptions) -> Callable[[int], RequestSpec]:
     return Workload(opts).spec_factory()
 
 
-def write_schedule(path: str | Path, schedule: list[ScheduledRequest], workload: Workload | None = None) -> None:
+def write_schedule(
+    path: str | Path, schedule: list[ScheduledRequest] | Schedule, workload: Workload | None = None
+) -> None:
     """Write a dry run's ``schedule.jsonl``: one line per request, in schedule order.
 
     Fields: ``index``, ``scheduled_s`` (offset from t0), ``phase``,
     ``requested_input_tokens`` (as the server should count them),
     ``requested_output_tokens``, and where any ``prefix_group``, ``session_id``,
     ``content_input_tokens`` (prompt text alone, when ``workload`` is given).
+    A :class:`~loadgen.schedule.Schedule` from ``workload`` is built and written one
+    request at a time (memory stays flat however long the schedule).
     """
+    lazy = isinstance(schedule, Schedule)
     with open(path, "wb") as fh:
         for s in schedule:
+            content = None
+            if workload is not None:
+                # a lazy entry was built just now: its content length is the workload's last
+                content = workload._last_content if lazy else workload.content_tokens.get(s.spec.index)
             row: dict[str, Any] = {
                 "index": s.spec.index,
                 "scheduled_s": s.offset_ns / 1e9,
@@ -398,8 +455,8 @@ def write_schedule(path: str | Path, schedule: list[ScheduledRequest], workload:
                 row["prefix_group"] = s.spec.prefix_group
             if s.spec.session_id is not None:
                 row["session_id"] = s.spec.session_id
-            if workload is not None and s.spec.index in workload.content_tokens:
-                row["content_input_tokens"] = workload.content_tokens[s.spec.index]
+            if content is not None:
+                row["content_input_tokens"] = content
             fh.write(orjson.dumps(row) + b"\n")
 
 

@@ -167,6 +167,19 @@ def test_open_loop_run_writes_documented_files(tmp_path: Path) -> None:
                     "Tag=e2e", "Tag=schedule_lag"}
 
 
+def test_every_request_failed_exits_6(tmp_path: Path) -> None:
+    """A run whose measured requests all failed is no measurement: exit 6, one line on stderr."""
+    out = tmp_path / "out"
+    p = run_cli(["--rate", "20", "--requests", "10", "--output-tokens", "4", "--sim-args", "--fault-500 1.0",
+                 "--out", str(out)])
+    assert "Traceback" not in p.stderr
+    assert p.returncode == 6, (p.returncode, p.stderr)
+    res, _ = load(out)
+    assert res["counts"]["completed"] == 0 and res["counts"]["errors_by_kind"] == {"http_error": 10}
+    msg = [ln for ln in p.stderr.splitlines() if "error:" in ln]
+    assert msg == ["error: all 10 measured requests failed (http_error 10): nothing was measured"], p.stderr
+
+
 def test_closed_loop_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     p = run_cli(["--concurrency", "4", "--requests", "20", "--output-tokens", "4", "--out", str(out)])

@@ -3,7 +3,9 @@
 * ``test_soak``: about 2.5 minutes at 150 req/s against the simulated endpoint with
   faults sprinkled in (429, 500, dropped connections, malformed events, in-band
   errors, 200 ms stalls; 0.2 % each): ``scripts/soak.py`` in its own process, whose
-  resident memory, descriptors and tasks it samples every second: growth after the
+  resident memory, descriptors and tasks it samples every second. It reports RSS at
+  warm-up and at the end, growth per hour (end minus warm-up, and the least-squares
+  slope), bytes per request, descriptors and tasks, and asserts: growth after the
   30 s warm-up at most 16 MiB, descriptors and tasks flat, none left after close,
   every scheduled request accounted for, each fault seen as its own kind. It is ``slow`` (select or skip it with
   ``-m slow`` / ``-m "not slow"``) but part of the default run. The 30-minute and
@@ -51,6 +53,14 @@ def test_soak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fig = json.loads(fig_path.read_text())
     assert p.returncode == 0 and fig["broken_bounds"] == [], (p.returncode, fig["broken_bounds"], p.stderr[-2000:])
     assert fig["growth_mib"] <= 16.0 and fig["rss_peak_mib"] <= 512.0
+    for k in ("rss_warm_mib", "rss_end_mib", "growth_mib_per_hour", "slope_mib_per_hour", "growth_bytes_per_request",
+              "fds_warm", "fds_end", "tasks_warm", "tasks_end", "spilled_bytes"):
+        assert k in fig, k
+    # nothing per request stays in memory: the schedule is 9 bytes a request before the run, prompts
+    # are built just in time, exact samples spill to disk (the old code held ~0.5-1 KB a request up
+    # front: 11+ MiB here)
+    assert fig["rss_after_plan_mib"] - fig["rss_start_mib"] <= 16.0, fig
+    assert fig["spilled_bytes"] > 0, fig  # the samples past the in-memory chunk went to disk
     assert fig["fds_after_close"] <= fig["fds_before"] and fig["tasks_after_close"] <= fig["tasks_before"]
     assert fig["accounted"] and fig["unsent"] == 0, fig
     kinds = fig["kinds"]
