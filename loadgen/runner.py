@@ -50,6 +50,8 @@ SINK_MAX_DELAY_S = 0.05
 LOOKAHEAD_NS = 500_000_000  # open loop: specs are built up to this far ahead of the next send...
 MAX_AHEAD = 1024  # ...and at most this many (bounds the memory of long prompts at high rates)
 BUILD_GUARD_NS = 2_000_000  # no spec is built this close to a send deadline (one costs ~10-100 µs)
+GC_PERIOD_S = 1.0  # young generations collected this often (away from send deadlines)...
+GC_FULL_EVERY = 60  # ...and every generation (the frozen start-up heap excepted) every this many periods
 
 
 @dataclass
@@ -148,6 +150,7 @@ class Runner:
         t0_wall = anchor_w + (self.t0_ns - anchor_m)
         w0 = now_ns()
         monitor = asyncio.create_task(self._loop_monitor())
+        collector = asyncio.create_task(self._gc_loop())
         sink_task = asyncio.create_task(self._sink_loop()) if self._defer_sink else None
         # Cyclic GC passes over many live objects stall the loop for milliseconds: freeze what
         # exists now and collect young generations less often while the run is on.
@@ -169,8 +172,11 @@ class Runner:
             for u in getattr(self, "_users", ()):
                 u.cancel()
             monitor.cancel()
+            collector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await monitor
+            with contextlib.suppress(asyncio.CancelledError):
+                await collector
             if sink_task is not None:
                 sink_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -228,6 +234,29 @@ class Runner:
             if len(lags) >= LOOP_LAG_KEPT:
                 lags[:] = lags[1::2]
                 stride *= 2
+
+    async def _gc_loop(self) -> None:
+        """Collect cyclic garbage in small steps, away from send deadlines.
+
+        The run raises the young-generation threshold to 50 000 (cyclic collections over
+        many objects stall the loop), but then the few cycles each failed request leaves
+        (exception, traceback, frames) and each closed connection leaves pile up for tens of
+        minutes, and whatever survives into an older generation stays to the end: memory
+        grows with the run. A young collection every GC_PERIOD_S (a few thousand objects:
+        well under a millisecond) and a full one every GC_FULL_EVERY periods (the heap
+        frozen at start is not scanned) keep it flat.
+        """
+        k = 0
+        while True:
+            await asyncio.sleep(GC_PERIOD_S)
+            for _ in range(100):  # open loop: wait for a gap between sends (at most ~0.2 s)
+                now = now_ns()
+                gap = self._next_deadline_ns - now
+                if not self._defer_sink or gap > SINK_GUARD_NS or gap < -SINK_GUARD_NS:
+                    break
+                await asyncio.sleep(SINK_PERIOD_S)
+            k += 1
+            gc.collect(2 if k % GC_FULL_EVERY == 0 else 1)
 
     async def _wait_until(self, deadline_ns: int) -> None:
         """Sleep until an absolute deadline; wakes ~1 ms early and yields until it.
