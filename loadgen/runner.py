@@ -44,6 +44,7 @@ LEAD_IN_NS = 100_000_000  # t0 is set this far ahead so the first deadline is no
 LOOP_PROBE_S = 0.005
 LOOP_LAG_KEPT = 50_000  # loop-lag samples kept at most (thinned evenly beyond)
 SPIN_NS = 1_200_000  # the last 1.2 ms before a deadline are spent yielding, not sleeping
+PRESTART_NS = 3_000_000  # open loop: a request is prepared this long before its deadline (gated send)
 SINK_PERIOD_S = 0.002
 SINK_GUARD_NS = 1_500_000  # no sink work this close to a send deadline
 SINK_MAX_DELAY_S = 0.05
@@ -298,10 +299,36 @@ class Runner:
                 ahead.append(schedule.spec(built))
                 built += 1
 
+        # Prepared sends (endpoints that accept a gate; not under --max-concurrency): each
+        # request is started PRESTART_NS before its deadline (spec, body, pool connection,
+        # headers) and parked; at the deadline the dispatcher only opens its gate and the
+        # bytes go out. A burst costs one gate per request at its deadline, not one whole
+        # send path each.
+        gated = sem is None and bool(getattr(self.endpoint, "accepts_send_gate", False))
+        loop = asyncio.get_running_loop()
+        prepared: dict[int, tuple[asyncio.Future[None], asyncio.Task[None]]] = {}
+        nxt = 0  # the next position to prepare
+
+        def take(p: int) -> RequestSpec:
+            """The spec of position ``p``, the next one not yet taken."""
+            nonlocal built
+            if ahead:
+                return ahead.popleft()
+            built = p + 1  # no slack to build it earlier: the generator is behind anyway
+            return schedule.spec(p)
+
         for pos in range(n):
             deadline = t0 + int(offsets[pos])
             self._next_deadline_ns = deadline
             build_ahead(deadline)
+            if gated:
+                await self._sleep_until(deadline - PRESTART_NS)
+                horizon = now_ns() - t0 + PRESTART_NS
+                while nxt < n and (nxt <= pos or offsets[nxt] <= horizon) and not self._stop.is_set():
+                    gate: asyncio.Future[None] = loop.create_future()
+                    task = self._start(tg, take(nxt), schedule.phase(nxt), t0 + int(offsets[nxt]), None, gate)
+                    prepared[nxt] = (gate, task)
+                    nxt += 1
             await self._wait_until(deadline)
             if not self._stop.is_set() and now_ns() - deadline > abort_ns:
                 self.aborted_reason = (
@@ -310,21 +337,31 @@ class Runner:
                 )
                 self._stop.set()
             if self._stop.is_set():
+                for _gate, task in prepared.values():
+                    task.cancel()  # never sent: no record, counted unsent below
                 self._count_unsent(schedule, pos)
                 return
+            if gated:
+                prepared.pop(pos)[0].set_result(None)
+                continue
             if sem is not None:
                 await sem.acquire()
                 if self._stop.is_set():
                     sem.release()
                     self._count_unsent(schedule, pos)
                     return
-            if ahead:
-                spec = ahead.popleft()
-            else:  # no slack to build it earlier: the generator is behind anyway
-                spec = schedule.spec(pos)
-                built = pos + 1
+            spec = take(pos)
             self._start(tg, spec, schedule.phase(pos), deadline, sem)
             del spec
+
+    async def _sleep_until(self, t_ns: int) -> None:
+        """A coarse, stop-aware sleep until ``t_ns`` (no spin: for preparing, not sending)."""
+        delay = t_ns - now_ns()
+        if delay > 20_000_000:
+            assert self._stop_fut is not None
+            await asyncio.wait({self._stop_fut}, timeout=delay / 1e9)
+        elif delay > 0:
+            await asyncio.sleep(delay / 1e9)
 
     def _count_unsent(self, schedule: Schedule, pos: int) -> None:
         measured, warm = schedule.count_phases(pos)
@@ -338,14 +375,20 @@ class Runner:
         phase: str,
         scheduled_ns: int,
         sem: asyncio.Semaphore | None = None,
+        gate: asyncio.Future[None] | None = None,
     ) -> asyncio.Task[None]:
-        task = tg.create_task(self._one(spec, phase, scheduled_ns, sem))
+        task = tg.create_task(self._one(spec, phase, scheduled_ns, sem, gate))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
 
     async def _one(
-        self, spec: RequestSpec, phase: str, scheduled_ns: int, sem: asyncio.Semaphore | None
+        self,
+        spec: RequestSpec,
+        phase: str,
+        scheduled_ns: int,
+        sem: asyncio.Semaphore | None,
+        gate: asyncio.Future[None] | None = None,
     ) -> None:
         rec = RequestRecord(
             index=spec.index,
@@ -358,8 +401,17 @@ class Runner:
         )
         self.inflight_records[spec.index] = rec
         try:
-            await self.endpoint.send(spec, rec)
+            if gate is None:
+                await self.endpoint.send(spec, rec)
+            else:
+                await self.endpoint.send(spec, rec, gate)  # type: ignore[call-arg]
+                if not gate.done():  # it failed while being prepared (e.g. refused connect):
+                    await asyncio.shield(gate)  # reported at its scheduled time, never earlier
+                    rec.end_ns = max(rec.end_ns or 0, now_ns())
         except asyncio.CancelledError:
+            if gate is not None and not gate.done():  # (only the dispatcher completes a gate)
+                self.inflight_records.pop(spec.index, None)
+                return  # prepared but never sent (the run stopped first): counted unsent, no record
             rec.status = "error"
             rec.error_kind = "cancelled"
             rec.error_detail = self.cancel_reason

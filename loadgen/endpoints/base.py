@@ -309,6 +309,26 @@ class TimedConnector(aiohttp.TCPConnector):
         return result
 
 
+class GatedPayload(aiohttp.BytesPayload):
+    """A request body written only once ``gate`` is done: the request is prepared ahead (pool
+    connection, headers built and buffered) and its bytes go out when the gate opens.
+
+    aiohttp buffers the headers and writes them with the body's first chunk, so nothing reaches
+    the socket before the gate opens (see :meth:`HTTPSendMixin.send`)."""
+
+    def __init__(self, value: bytes, gate: asyncio.Future[None], **kwargs: Any) -> None:
+        super().__init__(value, **kwargs)
+        self._gate = gate
+
+    async def write(self, writer: Any) -> None:
+        await asyncio.shield(self._gate)  # a cancelled write must not cancel the runner's gate
+        await super().write(writer)
+
+    async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+        await asyncio.shield(self._gate)
+        await super().write_with_length(writer, content_length)
+
+
 async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
     rec = ctx.trace_request_ctx
     if isinstance(rec, RequestRecord) and rec.sent_ns is None:
@@ -480,7 +500,7 @@ async def record_http_error(resp: aiohttp.ClientResponse, record: RequestRecord,
 async def http_attempt(
     session: aiohttp.ClientSession,
     url: str,
-    payload: bytes,
+    payload: bytes | aiohttp.BytesPayload,
     headers: Mapping[str, str],
     record: RequestRecord,
     *,
@@ -709,18 +729,31 @@ class HTTPSendMixin:
     readers ``_read_stream`` / ``_read_body``.
     """
 
-    async def send(self, spec: Any, record: Any) -> None:
+    @property
+    def accepts_send_gate(self) -> bool:
+        """Whether ``send(..., gate=)`` may prepare a request ahead of its scheduled time: with
+        pooled connections only (``connection_reuse="none"`` means every request pays its
+        connect inside its latency), no client rate cap and no 429 retries (both wait first)."""
+        self_: Any = self
+        cfg = self_.config
+        return cfg.connection_reuse == "keep-alive" and self_.cap is None and not cfg.retry_429
+
+    async def send(self, spec: Any, record: Any, gate: asyncio.Future[None] | None = None) -> None:
         """Send one request and fill ``record`` (see :class:`RequestRecord`). Never raises
         except ``asyncio.CancelledError``.
 
-        Under the client's rate cap when one is set; a 429 is retried only with
+        ``gate`` (open loop, see :attr:`accepts_send_gate`): the request is prepared now and
+        its bytes are written when the gate is done (the runner opens it at the scheduled
+        time). Under the client's rate cap when one is set; a 429 is retried only with
         ``retry_429`` (see :func:`send_with_attempts`)."""
         self_: Any = self
         assert self_._session is not None, "open() first"
         cfg = self_.config
         if self_.cap is None and not cfg.retry_429:
-            await self._attempt(spec, record)
+            await self._attempt(spec, record, gate)
             return
+        if gate is not None:
+            await gate
         await send_with_attempts(
             self._attempt, spec, record, retry_429=cfg.retry_429, retry_max_wait_s=cfg.retry_429_max_wait_s, cap=self_.cap
         )
@@ -744,7 +777,7 @@ class HTTPSendMixin:
             "rate_cap": self_.cap.describe() if self_.cap else None,
         }
 
-    async def _attempt(self, spec: Any, record: Any) -> None:
+    async def _attempt(self, spec: Any, record: Any, gate: asyncio.Future[None] | None = None) -> None:
         """One HTTP exchange for ``spec`` (see :meth:`send`)."""
         self_: Any = self
         assert self_._session is not None, "open() first"
@@ -753,13 +786,17 @@ class HTTPSendMixin:
         if cfg.request_id_prefix is not None:
             headers = dict(headers)
             headers["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
+        body = orjson.dumps(self_.build_body(spec))
+        timeout_s = cfg.timeout_s
+        if gate is not None:  # prepared ahead: the total deadline runs from the scheduled time
+            timeout_s += max(record.scheduled_ns - now_ns(), 0) / 1e9
         await http_attempt(
             self_._session,
             self_._url,
-            orjson.dumps(self_.build_body(spec)),
+            body if gate is None else GatedPayload(body, gate, content_type="application/json"),
             headers,
             record,
-            timeout_s=cfg.timeout_s,
+            timeout_s=timeout_s,
             redact=self_.redactor,
             read_ok=self_._read_stream if cfg.stream else self_._read_body,
         )

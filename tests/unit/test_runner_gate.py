@@ -1,0 +1,124 @@
+"""Open loop with prepared sends: a request is started up to PRESTART_NS before its scheduled
+time (connection, headers, body built), and its bytes go out only when the dispatcher opens
+its gate at the scheduled time. Checked with a fake endpoint that stamps when it is allowed to
+write: never before the scheduled time, every request once, a stop before the gate opens
+leaves the request unsent (no record), and a failure before the gate is reported no earlier
+than the scheduled time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from loadgen.clock import now_ns
+from loadgen.runner import PRESTART_NS, RunPlan, Runner
+from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest
+
+
+class GatedFake:
+    """Stands for an HTTP endpoint: prepares at once, 'writes' when the gate opens."""
+
+    accepts_send_gate = True
+
+    def __init__(self, fail: set[int] | None = None) -> None:
+        self.started: dict[int, int] = {}  # index -> when send() was called
+        self.written: dict[int, int] = {}  # index -> when the bytes would have gone out
+        self.fail = fail or set()
+
+    async def send(self, spec: RequestSpec, rec: RequestRecord, gate: Any = None) -> None:
+        self.started[spec.index] = now_ns()
+        if spec.index in self.fail:  # e.g. connection refused while preparing
+            rec.status = "error"
+            rec.error_kind = "connect"
+            rec.end_ns = now_ns()
+            return
+        if gate is not None:
+            await asyncio.shield(gate)  # as GatedPayload: the gate is the runner's alone
+        t = now_ns()
+        self.written[spec.index] = t
+        rec.sent_ns = t
+        await asyncio.sleep(0.002)
+        rec.end_ns = now_ns()
+        rec.status = "ok"
+
+
+def _plan(offsets_ms: list[float]) -> RunPlan:
+    sched = [
+        ScheduledRequest(offset_ns=round(ms * 1e6), spec=RequestSpec(index=i, prompt="x"), phase="measure")
+        for i, ms in enumerate(offsets_ms)
+    ]
+    return RunPlan(mode="open", schedule=sched, drain_grace_s=5.0)
+
+
+def _run(ep: GatedFake, plan: RunPlan, stop_after_s: float | None = None) -> tuple[Runner, list[RequestRecord]]:
+    recs: list[RequestRecord] = []
+
+    async def main() -> Runner:
+        r = Runner(ep, plan, recs.append, install_signal_handlers=False)  # type: ignore[arg-type]
+        if stop_after_s is not None:
+            asyncio.get_running_loop().call_later(stop_after_s, lambda: r.request_stop(True))
+        await asyncio.wait_for(r.run(), 20)
+        return r
+
+    return asyncio.run(main()), recs
+
+
+def test_prepared_early_written_at_the_scheduled_time_never_before() -> None:
+    # a burst of 6 at one instant, then isolated requests
+    offsets = [0, 0, 0, 0, 0, 0, 20, 45, 45.5, 80]
+    ep = GatedFake()
+    r, recs = _run(ep, _plan(offsets))
+    assert sorted(x.index for x in recs) == list(range(len(offsets)))  # each exactly once
+    assert r.unsent == 0
+    for x in recs:
+        assert x.status == "ok"
+        assert ep.written[x.index] >= x.scheduled_ns, f"request {x.index} written before its scheduled time"
+        # prepared ahead: send() was entered before the scheduled time, within the window (+ slack)
+        lead = x.scheduled_ns - ep.started[x.index]
+        assert -5_000_000 < lead <= PRESTART_NS + 2_000_000, (x.index, lead)
+    assert sum(1 for x in recs if ep.started[x.index] < x.scheduled_ns) >= len(offsets) // 2  # really ahead
+
+
+def test_stop_before_the_gate_opens_leaves_the_request_unsent(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a 50 ms window (wide, so the timing holds on a busy machine): request 1 (at 300 ms) is
+    # prepared at ~250 ms; the stop comes at 275 ms, before its gate opens
+    import loadgen.runner as runner_mod
+
+    monkeypatch.setattr(runner_mod, "PRESTART_NS", 50_000_000)
+
+    def go(stop_at_s: float | None) -> tuple[Runner, list[RequestRecord], GatedFake]:
+        ep = GatedFake()
+
+        async def main() -> tuple[Runner, list[RequestRecord]]:
+            got: list[RequestRecord] = []
+            run = Runner(ep, _plan([0, 300, 600]), got.append, install_signal_handlers=False)  # type: ignore[arg-type]
+            task = asyncio.ensure_future(run.run())
+            while run.t0_ns == 0:
+                await asyncio.sleep(0.001)
+            if stop_at_s is not None:
+                await asyncio.sleep(max((run.t0_ns + round(stop_at_s * 1e9) - now_ns()) / 1e9, 0))
+                run.request_stop(True)
+            await asyncio.wait_for(task, 20)
+            return run, got
+
+        r, recs = asyncio.run(main())
+        return r, recs, ep
+
+    r, recs, ep = go(None)
+    assert len(recs) == 3 and r.unsent == 0  # control: without a stop all three go
+    r, recs, ep = go(0.275)
+    assert 1 in ep.started, "request 1 was not prepared ahead"
+    assert [x.index for x in recs] == [0]
+    assert r.unsent == 2  # the prepared one and the one never started
+    assert 1 not in ep.written and 2 not in ep.written
+
+
+def test_failure_while_preparing_is_reported_at_the_scheduled_time() -> None:
+    ep = GatedFake(fail={1})
+    r, recs = _run(ep, _plan([0, 50]))
+    bad = next(x for x in recs if x.index == 1)
+    assert bad.status == "error" and bad.error_kind == "connect"
+    assert bad.end_ns is not None and bad.end_ns >= bad.scheduled_ns  # never a negative latency
