@@ -305,8 +305,7 @@ class Runner:
         # bytes go out. A burst costs one gate per request at its deadline, not one whole
         # send path each.
         gated = sem is None and bool(getattr(self.endpoint, "accepts_send_gate", False))
-        loop = asyncio.get_running_loop()
-        prepared: dict[int, tuple[asyncio.Future[None], asyncio.Task[None]]] = {}
+        prepared: dict[int, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         nxt = 0  # the next position to prepare
 
         def take(p: int) -> RequestSpec:
@@ -320,12 +319,12 @@ class Runner:
         for pos in range(n):
             deadline = t0 + int(offsets[pos])
             self._next_deadline_ns = deadline
-            build_ahead(deadline)
+            build_ahead(deadline - PRESTART_NS if gated else deadline)  # never into the preparing
             if gated:
                 await self._sleep_until(deadline - PRESTART_NS)
                 horizon = now_ns() - t0 + PRESTART_NS
                 while nxt < n and (nxt <= pos or offsets[nxt] <= horizon) and not self._stop.is_set():
-                    gate: asyncio.Future[None] = loop.create_future()
+                    gate = asyncio.Event()
                     task = self._start(tg, take(nxt), schedule.phase(nxt), t0 + int(offsets[nxt]), None, gate)
                     prepared[nxt] = (gate, task)
                     nxt += 1
@@ -342,7 +341,9 @@ class Runner:
                 self._count_unsent(schedule, pos)
                 return
             if gated:
-                prepared.pop(pos)[0].set_result(None)
+                prepared.pop(pos)[0].set()
+                if pos + 1 < n and t0 + int(offsets[pos + 1]) > now_ns():
+                    await asyncio.sleep(0)  # the released write runs now, before building ahead
                 continue
             if sem is not None:
                 await sem.acquire()
@@ -375,7 +376,7 @@ class Runner:
         phase: str,
         scheduled_ns: int,
         sem: asyncio.Semaphore | None = None,
-        gate: asyncio.Future[None] | None = None,
+        gate: asyncio.Event | None = None,
     ) -> asyncio.Task[None]:
         task = tg.create_task(self._one(spec, phase, scheduled_ns, sem, gate))
         self._inflight.add(task)
@@ -388,7 +389,7 @@ class Runner:
         phase: str,
         scheduled_ns: int,
         sem: asyncio.Semaphore | None,
-        gate: asyncio.Future[None] | None = None,
+        gate: asyncio.Event | None = None,
     ) -> None:
         rec = RequestRecord(
             index=spec.index,
@@ -405,11 +406,11 @@ class Runner:
                 await self.endpoint.send(spec, rec)
             else:
                 await self.endpoint.send(spec, rec, gate)  # type: ignore[call-arg]
-                if not gate.done():  # it failed while being prepared (e.g. refused connect):
-                    await asyncio.shield(gate)  # reported at its scheduled time, never earlier
+                if not gate.is_set():  # it failed while being prepared (e.g. refused connect):
+                    await gate.wait()  # reported at its scheduled time, never earlier
                     rec.end_ns = max(rec.end_ns or 0, now_ns())
         except asyncio.CancelledError:
-            if gate is not None and not gate.done():  # (only the dispatcher completes a gate)
+            if gate is not None and not gate.is_set():  # (only the dispatcher sets a gate)
                 self.inflight_records.pop(spec.index, None)
                 return  # prepared but never sent (the run stopped first): counted unsent, no record
             rec.status = "error"

@@ -310,22 +310,22 @@ class TimedConnector(aiohttp.TCPConnector):
 
 
 class GatedPayload(aiohttp.BytesPayload):
-    """A request body written only once ``gate`` is done: the request is prepared ahead (pool
+    """A request body written only once ``gate`` (an :class:`asyncio.Event`) is set: the request is prepared ahead (pool
     connection, headers built and buffered) and its bytes go out when the gate opens.
 
     aiohttp buffers the headers and writes them with the body's first chunk, so nothing reaches
     the socket before the gate opens (see :meth:`HTTPSendMixin.send`)."""
 
-    def __init__(self, value: bytes, gate: asyncio.Future[None], **kwargs: Any) -> None:
+    def __init__(self, value: bytes, gate: asyncio.Event, **kwargs: Any) -> None:
         super().__init__(value, **kwargs)
         self._gate = gate
 
     async def write(self, writer: Any) -> None:
-        await asyncio.shield(self._gate)  # a cancelled write must not cancel the runner's gate
+        await self._gate.wait()
         await super().write(writer)
 
     async def write_with_length(self, writer: Any, content_length: int | None) -> None:
-        await asyncio.shield(self._gate)
+        await self._gate.wait()
         await super().write_with_length(writer, content_length)
 
 
@@ -738,12 +738,12 @@ class HTTPSendMixin:
         cfg = self_.config
         return cfg.connection_reuse == "keep-alive" and self_.cap is None and not cfg.retry_429
 
-    async def send(self, spec: Any, record: Any, gate: asyncio.Future[None] | None = None) -> None:
+    async def send(self, spec: Any, record: Any, gate: asyncio.Event | None = None) -> None:
         """Send one request and fill ``record`` (see :class:`RequestRecord`). Never raises
         except ``asyncio.CancelledError``.
 
         ``gate`` (open loop, see :attr:`accepts_send_gate`): the request is prepared now and
-        its bytes are written when the gate is done (the runner opens it at the scheduled
+        its bytes are written when the gate is set (the runner opens it at the scheduled
         time). Under the client's rate cap when one is set; a 429 is retried only with
         ``retry_429`` (see :func:`send_with_attempts`)."""
         self_: Any = self
@@ -753,7 +753,7 @@ class HTTPSendMixin:
             await self._attempt(spec, record, gate)
             return
         if gate is not None:
-            await gate
+            await gate.wait()
         await send_with_attempts(
             self._attempt, spec, record, retry_429=cfg.retry_429, retry_max_wait_s=cfg.retry_429_max_wait_s, cap=self_.cap
         )
@@ -777,7 +777,7 @@ class HTTPSendMixin:
             "rate_cap": self_.cap.describe() if self_.cap else None,
         }
 
-    async def _attempt(self, spec: Any, record: Any, gate: asyncio.Future[None] | None = None) -> None:
+    async def _attempt(self, spec: Any, record: Any, gate: asyncio.Event | None = None) -> None:
         """One HTTP exchange for ``spec`` (see :meth:`send`)."""
         self_: Any = self
         assert self_._session is not None, "open() first"

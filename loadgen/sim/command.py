@@ -50,11 +50,19 @@ async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
     stop.set()
 
 
+async def _spin() -> None:
+    """Yield to the loop forever: it polls I/O without blocking (``--busy-poll``)."""
+    while True:
+        await asyncio.sleep(0)
+
+
 async def _serve(
-    server: SimServer, host: str, port: int, port_file: str | None, parent_pid: int | None = None
-) -> None:
+    server: SimServer, host: str, port: int, port_file: str | None, parent_pid: int | None = None,
+    busy_poll: bool = False,
+) -> None:  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    spinner = loop.create_task(_spin()) if busy_poll else None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     watcher = loop.create_task(_watch_parent(parent_pid, stop)) if parent_pid else None
@@ -72,6 +80,8 @@ async def _serve(
     finally:
         if watcher is not None:
             watcher.cancel()
+        if spinner is not None:
+            spinner.cancel()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
 
@@ -116,6 +126,10 @@ async def _serve(
 @click.option("--tokenizer", "tokenizer_path", type=click.Path(exists=True), default=None,
               help="Count prompt tokens with this Hugging Face tokenizer (directory or tokenizer.json) "
                    "instead of words; chat prompts get the templated count.")
+@click.option("--busy-poll", is_flag=True,
+              help="Keep the event loop polling instead of sleeping (costs a core): arrival stamps in "
+                   "the truth log then exclude this process's wake-up from an idle CPU (replay-"
+                   "fidelity benchmarks).")
 @click.option("--parent-pid", type=int, default=None, hidden=True,
               help="Exit when this process is no longer our parent (used by SimProcess).")
 def sim_command(**kw: Any) -> None:
@@ -159,6 +173,6 @@ def sim_command(**kw: Any) -> None:
     )
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(_serve(server, kw["host"], kw["port"], kw["port_file"], kw["parent_pid"]))
+            runner.run(_serve(server, kw["host"], kw["port"], kw["port_file"], kw["parent_pid"], kw["busy_poll"]))
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {kw['host']}:{kw['port']}: {exc}") from exc

@@ -36,7 +36,7 @@ class GatedFake:
             rec.end_ns = now_ns()
             return
         if gate is not None:
-            await asyncio.shield(gate)  # as GatedPayload: the gate is the runner's alone
+            await gate.wait()  # as GatedPayload
         t = now_ns()
         self.written[spec.index] = t
         rec.sent_ns = t
