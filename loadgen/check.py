@@ -174,7 +174,7 @@ async def collect(
     from loadgen.errors import ConfigError
     from loadgen.redact import Redactor, redact_url, split_url_secrets
 
-    redact = Redactor([*split_url_secrets(base_url)[1], *(p for v in (headers or {}).values() for p in (v, v.split()[-1] if v.split() else v) if len(p) >= 8)])
+    redact = Redactor([*split_url_secrets(base_url)[1], *(p for v in (headers or {}).values() for p in (v, *v.split()[-1:]) if len(p) >= 8)])
     async with aiohttp.ClientSession(timeout=timeout, headers=headers or {}, connector=aiohttp.TCPConnector(limit=0)) as http:
         model = settings.model
         if model is None:

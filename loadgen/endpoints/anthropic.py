@@ -37,7 +37,6 @@ from loadgen.endpoints.base import (
     fail,
     is_buffered,
     network_baseline,
-    open_session,
 )
 from loadgen.errors import EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
@@ -248,13 +247,7 @@ class AnthropicEndpoint(HTTPSendMixin):
 
     async def open(self) -> None:
         cfg = self.config
-        self._session = open_session(
-            pool_limit=cfg.pool_limit,
-            connect_timeout_s=cfg.connect_timeout_s,
-            verify_tls=cfg.verify_tls,
-            ca_file=cfg.ca_file,
-            connection_reuse=cfg.connection_reuse,
-        )
+        self._session = self._open_session()
         if cfg.network_baseline:
             self.network = await network_baseline(self._url)
         if cfg.discover or cfg.model is None:

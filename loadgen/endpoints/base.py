@@ -758,6 +758,17 @@ class HTTPSendMixin:
             self._attempt, spec, record, retry_429=cfg.retry_429, retry_max_wait_s=cfg.retry_429_max_wait_s, cap=self_.cap
         )
 
+    def _open_session(self) -> aiohttp.ClientSession:
+        """The HTTP session for ``config`` (see :func:`open_session`); call inside the loop."""
+        cfg = self.config  # type: ignore[attr-defined]
+        return open_session(
+            pool_limit=cfg.pool_limit,
+            connect_timeout_s=cfg.connect_timeout_s,
+            verify_tls=cfg.verify_tls,
+            ca_file=cfg.ca_file,
+            connection_reuse=cfg.connection_reuse,
+        )
+
     def _client_settings(self) -> dict[str, Any]:
         """The HTTP client's settings as recorded in ``conditions.endpoint.client``."""
         self_: Any = self

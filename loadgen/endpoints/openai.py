@@ -35,7 +35,6 @@ from loadgen.endpoints.base import (
     fail,
     is_buffered,
     network_baseline,
-    open_session,
 )
 from loadgen.errors import EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
@@ -162,13 +161,7 @@ class OpenAIEndpoint(HTTPSendMixin):
 
     async def open(self) -> None:
         cfg = self.config
-        self._session = open_session(
-            pool_limit=cfg.pool_limit,
-            connect_timeout_s=cfg.connect_timeout_s,
-            verify_tls=cfg.verify_tls,
-            ca_file=cfg.ca_file,
-            connection_reuse=cfg.connection_reuse,
-        )
+        self._session = self._open_session()
         if cfg.network_baseline:
             self.network = await network_baseline(self._url)
             self.network["cheap_request_ms"] = await self._timed_gets(self._root + "/models")
