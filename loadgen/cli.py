@@ -144,6 +144,25 @@ def _parse_extra_body(text: str | None) -> dict[str, Any]:
     return obj
 
 
+def _cpus_option(kw: dict[str, Any]) -> set[int] | None:
+    """``--cpus`` parsed (checked before anything starts)."""
+    if not kw.get("cpus"):
+        return None
+    from loadgen.affinity import check_cpus, parse_cpus
+
+    cpus = parse_cpus(kw["cpus"])
+    check_cpus(cpus)
+    return cpus
+
+
+def _pin_client(cpus: set[int] | None) -> None:
+    """``--cpus``: restrict this process (and the workers it starts) to those CPUs."""
+    if cpus is not None:
+        from loadgen.affinity import pin_process
+
+        pin_process(cpus)
+
+
 def _use_uvloop() -> None:
     try:
         import uvloop
@@ -215,6 +234,7 @@ def _run_only_options(f):  # type: ignore[no-untyped-def]
         click.option("--workers", default="1", show_default=True, help="Client processes sharing the schedule (N or auto)."),
         click.option("--cluster", help="Ray cluster address (host:port, auto, ray://...): the --workers shards run as its actors."),
         click.option("--dry-run", is_flag=True, help="Build the schedule, write schedule.jsonl, send nothing."),
+        click.option("--cpus", help="Run the client on these CPUs only (e.g. 0 or 0-3): keeps it off a local server's cores."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -687,12 +707,14 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
 
     load = build_load_config(kw)
     load.validate()
+    cpus = _cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir()
     if kw["dry_run"]:
         return _dry_run(load, out_dir, console)
     load.prices = _prices(kw)
     redactor = Redactor()
     with _ClusterOption(kw["cluster"], err) as cluster, _Target(kw, out_dir, err) as target:
+        _pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
         if not target.embedded:
             confirm_remote(kw, target.url, target.embedded, _run_estimate(kw, load), err)
         endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
@@ -823,6 +845,7 @@ def _parse_ratio(text: str, what: str) -> float:
 @click.option("--concurrency-levels", help="Closed-loop sweep over these user counts, e.g. 1,2,4,8,16.")
 @click.option("--workers", default="1", show_default=True, help="Client processes per probe (N or auto); no early stop with N > 1.")
 @click.option("--cluster", help="Ray cluster address: each probe's --workers shards run as its actors.")
+@click.option("--cpus", help="Run the client on these CPUs only (e.g. 0 or 0-3): keeps it off a local server's cores.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/).")
 def sweep_cmd(**kw: Any) -> None:
     """Find the highest offered load that still meets the SLO."""
@@ -891,11 +914,13 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
 
     scfg = build_sweep_config(kw)
     base = base_load_config(kw)
+    cpus = _cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
     _make_out_dir(out_dir)
     base.prices = scfg.prices
     redactor = Redactor()
     with _ClusterOption(kw["cluster"], err) as cluster, _Target(kw, out_dir, err) as target:
+        _pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
         if cluster is not None and kw["workers"] == "auto":
             scfg.workers = cluster.auto_workers()
         if not target.embedded:

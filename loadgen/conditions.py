@@ -12,6 +12,7 @@ import socket
 from typing import Any
 
 from loadgen import __version__
+from loadgen.affinity import current_cpus
 
 
 def _cpu_model() -> str | None:
@@ -43,6 +44,7 @@ def client_conditions() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_affinity": current_cpus(),  # the CPUs the client may run on (--cpus)
         "libraries": {"aiohttp": aiohttp.__version__, "numpy": numpy.__version__},
         "event_loop": loop,
     }

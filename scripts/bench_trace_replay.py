@@ -10,7 +10,9 @@ The error is split into the client's part (deadline -> request bytes handed to t
 schedule lag) and the rest (socket -> the server process reading them). The simulated endpoint
 runs with ``--busy-poll`` (its event loop never sleeps) unless ``--no-busy-poll``: on this VM a
 process woken from an idle CPU takes from 0.5 to several ms to run, which would otherwise be
-charged to the client.
+charged to the client. On a machine with 2+ CPUs the two get separate ones (``--cpus``: the
+simulator the last CPU, the client the rest) unless ``--no-pin``: a client woken on the CPU the
+busy simulator holds waits up to a scheduler tick (4 ms) before it runs.
 """
 
 from __future__ import annotations
@@ -41,15 +43,20 @@ def main() -> int:
     ap.add_argument("--no-busy-poll", action="store_true",
                     help="let the simulated endpoint sleep when idle (its arrival stamps then include the "
                          "CPU's wake-up, up to milliseconds on a VM)")
+    ap.add_argument("--no-pin", action="store_true", help="let client and simulator share every CPU")
     a = ap.parse_args()
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pin = not a.no_pin and len(cpus) >= 2
+    sim_cpus = ["--cpus", str(cpus[-1])] if pin else []
+    client_cpus = ["--cpus", ",".join(map(str, cpus[:-1]))] if pin else []
     d = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     truth_path = d / "truth.jsonl"
     sim_args = ["--slots", "1024", "--ttft-ms", "2", "--itl-ms", "2", "--truth-log", str(truth_path)]
-    with SimProcess(sim_args + ([] if a.no_busy_poll else ["--busy-poll"])) as sim:
+    with SimProcess(sim_args + sim_cpus + ([] if a.no_busy_poll else ["--busy-poll"])) as sim:
         cmd = [
             sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url, "--trace", a.trace,
             "--trace-duration", a.window, "--time-scale", str(a.time_scale), "--output-tokens", "8",
-            "--no-token-lists", "--workers", str(a.workers), "--out", str(d / "run"),
+            "--no-token-lists", "--workers", str(a.workers), "--out", str(d / "run"), *client_cpus,
         ]
         p = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=900)
         if p.returncode not in (0, 1):
@@ -76,7 +83,8 @@ def main() -> int:
     # burst depth: how many requests the trace schedules in the 2 ms before each one
     depth = np.arange(s.size) - np.searchsorted(s, s - 2.0, side="left")
     n = res["counts"]["requests"]
-    print(f"trace {a.trace}, window {a.window} at {a.time_scale:g}x, {a.workers} worker(s): {n} requests in {res['duration_s']:.1f} s "
+    where = f"client on CPUs {client_cpus[1]}, simulator on CPU {sim_cpus[1]}" if pin else "client and simulator share the CPUs"
+    print(f"trace {a.trace}, window {a.window} at {a.time_scale:g}x, {a.workers} worker(s), {where}: {n} requests in {res['duration_s']:.1f} s "
           f"({res['client']['schedule_realized_rps']:.1f} req/s asked), {res['counts']['failed']} failed")
     print(f"server arrival - trace offset (ms): p50 {np.percentile(e, 50):.3f}  p90 {np.percentile(e, 90):.3f}  "
           f"p99 {np.percentile(e, 99):.3f}  max {e.max():.3f}  (n={e.size})")

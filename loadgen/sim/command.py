@@ -130,6 +130,7 @@ async def _serve(
               help="Keep the event loop polling instead of sleeping (costs a core): arrival stamps in "
                    "the truth log then exclude this process's wake-up from an idle CPU (replay-"
                    "fidelity benchmarks).")
+@click.option("--cpus", help="Serve on these CPUs only (e.g. 1 or 2-3): keeps the simulator off the client's cores.")
 @click.option("--parent-pid", type=int, default=None, hidden=True,
               help="Exit when this process is no longer our parent (used by SimProcess).")
 def sim_command(**kw: Any) -> None:
@@ -153,6 +154,14 @@ def sim_command(**kw: Any) -> None:
         stall_ms=kw["stall_ms"],
         slow_ms=kw["slow_ms"],
     )
+    if kw["cpus"]:
+        from loadgen.affinity import parse_cpus, pin_process
+        from loadgen.errors import ConfigError
+
+        try:
+            pin_process(parse_cpus(kw["cpus"]))
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
     tokenizer = None
     if kw["tokenizer_path"]:
         from loadgen.errors import ConfigError
