@@ -10,8 +10,8 @@ The error is split into the client's part (deadline -> request bytes handed to t
 schedule lag) and the rest (socket -> the server process reading them). The simulated endpoint
 runs with ``--busy-poll`` (its event loop never sleeps) unless ``--no-busy-poll``: on this VM a
 process woken from an idle CPU takes from 0.5 to several ms to run, which would otherwise be
-charged to the client. On a machine with 2+ CPUs the two get separate ones (``--cpus``: the
-simulator the last CPU, the client the rest) unless ``--no-pin``: a client woken on the CPU the
+charged to the client. With a CPU per client worker and one more, the two get separate ones
+(``--cpus``: the simulator the last CPU, the client the rest) unless ``--no-pin``: a client woken on the CPU the
 busy simulator holds waits up to a scheduler tick (4 ms) before it runs.
 """
 
@@ -46,7 +46,7 @@ def main() -> int:
     ap.add_argument("--no-pin", action="store_true", help="let client and simulator share every CPU")
     a = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    pin = not a.no_pin and len(cpus) >= 2
+    pin = not a.no_pin and len(cpus) >= a.workers + 1  # a CPU per client process and one for the simulator
     sim_cpus = ["--cpus", str(cpus[-1])] if pin else []
     client_cpus = ["--cpus", ",".join(map(str, cpus[:-1]))] if pin else []
     d = Path(tempfile.mkdtemp(prefix="bench-trace-"))
