@@ -336,6 +336,7 @@ def build_result(
         "cpu_s": outcome.client.cpu_s,
         "wall_s": outcome.client.wall_s,
         "cpu_fraction": validity["client_cpu_fraction"],
+        "loop_lag_p99_ms": validity["loop_lag_p99_ms"],
         "schedule_realized_rps": outcome.client.schedule_realized_rps,
     }
     return result

@@ -409,6 +409,7 @@ class Aggregator:
             )
         if client.worker_failures:
             check("workers", "generator", False, "; ".join(client.worker_failures))
+        ll = None
         if client.loop_lag_ms:
             ll = float(np.percentile(np.asarray(client.loop_lag_ms), 99))
             check(
@@ -484,6 +485,7 @@ class Aggregator:
             "checks": checks,
             "warnings": [c["detail"] for c in checks if c["group"] == "measurement" and not c["ok"]],
             "client_cpu_fraction": cpu,
+            "loop_lag_p99_ms": ll,
         }
         if gen_ok and self.requests and rl / self.requests > RATE_LIMIT_DOMINATED:
             out["limited_by"] = "rate_limit"

@@ -5,8 +5,9 @@ loop with C concurrent streams of T tokens at a fixed ITL, for C = 8, 16, 32, ..
 and ITL are paired with the server's write times (same CLOCK_MONOTONIC). A level is *honest* when
 the median TTFT error <= 2 ms and the p99 ITL error <= 2 ms. Prints, for 1 and N workers, each
 level's delivered output tok/s, errors, client CPU (all client processes) and peak RSS, and the
-honest capacity (the highest honest level). On this 2-core machine the simulated endpoint shares
-the cores with the client, so the figures are a floor.
+honest capacity (the highest honest level) and the client's event-loop lag p99. On this 2-core
+machine the simulated endpoint shares the cores with the client, so the figures are a floor;
+``--pin`` puts the two on separate CPUs (``--cpus``) where there is a CPU per worker plus one.
 """
 
 from __future__ import annotations
@@ -29,15 +30,19 @@ from bench_common import SimProcess, read_jsonl  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def level(c: int, workers: int, tokens: int, itl_ms: float, duration_s: float) -> dict[str, float]:
+def level(c: int, workers: int, tokens: int, itl_ms: float, duration_s: float, pin: bool = False) -> dict[str, float]:
     d = Path(tempfile.mkdtemp(prefix=f"bench-client-c{c}-w{workers}-"))
     truth_path = d / "truth.jsonl"
-    with SimProcess(["--slots", "4096", "--ttft-ms", "10", "--itl-ms", str(itl_ms), "--truth-log", str(truth_path)]) as sim:
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pin = pin and len(cpus) >= workers + 1  # a CPU per client process and one for the simulator
+    sim_cpus = ["--cpus", str(cpus[-1])] if pin else []
+    client_cpus = ["--cpus", ",".join(map(str, cpus[:-1]))] if pin else []
+    with SimProcess(["--slots", "4096", "--ttft-ms", "10", "--itl-ms", str(itl_ms), "--truth-log", str(truth_path), *sim_cpus]) as sim:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         cmd = [
             sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url, "--concurrency", str(c),
             "--duration", f"{duration_s}s", "--warmup", "2s", "--input-tokens", "16", "--output-tokens", str(tokens),
-            "--workers", str(workers), "--out", str(d / "run"),
+            "--workers", str(workers), "--out", str(d / "run"), *client_cpus,
         ]
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=duration_s * 4 + 120)
@@ -72,6 +77,7 @@ def level(c: int, workers: int, tokens: int, itl_ms: float, duration_s: float) -
         "client_cpu_cores": cpu / max(wall, 1e-9),
         "peak_rss_mib": r1.ru_maxrss / 1024,
         "valid": float(res["validity"]["valid"]),
+        "loop_lag_p99_ms": res["client"].get("loop_lag_p99_ms") or float("nan"),
     }
 
 
@@ -82,17 +88,18 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--itl-ms", type=float, default=5.0)
     ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--pin", action="store_true", help="client and simulator on separate CPUs (when there is a CPU per worker plus one)")
     a = ap.parse_args()
     for w in [int(x) for x in a.workers.split(",")]:
         print(f"\n== {w} worker(s): {a.tokens} tokens per stream at {a.itl_ms} ms ITL")
-        print(f"{'streams':>8s} {'out tok/s':>10s} {'TTFT p50 err':>13s} {'ITL p99 err':>12s} {'CPU cores':>10s} {'RSS MiB':>8s} {'valid':>6s}")
+        print(f"{'streams':>8s} {'out tok/s':>10s} {'TTFT p50 err':>13s} {'ITL p99 err':>12s} {'CPU cores':>10s} {'RSS MiB':>8s} {'valid':>6s} {'loop p99':>9s}")
         honest = None
         for c in [int(x) for x in a.levels.split(",")]:
-            r = level(c, w, a.tokens, a.itl_ms, a.duration)
+            r = level(c, w, a.tokens, a.itl_ms, a.duration, a.pin)
             ok = abs(r["ttft_p50_err_ms"]) <= 2 and r["itl_p99_err_ms"] <= 2
             print(
                 f"{c:8d} {r['output_tps']:10.0f} {r['ttft_p50_err_ms']:13.3f} {r['itl_p99_err_ms']:12.3f} "
-                f"{r['client_cpu_cores']:10.2f} {r['peak_rss_mib']:8.0f} {bool(r['valid'])!s:>6s}" + ("" if ok else "  <- over 2 ms")
+                f"{r['client_cpu_cores']:10.2f} {r['peak_rss_mib']:8.0f} {bool(r['valid'])!s:>6s} {r['loop_lag_p99_ms']:9.2f}" + ("" if ok else "  <- over 2 ms")
             )
             if ok:
                 honest = r["output_tps"]

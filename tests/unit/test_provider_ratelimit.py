@@ -328,3 +328,18 @@ def test_throttled_run_says_so_and_its_lag_is_not_the_generators() -> None:
     assert checks["schedule_lag_p99"]["ok"] and v["valid"]
     assert checks["offered_load_not_capped"]["ok"] is False and "capped" in v["offered_load"]
     assert agg.provider_result()["client_rate_cap"]["throttled_requests"] == 3
+
+
+def test_loop_lag_p99_is_reported_and_bounded() -> None:
+    """The event-loop lag p99 is a number in the validity output (and result.client), and over
+    its bound the run is INVALID, limited by the client."""
+    agg = Aggregator()
+    for i in range(3):
+        r = _ok(i, 0)
+        agg.add(r, compute(r))
+    lags = [0.1] * 98 + [30.0, 30.0]
+    v = agg.validity(ClientStats(loop_lag_ms=lags), ValidityBounds(min_requests=1, min_duration_s=0))
+    assert v["loop_lag_p99_ms"] == pytest.approx(30.0)  # rank 98.01 of 0..99 lies between the two 30s
+    assert not v["valid"] and v["limited_by"] == "client"
+    v = agg.validity(ClientStats(), ValidityBounds(min_requests=1, min_duration_s=0))
+    assert v["loop_lag_p99_ms"] is None and v["valid"]
