@@ -68,6 +68,8 @@ ROWS = (
     *QUALITY_ROWS,
 )
 
+UNPACED_ITL_ROWS = ("itl_p50_ms", "itl_p99_ms")  # a 0 here is not a best (see scorecard)
+
 MUST_MATCH = ("model", "api", "stream", "input_tokens", "output_tokens", "slo", "arrival", "latency_origin", "schema")
 
 
@@ -237,14 +239,22 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
     comparable = not reasons
     ranked = comparable or force
     rows = []
+    warnings: list[str] = []
     for key, label, better in ROWS:
         vals = {s.label: s.values.get(key, NOT_MEASURED) for s in systems}
         best = None
         nums = {k: v for k, v in vals.items() if isinstance(v, (int, float))}
+        if key in UNPACED_ITL_ROWS:
+            # An ITL percentile of 0 ms: at least that share of the tokens came in the same chunk as
+            # the token before (multi-token chunks, a buffering server or proxy): the row says
+            # nothing of that system's token pacing and its 0 must not win.
+            for k in [k for k, v in nums.items() if v == 0]:
+                del nums[k]
+                warnings.append(f"{k}: {label} is 0 (tokens arrived together in multi-token chunks); not ranked on it")
         if ranked and better and len(nums) >= 2 and len(set(nums.values())) > 1:  # a tie for all: no best
             best = (max if better == "high" else min)(nums, key=nums.get)  # type: ignore[arg-type]
         rows.append({"key": key, "label": label, "values": vals, "best": best})
-    warnings = [f"{s.label} drifts over its run: {s.drift['reason']}" for s in systems if s.drift.get("verdict") == "drifting"]
+    warnings += [f"{s.label} drifts over its run: {s.drift['reason']}" for s in systems if s.drift.get("verdict") == "drifting"]
     return {
         "schema_version": SCORECARD_SCHEMA_VERSION,
         "systems": [{"label": s.label, "kind": s.kind, "source": s.source, "links": s.links, "conditions": s.conditions} for s in systems],

@@ -146,3 +146,19 @@ def test_cli_compare_check_flag(tmp_path: Path) -> None:
     assert rows["quality_exact_match_rate"]["values"] == {"a": NOT_MEASURED, "b": 0.5}
     r = CliRunner().invoke(main, ["compare", str(a), str(b), "--check", str(chk)])
     assert r.exit_code == 2 and "--check given 1 times for 2 results" in r.output
+
+
+def test_zero_itl_from_multi_token_chunks_is_not_ranked_best(tmp_path: Path) -> None:
+    a = load_system(str(_sweep(tmp_path / "a", out_tokens=128, rate=10, out_tps=1000, cost=None, joules=None)))
+    b = load_system(str(_sweep(tmp_path / "b", out_tokens=128, rate=12, out_tps=1200, cost=None, joules=None)))
+    c = load_system(str(_sweep(tmp_path / "c", out_tokens=128, rate=12, out_tps=1200, cost=None, joules=None)))
+    a.values["itl_p50_ms"] = 0.0  # half its tokens came with the token before (buffered chunks)
+    b.values["itl_p50_ms"] = 12.0
+    c.values["itl_p50_ms"] = 9.0
+    card = scorecard([a, b, c])
+    rows = {r["key"]: r for r in card["rows"]}
+    assert rows["itl_p50_ms"]["values"]["a"] == 0.0  # shown as measured...
+    assert rows["itl_p50_ms"]["best"] == "c"  # ...but never the best
+    assert any(w.startswith("a: ITL p50") and "not ranked" in w for w in card["warnings"])
+    a.values["itl_p50_ms"] = 5.0
+    assert {r["key"]: r for r in scorecard([a, b, c])["rows"]}["itl_p50_ms"]["best"] == "a"
