@@ -98,7 +98,7 @@ class RequestRecord:
     status: Literal["ok", "error"] = "error"
     error_kind: str | None = None
     error_detail: str | None = None
-    http_status: int | None = None
+    http_status: int | None = None  # a non-2xx status, or a 2xx other than 200; None for a 200
     retry_after_s: float | None = None
     events: list[TokenEvent] = field(default_factory=list)
     prompt_tokens: int | None = None  # usage.prompt_tokens

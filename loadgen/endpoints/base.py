@@ -532,7 +532,16 @@ async def http_attempt(
                 if not 200 <= resp.status < 300:
                     await record_http_error(resp, record, redact)
                     return
+                if resp.status != 200:
+                    record.http_status = resp.status  # a 2xx other than 200 is kept (201, 202, 204...)
                 await read_ok(resp, record)
+                if record.error_kind == "incomplete_stream" and not record.events:
+                    ctype = resp.headers.get("Content-Type") or "none"
+                    if "event-stream" not in ctype:  # say why no event came: the server did not stream
+                        record.error_detail = (
+                            f"{record.error_detail}: HTTP {resp.status} with Content-Type {ctype[:60]}, not an event "
+                            "stream (the server or a proxy ignored streaming; --no-stream measures whole responses)"
+                        )
     except asyncio.CancelledError:
         raise
     except ProtocolError as exc:

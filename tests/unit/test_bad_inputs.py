@@ -195,8 +195,12 @@ HTTP: list[Case] = [
          "rate_limited"),
     Case("http-16-redirect-without-location", {"kind": "status", "status": 302}, "http_error"),
     Case("http-17-204-no-content-to-a-stream", raw(head("204 No Content"), then="keep"), "incomplete_stream"),
+    Case("http-18-whole-json-answer-to-a-stream",
+         plain(b'{"choices": [{"text": "a", "finish_reason": "length"}], "usage": {"completion_tokens": 1}}'),
+         "incomplete_stream"),
 ]
-HTTP_STATUS = {"http-12": 418, "http-13": 500, "http-14": 429, "http-15": 429, "http-16": 302}
+HTTP_STATUS = {"http-12": 418, "http-13": 500, "http-14": 429, "http-15": 429, "http-16": 302, "http-17": 204}
+NOT_STREAMED = {"http-17": "Content-Type none", "http-18": "Content-Type application/json"}  # the detail says why
 
 TLS = "__tls__"  # placeholder: the certificate fixture fills it in
 TR: list[Case] = [
@@ -302,6 +306,8 @@ def test_bad_input(case: Case, shared_server: Any, cert: tuple[str, str], tmp_pa
         assert len(r.error_detail) <= 320  # a 10 MiB body is not kept
     if case.kind == "timeout":
         assert run.wall_s < 4.0
+    if prefix in NOT_STREAMED:
+        assert NOT_STREAMED[prefix] in r.error_detail and "ignored streaming" in r.error_detail, r.error_detail
 
 
 def test_corpus_counts(capsys: pytest.CaptureFixture[str]) -> None:
