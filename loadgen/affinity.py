@@ -10,8 +10,12 @@ for a scheduler tick (4 ms at HZ=250), which it then reports as its own schedule
 from __future__ import annotations
 
 import os
+import re
 
 from loadgen.errors import ConfigError
+
+MAX_CPU = 65535  # CPU numbers above this are refused before a set of them is built
+_PART = re.compile(r"(\d+)(?:-(\d+))?")
 
 
 def parse_cpus(text: str, option: str = "--cpus") -> set[int]:
@@ -20,25 +24,27 @@ def parse_cpus(text: str, option: str = "--cpus") -> set[int]:
     Raises:
         ConfigError: a malformed list, a descending range or no CPU at all (names ``option``).
     """
+    if not text.strip():
+        raise ConfigError(f"{option} {text!r}: no CPU given")
     cpus: set[int] = set()
     for part in text.split(","):
         part = part.strip()
-        lo, sep, hi = part.partition("-")
-        try:
-            a = int(lo)
-            b = int(hi) if sep else a
-        except ValueError:
-            raise ConfigError(f"{option} {text!r}: expected CPU numbers like 0, 0-3 or 0,2,4-5") from None
-        if a < 0 or b < a:
-            raise ConfigError(f"{option} {text!r}: {part!r} is not a range of CPU numbers")
+        m = _PART.fullmatch(part)
+        if m is None:
+            raise ConfigError(f"{option} {text!r}: expected CPU numbers like 0, 0-3 or 0,2,4-5")
+        a = int(m.group(1))
+        b = int(m.group(2)) if m.group(2) is not None else a
+        if b < a:
+            raise ConfigError(f"{option} {text!r}: {part!r} is not a range of CPU numbers (high end first)")
+        if b > MAX_CPU:
+            raise ConfigError(f"{option} {text!r}: CPU {b} is beyond any machine's CPU numbers (at most {MAX_CPU})")
         cpus.update(range(a, b + 1))
-    if not cpus:
-        raise ConfigError(f"{option} {text!r}: no CPU given")
     return cpus
 
 
 def pin_process(cpus: set[int], option: str = "--cpus") -> None:
-    """Restrict this process (and the processes it starts later) to ``cpus``.
+    """Restrict this process (every thread it has now, and the threads and processes it
+    starts later) to ``cpus``.
 
     Raises:
         ConfigError: the platform has no ``sched_setaffinity`` or a CPU is not available
@@ -46,6 +52,15 @@ def pin_process(cpus: set[int], option: str = "--cpus") -> None:
     """
     check_cpus(cpus, option)
     os.sched_setaffinity(0, cpus)
+    try:  # threads started before (e.g. a BLAS pool at import) keep their own mask: pin them too
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = []
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            pass  # a thread that has just ended
 
 
 def check_cpus(cpus: set[int], option: str = "--cpus") -> None:

@@ -146,7 +146,7 @@ def _parse_extra_body(text: str | None) -> dict[str, Any]:
 
 def _cpus_option(kw: dict[str, Any]) -> set[int] | None:
     """``--cpus`` parsed (checked before anything starts)."""
-    if not kw.get("cpus"):
+    if kw.get("cpus") is None:
         return None
     from loadgen.affinity import check_cpus, parse_cpus
 

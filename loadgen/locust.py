@@ -221,6 +221,7 @@ class GeventClient:
         try:
             with gevent.Timeout(self.timeout_s, _Deadline):
                 conn, rec.connect_ns = self.pool.get()
+                rec.connect_late_ns = rec.connect_ns  # connected at or after the scheduled time
                 rec.connection_reused = rec.connect_ns == 0
                 rec.sent_ns = now_ns()
                 conn.request("POST", self.target, body=payload, headers=headers)  # one write

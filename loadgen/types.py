@@ -94,6 +94,7 @@ class RequestRecord:
     requested_output_tokens: int | None = None
     sent_ns: int | None = None
     connect_ns: int = 0  # time spent creating a new connection for this request (0 if reused)
+    connect_late_ns: int = 0  # the part of connect_ns after scheduled_ns (a prepared request connects early)
     end_ns: int | None = None
     status: Literal["ok", "error"] = "error"
     error_kind: str | None = None

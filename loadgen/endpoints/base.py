@@ -354,7 +354,9 @@ async def _on_conn_end(session: Any, ctx: Any, params: Any) -> None:
     rec = ctx.trace_request_ctx
     start = getattr(ctx, "conn_start_ns", None)
     if _first_attempt(rec) and start is not None:
-        rec.connect_ns = now_ns() - start
+        end = now_ns()
+        rec.connect_ns = end - start
+        rec.connect_late_ns = max(0, end - max(start, rec.scheduled_ns))
         rec.connection_reused = False
 
 

@@ -154,14 +154,14 @@ def sim_command(**kw: Any) -> None:
         stall_ms=kw["stall_ms"],
         slow_ms=kw["slow_ms"],
     )
-    if kw["cpus"]:
+    if kw["cpus"] is not None:
         from loadgen.affinity import parse_cpus, pin_process
         from loadgen.errors import ConfigError
 
         try:
             pin_process(parse_cpus(kw["cpus"]))
         except ConfigError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.UsageError(str(exc)) from exc
     tokenizer = None
     if kw["tokenizer_path"]:
         from loadgen.errors import ConfigError
