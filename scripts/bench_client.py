@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import SimProcess, read_jsonl  # noqa: E402
+from bench_common import SimProcess, cpu_split, read_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,10 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 def level(c: int, workers: int, tokens: int, itl_ms: float, duration_s: float, pin: bool = False) -> dict[str, float]:
     d = Path(tempfile.mkdtemp(prefix=f"bench-client-c{c}-w{workers}-"))
     truth_path = d / "truth.jsonl"
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    pin = pin and len(cpus) >= workers + 1  # a CPU per client process and one for the simulator
-    sim_cpus = ["--cpus", str(cpus[-1])] if pin else []
-    client_cpus = ["--cpus", ",".join(map(str, cpus[:-1]))] if pin else []
+    sim_cpus, client_cpus = cpu_split(workers, pin)
     with SimProcess(["--slots", "4096", "--ttft-ms", "10", "--itl-ms", str(itl_ms), "--truth-log", str(truth_path), *sim_cpus]) as sim:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         cmd = [

@@ -31,6 +31,17 @@ def run_against(url: str, load: LoadConfig, out: Path, *, api: str = "completion
         return asyncio.run(go())
 
 
+def cpu_split(workers: int, enabled: bool = True) -> tuple[list[str], list[str]]:
+    """``--cpus`` arguments for the simulator (the last CPU) and the client (the others), or two
+    empty lists when not ``enabled`` or without a CPU per client worker plus one."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not enabled or len(cpus) < workers + 1:
+        return [], []
+    return ["--cpus", str(cpus[-1])], ["--cpus", ",".join(map(str, cpus[:-1]))]
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import SimProcess, read_jsonl  # noqa: E402
+from bench_common import SimProcess, cpu_split, read_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,10 +45,8 @@ def main() -> int:
                          "CPU's wake-up, up to milliseconds on a VM)")
     ap.add_argument("--no-pin", action="store_true", help="let client and simulator share every CPU")
     a = ap.parse_args()
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    pin = not a.no_pin and len(cpus) >= a.workers + 1  # a CPU per client process and one for the simulator
-    sim_cpus = ["--cpus", str(cpus[-1])] if pin else []
-    client_cpus = ["--cpus", ",".join(map(str, cpus[:-1]))] if pin else []
+    sim_cpus, client_cpus = cpu_split(a.workers, not a.no_pin)
+    pin = bool(sim_cpus)
     d = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     truth_path = d / "truth.jsonl"
     sim_args = ["--slots", "1024", "--ttft-ms", "2", "--itl-ms", "2", "--truth-log", str(truth_path)]
