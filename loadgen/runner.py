@@ -45,6 +45,8 @@ LOOP_PROBE_S = 0.005
 LOOP_LAG_KEPT = 50_000  # loop-lag samples kept at most (thinned evenly beyond)
 SPIN_NS = 1_200_000  # the last 1.2 ms before a deadline are spent yielding, not sleeping
 PRESTART_NS = 10_000_000  # open loop: a request is prepared this long before its deadline (gated send)...
+PREP_COST_NS = 1_000_000  # ...plus this much per request of the burst it opens (preparing one takes ~0.3-1 ms)...
+PREP_BURST_MAX_NS = 40_000_000  # ...at most this much more...
 PREP_EARLY_NS = 3_000_000  # ...or up to this much earlier, so that the dispatcher never sleeps across a send
 NO_DEADLINE_NS = 1 << 62
 SINK_PERIOD_S = 0.002
@@ -318,6 +320,14 @@ class Runner:
             built = p + 1  # no slack to build it earlier: the generator is behind anyway
             return schedule.spec(p)
 
+        def due_of(k: int) -> int:
+            """When request ``k`` is prepared: PRESTART_NS before its deadline, earlier by
+            PREP_COST_NS for each request due within PRESTART_NS from it (itself included), so a
+            burst's preparations are spread out and all done before its first send."""
+            off = int(offsets[k])
+            burst = int(offsets.searchsorted(off + PRESTART_NS, side="right")) - k
+            return t0 + off - PRESTART_NS - min(burst * PREP_COST_NS, PREP_BURST_MAX_NS)
+
         def prepare(p: int) -> None:
             nonlocal nxt
             gate = asyncio.Event()
@@ -328,14 +338,14 @@ class Runner:
         for pos in range(n):
             deadline = t0 + int(offsets[pos])
             self._next_deadline_ns = deadline
-            build_ahead(deadline - PRESTART_NS if gated else deadline)  # never into the preparing
+            build_ahead(min(deadline - PRESTART_NS, due_of(nxt) if nxt < n else deadline) if gated else deadline)
             if gated:
-                # A rolling horizon: every request is prepared PRESTART_NS before its own deadline,
-                # also while this one waits (a burst is ready before its first send), and one
-                # whose preparing time falls within PREP_EARLY_NS of this deadline is prepared
-                # now rather than after it (never sleep across a send).
+                # A rolling horizon: every request is prepared ahead of its own deadline (see
+                # due_of), also while this one waits (a burst is ready before its first send),
+                # and one whose preparing time falls within PREP_EARLY_NS of this deadline is
+                # prepared now rather than after it (never sleep across a send).
                 while nxt < n and not self._stop.is_set():
-                    due = t0 + int(offsets[nxt]) - PRESTART_NS
+                    due = due_of(nxt)
                     if due > now_ns():
                         if nxt > pos and due > deadline:
                             break
