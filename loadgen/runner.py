@@ -328,24 +328,28 @@ class Runner:
             burst = int(offsets.searchsorted(off + PRESTART_NS, side="right")) - k
             return t0 + off - PRESTART_NS - min(burst * PREP_COST_NS, PREP_BURST_MAX_NS)
 
+        nxt_due = due_of(0) if gated and n else 0  # due_of(nxt), computed once per request
+
         def prepare(p: int) -> None:
-            nonlocal nxt
+            nonlocal nxt, nxt_due
             gate = asyncio.Event()
             task = self._start(tg, take(p), schedule.phase(p), t0 + int(offsets[p]), None, gate)
             prepared[p] = (gate, task)
             nxt = p + 1
+            if nxt < n:
+                nxt_due = due_of(nxt)
 
         for pos in range(n):
             deadline = t0 + int(offsets[pos])
             self._next_deadline_ns = deadline
-            build_ahead(min(deadline - PRESTART_NS, due_of(nxt) if nxt < n else deadline) if gated else deadline)
+            build_ahead(min(deadline - PRESTART_NS, nxt_due if nxt < n else deadline) if gated else deadline)
             if gated:
                 # A rolling horizon: every request is prepared ahead of its own deadline (see
                 # due_of), also while this one waits (a burst is ready before its first send),
                 # and one whose preparing time falls within PREP_EARLY_NS of this deadline is
                 # prepared now rather than after it (never sleep across a send).
                 while nxt < n and not self._stop.is_set():
-                    due = due_of(nxt)
+                    due = nxt_due
                     if due > now_ns():
                         if nxt > pos and due > deadline:
                             break
