@@ -25,15 +25,54 @@ def wall_anchor() -> tuple[int, int]:
     return (m0 + m1) // 2, w
 
 
+UVLOOP_TIMER_SLACK_NS = 2_000_000
+"""How early a uvloop timer can fire, at most: libuv keeps its loop time in whole
+milliseconds, cached per iteration, and rounds each delay to a millisecond, so a
+timer lands up to ~1.5 ms before the monotonic time it was set for (measured:
+``asyncio.sleep(0.0023)`` returned after 1.2 ms; ``asyncio.timeout(1.0)`` fired
+at 998.9 ms). Python's own loop reads CLOCK_MONOTONIC as a float and epoll
+rounds its wait up, so its timers never fire early (slack 0)."""
+
+
+def timer_slack_ns(loop: asyncio.AbstractEventLoop | None = None) -> int:
+    """How early the running (or given) event loop's timers may fire, in ns.
+
+    0 for Python's own loops; :data:`UVLOOP_TIMER_SLACK_NS` for any other
+    (uvloop, or a loop we do not know). Every deadline that must not end early
+    (a request's deadline, a Retry-After wait, a rate cap's wait) adds this.
+    """
+    loop = loop or asyncio.get_running_loop()
+    if isinstance(loop, asyncio.BaseEventLoop):
+        return 0
+    return UVLOOP_TIMER_SLACK_NS
+
+
+def deadline_after(timeout_s: float) -> asyncio.Timeout:
+    """``asyncio.timeout`` that never expires before ``timeout_s`` of monotonic time.
+
+    The event loop's timer is set :func:`timer_slack_ns` late, so the deadline
+    ends between ``timeout_s`` and ``timeout_s + 2 ms`` after the call (uvloop),
+    never before: a request given 1 s is not failed at 998.9 ms.
+    """
+    loop = asyncio.get_running_loop()
+    return asyncio.timeout_at(loop.time() + timeout_s + timer_slack_ns(loop) / 1e9)
+
+
 async def sleep_until(deadline_ns: int) -> None:
     """Sleep until the absolute monotonic deadline (never a relative interval).
 
-    Drift cannot accumulate: each wait is computed from the deadline, not from
-    the previous wake-up.
+    Returns at or after ``deadline_ns`` (:func:`now_ns`), never before, on any
+    event loop: a timer that fires early (uvloop, see :data:`UVLOOP_TIMER_SLACK_NS`)
+    is followed by another sleep for what is left. Drift cannot accumulate: each
+    wait is computed from the deadline, not from the previous wake-up.
     """
-    delay = deadline_ns - now_ns()
-    if delay > 0:
-        await asyncio.sleep(delay / 1e9)
+    for _ in range(64):  # bounded: each pass sleeps what is left plus the loop's slack
+        delay = deadline_ns - now_ns()
+        if delay <= 0:
+            return
+        await asyncio.sleep((delay + timer_slack_ns()) / 1e9)
+    while now_ns() < deadline_ns:  # pragma: no cover - a loop whose timers keep firing early
+        await asyncio.sleep(0)
 
 
 class VirtualClock:

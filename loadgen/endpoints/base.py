@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from loadgen.clock import now_ns
+from loadgen.clock import deadline_after, now_ns, sleep_until
 from loadgen.types import RequestRecord, RequestSpec
 
 
@@ -523,7 +523,7 @@ async def http_attempt(
     t_call = now_ns()
     token = _current_record.set(record)
     try:
-        async with asyncio.timeout(timeout_s):
+        async with deadline_after(timeout_s):  # never ends before timeout_s (uvloop's timers can fire early)
             async with session.post(
                 url, data=payload, headers=headers, allow_redirects=False, trace_request_ctx=record
             ) as resp:
@@ -690,7 +690,7 @@ async def send_with_attempts(
             wait = cap.reserve(request_token_cost(spec), now_ns())
             if wait > 0:
                 t = now_ns()
-                await asyncio.sleep(wait / 1e9)
+                await sleep_until(t + wait)  # not before the cap allows it
                 record.throttle_ns += now_ns() - t
         sent_before = record.sent_ns
         if record.attempts:
@@ -725,9 +725,7 @@ async def send_with_attempts(
         for name, value in _ATTEMPT_RESET:
             setattr(record, name, value)
         record.events.clear()
-        delay = end + round(wait_s * 1e9) - now_ns()
-        if delay > 0:
-            await asyncio.sleep(delay / 1e9)
+        await sleep_until(end + round(wait_s * 1e9))  # never before the advised wait is over
         n += 1
 
 

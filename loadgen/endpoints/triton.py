@@ -44,7 +44,7 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import orjson
 
-from loadgen.clock import now_ns
+from loadgen.clock import deadline_after, now_ns
 from loadgen.endpoints.base import classify_exception, parse_retry_after
 from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers
@@ -427,7 +427,7 @@ class TritonEndpoint:
         started = False
         t_call = now_ns()
         try:
-            async with asyncio.timeout(cfg.timeout_s):
+            async with deadline_after(cfg.timeout_s):
                 async with self._session.post(url, data=payload, headers=headers, allow_redirects=False) as resp:
                     started = True
                     record.sent_ns = t_call if record.sent_ns is None else record.sent_ns
@@ -571,7 +571,7 @@ class TritonEndpoint:
 
         call = None
         try:
-            async with asyncio.timeout(cfg.timeout_s):
+            async with deadline_after(cfg.timeout_s):
                 call = slot[1].ModelStreamInfer(requests(), metadata=self._grpc_metadata())
                 async for resp in call:
                     t = now_ns()
