@@ -114,6 +114,34 @@ class Replayed:
     def token_writes(self) -> list[int]:
         return [wi for wi, k in self.events if k in ("answer", "token")]
 
+    def server_late_s(self, key: str) -> float:
+        """How much later than the script the moment behind ``key`` (``ttft_s``, ``e2e_s``...)
+        happened on the server, in s: the request's arrival after its start (connect, send,
+        the server's accept) plus the logged flush of that one write after the script's time
+        for it. 0 for a moment the script does not time (a plain response, an interval).
+
+        A busy machine wakes the scripted server's thread late now and then (the gevent
+        client's TTFT was 6.6-6.9 ms over the case's value in 4 replays of one CI run); the
+        client then rightly reports the later time, which the check against the server's log
+        holds to 2 ms. The case's right value holds for an instant, on-time server, so its
+        tolerance grows by this, never more: a client or a truth that picks the wrong write
+        is still off by that write's script time and fails it.
+        """
+        writes = self.script.get("writes") or []
+        f = self.log.flush_ns
+        wi: int | None = None
+        if key in ("ttft_s", "e2e_s", "error_e2e_s", "time_to_first_answer_token_s") and writes:
+            kinds = {"ttft_s": ("answer", "token"), "time_to_first_answer_token_s": ("answer",)}.get(key)
+            if kinds is not None:
+                wi = next((w for w, k in self.events if k in kinds), None)
+            else:
+                done = [w for w, k in self.events if k == "done"]
+                wi = done[0] if done else None
+        if wi is None or wi >= len(f):
+            return 0.0
+        arrived = max(0.0, (self.log.arrival_ns - self.rec.scheduled_ns) / 1e9)
+        return arrived + max(0.0, (f[wi] - self.log.arrival_ns) / 1e9 - float(writes[wi][0]))
+
     def truth(self) -> dict[str, Any]:
         """The server-side facts, in seconds from the request's start (scheduled_ns)."""
         f = self.log.flush_ns
@@ -288,7 +316,7 @@ def check_expected(exp: dict[str, Any], r: Replayed, where: str) -> None:
             if want is None:
                 assert got is None, f"{w}: expected no sample, got {got}"
                 continue
-            _close(_ns_s(got), want, TOL_RIGHT_S, w)
+            _close(_ns_s(got), want, TOL_RIGHT_S + r.server_late_s(key), w)
             server = {
                 "ttft_s": t.get("first_token"),
                 "e2e_s": t.get("end"),
