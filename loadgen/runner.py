@@ -34,7 +34,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
-from loadgen.clock import now_ns, wall_anchor
+from loadgen.clock import now_ns, timer_slack_ns, wall_anchor
 from loadgen.endpoints.base import Endpoint
 from loadgen.results import ClientStats
 from loadgen.schedule import Schedule, as_schedule
@@ -536,7 +536,8 @@ class Runner:
         while self._inflight:
             pending = set(self._inflight)
             if self._stop.is_set() and self.interrupted:
-                done, still = await asyncio.wait(pending, timeout=self.plan.drain_grace_s)
+                grace_s = self.plan.drain_grace_s + timer_slack_ns() / 1e9  # never short (uvloop)
+                done, still = await asyncio.wait(pending, timeout=grace_s)
                 for t in still:
                     t.cancel()
                 if still:

@@ -53,7 +53,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
-from loadgen.clock import now_ns
+from loadgen.clock import now_ns, sleep_until
 from loadgen.sim.model import BatchModel, SimParams, TokenEmission
 
 __all__ = [
@@ -557,7 +557,7 @@ class SimServer:
             truth.prompt_tokens = parsed.prompt_tokens
             truth.max_tokens = parsed.max_tokens
             if self.faults.slow_ms > 0:
-                await asyncio.sleep(self.faults.slow_ms / 1000.0)
+                await sleep_until(now_ns() + round(self.faults.slow_ms * 1e6))  # never short (uvloop)
             if fault == "429":
                 truth.status = "fault:429"
                 resp = await self._send_error(
@@ -650,7 +650,7 @@ class SimServer:
                     truth.end_ns = now_ns()
                     return resp
                 if kind == "stall":
-                    await asyncio.sleep(self.faults.stall_ms / 1000.0)
+                    await sleep_until(now_ns() + round(self.faults.stall_ms * 1e6))
                 elif kind == "malformed":
                     await resp.write(_MALFORMED_EVENT)
                 elif kind == "inband_error":
@@ -718,7 +718,7 @@ class SimServer:
         if fault is not None:
             truth.status = f"fault:{fault}"
             if fault == "stall":
-                await asyncio.sleep(self.faults.stall_ms / 1000.0)
+                await sleep_until(now_ns() + round(self.faults.stall_ms * 1e6))
             elif fault == "malformed":
                 body = b'{"choices": ['
                 token_bearing = False

@@ -358,8 +358,8 @@ def test_only_the_connect_after_the_scheduled_time_excuses_schedule_lag() -> Non
     rec = RequestRecord(0, "measure", t - 8 * MS)  # scheduled 8 ms ago
     ctx = SimpleNamespace(trace_request_ctx=rec, conn_start_ns=t - 18 * MS)  # connect began 10 ms before that
     asyncio.run(_on_conn_end(None, ctx, None))
-    assert 18 * MS <= rec.connect_ns < 30 * MS
-    assert 8 * MS <= rec.connect_late_ns < 20 * MS and rec.connect_late_ns <= rec.connect_ns
+    assert 18 * MS <= rec.connect_ns < 1018 * MS  # (upper bounds: a busy machine's asyncio.run start)
+    assert 8 * MS <= rec.connect_late_ns < 1008 * MS and rec.connect_late_ns <= rec.connect_ns
     assert rec.connect_ns - rec.connect_late_ns == 10 * MS  # the early part exactly
     # the validity check: 100 requests sent 10 ms late, each after an 18 ms connect
     for late_part, valid in ((2 * MS, False), (18 * MS, True)):  # 10 - 2 = 8 ms > 5 ms; 10 - 18 -> 0
