@@ -129,14 +129,9 @@ class Replayed:
         """
         writes = self.script.get("writes") or []
         f = self.log.flush_ns
-        wi: int | None = None
-        if key in ("ttft_s", "e2e_s", "error_e2e_s", "time_to_first_answer_token_s") and writes:
-            kinds = {"ttft_s": ("answer", "token"), "time_to_first_answer_token_s": ("answer",)}.get(key)
-            if kinds is not None:
-                wi = next((w for w, k in self.events if k in kinds), None)
-            else:
-                done = [w for w, k in self.events if k == "done"]
-                wi = done[0] if done else None
+        kinds = {"ttft_s": ("answer", "token"), "time_to_first_answer_token_s": ("answer",),
+                 "e2e_s": ("done",), "error_e2e_s": ("done",)}.get(key)  # fmt: skip
+        wi = next((w for w, k in self.events if k in kinds), None) if kinds and writes else None
         if wi is None or wi >= len(f):
             return 0.0
         arrived = max(0.0, (self.log.arrival_ns - self.rec.scheduled_ns) / 1e9)
