@@ -181,7 +181,7 @@ async def collect(
             try:
                 async with http.get(url + "/models", allow_redirects=False) as r:
                     model = (await r.json(content_type=None))["data"][0]["id"]
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError, TypeError) as exc:
+            except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError) as exc:
                 raise ConfigError(
                     redact(f"{redact_url(url)}/models: no model name ({type(exc).__name__}: {exc}); pass --model")
                 ) from None
@@ -203,7 +203,7 @@ async def collect(
                 else:
                     raise RuntimeError("HTTP 400 without return_token_ids too")
                 err = None
-            except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError, KeyError, IndexError) as exc:
+            except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError, KeyError, IndexError) as exc:
                 out = {"text": "", "token_ids": None, "output_tokens": None, "finish_reason": None}
                 err = redact(f"{type(exc).__name__}: {exc}")[:300]
             return {"id": q.id, **out, "latency_ms": round((time.perf_counter_ns() - t) / 1e6, 3), "error": err}
@@ -356,7 +356,7 @@ def check_document(
         "schema_version": CHECK_SCHEMA_VERSION,
         "kind": "loadgen-check",
         "loadgen_version": __version__,
-        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "started_at": dt.datetime.now(dt.UTC).isoformat(),
         "endpoint": {"url": redact_url(base_url), "api": settings.api, "model": collected["model"]},
         "settings": {
             "temperature": settings.temperature, "seed": settings.seed, "max_tokens": settings.max_tokens,
@@ -497,7 +497,7 @@ def check_command(**kw: Any) -> None:
         from loadgen.workload.tokenizer import load_tokenizer
 
         tok = load_tokenizer(kw["tokenizer_path"])
-    from loadgen.cli import default_out_dir
+    from loadgen.recordlog import default_out_dir
 
     out = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("check")
     settings = CheckSettings(api=kw["api"], model=kw["model"], max_tokens=kw["max_tokens"], seed=kw["seed"],

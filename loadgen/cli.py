@@ -10,7 +10,6 @@ is only a lower bound (client limited), 6 every measured request of a run failed
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import os
 import sys
@@ -22,18 +21,18 @@ from rich.console import Console
 
 from loadgen import __version__
 from loadgen.errors import ConfigError, EndpointUnreachable, LoadgenError
+from loadgen.recordlog import default_out_dir
 from loadgen.redact import Redactor, find_body_secrets, is_sensitive_name, redact_body, redact_url, split_url_secrets
-from loadgen.slo import parse_duration_ns, parse_slo
+from loadgen.slo import parse_slo
+from loadgen.units import parse_duration_s, parse_percent
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_ALL_FAILED = 6  # a run whose measured requests all failed: nothing was measured
 
 
 def _duration_s(value: str | None, what: str) -> float | None:
-    if value is None:
-        return None
     try:
-        return parse_duration_ns(value, default_unit="s", what=what) / 1e9
+        return parse_duration_s(value, what)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -346,7 +345,7 @@ def build_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 def base_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
     """The workload part of the options shared by run and sweep."""
-    from loadgen.measure import LoadConfig
+    from loadgen.runplan import LoadConfig
     from loadgen.workload.spec import WorkloadOptions
 
     if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
@@ -400,7 +399,7 @@ def base_load_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
 def _dry_run(load: Any, out_dir: Path, console: Console) -> int:
     from dataclasses import replace as _replace
 
-    from loadgen.measure import build_plan, build_workload
+    from loadgen.runplan import build_plan, build_workload
     from loadgen.workload.prompts import new_salt
     from loadgen.workload.spec import write_schedule
 
@@ -475,7 +474,7 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
     """The endpoint for parsed options (other front ends, e.g. ``loadgen locust``, pass a subset)."""
     kw = {**_ENDPOINT_DEFAULTS, **kw}
     from loadgen.endpoints.providers import DEFAULT_KEY_ENV, is_loopback_url, make_endpoint
-    from loadgen.measure import new_run_id
+    from loadgen.recordlog import new_run_id
 
     if kw["api"].startswith("triton"):
         if kw["provider"] != "openai-compatible":
@@ -546,7 +545,7 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
 
 def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor):  # type: ignore[no-untyped-def]
     from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
-    from loadgen.measure import new_run_id
+    from loadgen.recordlog import new_run_id
 
     headers = _parse_headers(kw["headers"])
     for name, value in headers.items():
@@ -634,7 +633,7 @@ class _Target:
         self.url = ""
         self.embedded = False
 
-    def __enter__(self) -> "_Target":
+    def __enter__(self) -> _Target:
         kw = self.kw
         if kw.get("serve"):
             import shlex
@@ -692,11 +691,6 @@ class _Target:
             self.sim.stop()
         if self.server is not None:
             self.server.stop()
-
-
-def default_out_dir(kind: str = "") -> Path:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Path("results") / (stamp + (f"-{kind}" if kind else ""))
 
 
 def _run(kw: dict[str, Any], console: Console, err: Console) -> int:
@@ -813,14 +807,10 @@ def compare_cmd(results: tuple[str, ...], labels: tuple[str, ...], force: bool, 
 
 def _parse_ratio(text: str, what: str) -> float:
     """A percentage: ``5%`` or ``5`` -> 0.05 (ratio flags are always percentages)."""
-    t = text.strip().removesuffix("%").strip()
     try:
-        v = float(t)
-    except ValueError:
-        raise click.UsageError(f"{what} {text!r}: expected a percentage such as 5%") from None
-    if not 0 <= v <= 100:
-        raise click.UsageError(f"{what} {text!r}: a percentage between 0% and 100%")
-    return v / 100
+        return parse_percent(text, what)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 @main.command("sweep")
@@ -908,7 +898,7 @@ def build_sweep_config(kw: dict[str, Any]):  # type: ignore[no-untyped-def]
 def _sweep(kw: dict[str, Any], console: Console, err: Console) -> int:
     import signal
 
-    from loadgen.measure import write_json
+    from loadgen.recordlog import write_json
     from loadgen.report.sweep_report import render_sweep, write_report
     from loadgen.sweep import Sweep
 

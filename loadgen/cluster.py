@@ -39,7 +39,8 @@ import signal
 import socket
 import threading
 import time
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 from loadgen.clock import now_ns, wall_anchor
 from loadgen.errors import ConfigError
@@ -292,7 +293,7 @@ class Cluster:
             why = f"{type(exc).__name__}: {exc}" if exc is not None else f"no answer in {CONNECT_TIMEOUT_S:g} s"
             raise ConfigError(f"--cluster {self.address!r}: cannot connect: {why}")
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc: Any) -> None:

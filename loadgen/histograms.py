@@ -49,7 +49,7 @@ class LatencyHistogram:
             if v > self.overflow_max_us:
                 self.overflow_max_us = v
 
-    def merge(self, other: "LatencyHistogram") -> None:
+    def merge(self, other: LatencyHistogram) -> None:
         """Add ``other``'s counts into this histogram (exact)."""
         self.hist.add(other.hist)
         self.overflow_count += other.overflow_count
@@ -95,7 +95,7 @@ class LatencyHistogram:
         }
 
     @classmethod
-    def from_state(cls, state: dict) -> "LatencyHistogram":
+    def from_state(cls, state: dict) -> LatencyHistogram:
         h = cls(state["name"])
         if state["count"] - state["overflow_count"] > 0:
             h.hist = HdrHistogram.decode(state["encoded"])

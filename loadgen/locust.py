@@ -62,8 +62,9 @@ import select
 import socket
 import ssl
 from array import array
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import gevent
@@ -85,12 +86,13 @@ from loadgen.endpoints.base import (
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint, OpenAIStreamParser
 from loadgen.errors import ProtocolError
 from loadgen.histograms import LatencyHistogram
-from loadgen.measure import LoadConfig, build_result, raise_fd_limit, write_hlog, write_json
+from loadgen.measure import build_result, raise_fd_limit
 from loadgen.metrics import RequestMetrics, compute
-from loadgen.recordlog import RecordWriter
+from loadgen.recordlog import RecordWriter, write_hlog, write_json
 from loadgen.redact import Redactor
-from loadgen.results import LATENCY_METRICS, Aggregator, ClientStats, summarize_hdr
-from loadgen.runner import RunOutcome
+from loadgen.results import LATENCY_METRICS, Aggregator, summarize_hdr
+from loadgen.runner import ClientStats, RunOutcome
+from loadgen.runplan import LoadConfig
 from loadgen.types import RequestRecord, RequestSpec, TokenEvent
 from loadgen.workload.arrivals import arrival_offsets_ns
 from loadgen.workload.prompts import new_salt
@@ -592,7 +594,7 @@ class Collector:
     def __init__(self, env: Any, cfg: dict[str, Any], plan: dict[str, Any], out_dir: Path, workers: list[str]) -> None:
         self.env, self.cfg, self.plan, self.out_dir = env, cfg, plan, out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
-        self.started_at = dt.datetime.now(dt.timezone.utc)
+        self.started_at = dt.datetime.now(dt.UTC)
         self.t0_ns = plan["t0_mono_ns"]
         self.t0_wall_ns = plan["t0_wall_ns"]
         self.agg = Aggregator()
@@ -601,7 +603,7 @@ class Collector:
             from loadgen.workload.tokenizer import load_tokenizer
 
             self.tokenizer = load_tokenizer(cfg["workload"]["tokenizer"])
-        self.fh = open(out_dir / "requests.jsonl", "wb")  # noqa: SIM115 - closed in finalize
+        self.fh = open(out_dir / "requests.jsonl", "wb")
         self.writer = RecordWriter(
             self.fh, self.t0_ns, save_text=cfg["save_text"], token_lists=cfg["token_lists"], redactor=Redactor()
         )
@@ -704,7 +706,7 @@ class Collector:
             }  # fmt: skip
         write_json(self.out_dir / "result.json", result)
         write_hlog(self.out_dir / "histograms.hlog", self.agg, outcome)
-        hists = {w: self.finals[w]["hist"] for w in self.finals} if self.finals else {"local": p["hist"] for p in processes}
+        hists = {w: self.finals[w]["hist"] for w in self.finals} if self.finals else {"local": p["hist"] for p in processes}  # noqa: B035 - one local process
         write_json(
             self.out_dir / "worker_histograms.json",
             {"unit": "us", "encoding": "HdrHistogram V2 base64", "workers": hists},

@@ -294,8 +294,8 @@ def locust_command(ctx: click.Context, **kw: Any) -> None:
         sys.exit(_run_child(locust_cmdline(args, None), _child_env(extra_env)))
     args = web_args(args, token_env)
     validate(kw, args)
-    from loadgen.cli import default_out_dir
     from loadgen.errors import ConfigError, EndpointUnreachable
+    from loadgen.recordlog import default_out_dir
 
     kw["out_dir"] = kw["out_dir"] or str(default_out_dir("locust"))
     sim = None

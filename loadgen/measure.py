@@ -9,132 +9,27 @@ interval log, one tagged histogram per metric, microsecond values).
 from __future__ import annotations
 
 import datetime as dt
-import os
 import resource
-import uuid
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Literal
-
-import orjson
+from typing import Any
 
 from loadgen import __version__
+from loadgen.clock import now_ns
 from loadgen.conditions import client_conditions
 from loadgen.endpoints.base import Endpoint
 from loadgen.errors import ConfigError
 from loadgen.metrics import RequestMetrics, TokenCounter, compute
-from loadgen.recordlog import RecordWriter
+from loadgen.recordlog import RecordWriter, write_hlog, write_json
 from loadgen.redact import Redactor
-from loadgen.results import Aggregator, ValidityBounds
-from loadgen.clock import now_ns
-from loadgen.runner import LEAD_IN_NS, RunOutcome, RunPlan, Runner
-from loadgen.slo import SLOTarget
+from loadgen.results import Aggregator
+from loadgen.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan
+from loadgen.runplan import LoadConfig, build_plan, build_workload
 from loadgen.types import RequestRecord
 from loadgen.workload.prompts import new_salt
-from loadgen.workload.spec import Workload, WorkloadOptions
 
 SCHEMA_VERSION = 1
-
-
-@dataclass
-class LoadConfig:
-    """The workload and engine settings of one run (configuration only).
-
-    Open loop when ``rate_rps`` is set, closed loop when ``concurrency`` is.
-    Exactly one of ``requests`` / ``duration_s`` bounds the measured part;
-    ``warmup_requests`` or ``warmup_s`` precede it and are excluded from statistics.
-    """
-
-    rate_rps: float | None = None
-    arrival: str = "poisson"
-    burstiness: float = 1.0
-    concurrency: int | None = None
-    requests: int | None = None
-    duration_s: float | None = None
-    warmup_requests: int = 0
-    warmup_s: float = 0.0
-    max_concurrency: int | None = None
-    input_tokens: int | str = 128  # a length spec: 128, uniform:A,B, normal:M,SD, lognormal:M,SD, empirical:FILE
-    output_tokens: int | str | None = 64
-    seed: int = 0
-    salt: str | None = None  # None: a fresh salt per run (resolved once, shared by worker processes)
-    workload: WorkloadOptions | None = None  # traces, data sets, tokenizer, shared prefixes
-    slos: list[SLOTarget] = field(default_factory=list)
-    save_text: bool = False
-    token_lists: bool = True
-    origin: Literal["scheduled", "sent"] = "scheduled"
-    drain_grace_s: float = 30.0
-    bounds: ValidityBounds = field(default_factory=ValidityBounds)
-    prices: Any = None  # loadgen.pricing.TokenPrices: the result gets a "cost" block
-
-    @property
-    def has_trace(self) -> bool:
-        return bool(self.workload and self.workload.trace)
-
-    def validate(self) -> None:
-        if self.rate_rps is not None and self.concurrency is not None:
-            raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
-        if self.rate_rps is None and self.concurrency is None and not self.has_trace:
-            raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
-        if self.requests is not None and self.duration_s is not None:
-            raise ConfigError("--requests and --duration clash: give one of them")
-        if self.requests is None and self.duration_s is None and not (self.has_trace and self.concurrency is None):
-            raise ConfigError("give --requests N or --duration D")
-        if self.concurrency is not None and self.max_concurrency is not None:
-            raise ConfigError("--max-concurrency caps an open-loop run; with --concurrency it clashes")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise ConfigError("--concurrency must be at least 1")
-        if self.requests is not None and self.requests < 1:
-            raise ConfigError("--requests must be at least 1")
-
-
-def workload_options(cfg: LoadConfig) -> WorkloadOptions:
-    """The workload options of ``cfg``: its lengths, seed and salt applied over ``cfg.workload``."""
-    base = cfg.workload or WorkloadOptions()
-    return replace(
-        base,
-        input_tokens=cfg.input_tokens,
-        output_tokens=cfg.output_tokens,
-        seed=cfg.seed,
-        salt=cfg.salt if cfg.salt is not None else base.salt,
-    )
-
-
-def build_workload(cfg: LoadConfig) -> Workload:
-    """Load the workload (trace or data set read, tokenizer loaded). Raises ConfigError / InputFileError."""
-    return Workload(workload_options(cfg))
-
-
-def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
-    """The schedule (open loop) or the user plan (closed loop) for ``cfg``."""
-    cfg.validate()
-    wl = workload or build_workload(cfg)
-    if cfg.concurrency is None:
-        schedule = wl.lazy_schedule(  # send times in arrays; each prompt built just before its send
-            rate_rps=cfg.rate_rps,
-            arrival=cfg.arrival,
-            burstiness=cfg.burstiness,
-            requests=cfg.requests,
-            duration_s=cfg.duration_s,
-            warmup_requests=cfg.warmup_requests,
-            warmup_s=cfg.warmup_s,
-        )
-        return RunPlan(
-            mode="open",
-            schedule=schedule,
-            max_concurrency=cfg.max_concurrency,
-            drain_grace_s=cfg.drain_grace_s,
-        )
-    return RunPlan(
-        mode="closed",
-        concurrency=cfg.concurrency or 1,
-        make_spec=wl.spec_factory(),
-        max_requests=(cfg.requests + cfg.warmup_requests) if cfg.requests is not None else None,
-        duration_s=cfg.duration_s,
-        warmup_requests=cfg.warmup_requests,
-        warmup_s=cfg.warmup_s,
-        drain_grace_s=cfg.drain_grace_s,
-    )
 
 
 def raise_fd_limit() -> tuple[int, int]:
@@ -195,7 +90,7 @@ async def measure(
     out_dir.mkdir(parents=True, exist_ok=True)
     fd_soft, fd_hard = raise_fd_limit()
     agg = Aggregator(cfg.slos, spill_dir=out_dir)  # exact samples spill to an unnamed file there
-    started_at = dt.datetime.now(dt.timezone.utc)
+    started_at = dt.datetime.now(dt.UTC)
     if server_observer is not None:
         await server_observer.begin()  # /metrics scrape, energy window, power samples
     with open(out_dir / "requests.jsonl", "wb") as fh:
@@ -305,7 +200,7 @@ def build_result(
     cond["open_file_limit"] = {"soft": fd_limit[0], "hard": fd_limit[1]}
     cond["latency_origin"] = cfg.origin
     cond["t0_monotonic_ns"] = outcome.t0_ns
-    cond["t0_wall"] = dt.datetime.fromtimestamp(outcome.t0_wall_ns / 1e9, dt.timezone.utc).isoformat()
+    cond["t0_wall"] = dt.datetime.fromtimestamp(outcome.t0_wall_ns / 1e9, dt.UTC).isoformat()
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "loadgen_version": __version__,
@@ -340,34 +235,3 @@ def build_result(
         "schedule_realized_rps": outcome.client.schedule_realized_rps,
     }
     return result
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically (temp file + rename), so a reader never sees half a file."""
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    os.replace(tmp, path)
-
-
-def write_hlog(path: Path, agg: Aggregator, outcome: RunOutcome) -> None:
-    """HdrHistogram log (V1.3 text format): one tagged interval per metric, values in µs."""
-    start_s = outcome.t0_wall_ns / 1e9
-    end_s = start_s + max(outcome.end_ns - outcome.t0_ns, 0) / 1e9
-    lines = [
-        "#[Histogram log format version 1.3]",
-        f"#[StartTime: {start_s:.3f} (seconds since epoch)]",
-        f"#[BaseTime: {start_s:.3f} (seconds since epoch)]",
-        "#[loadgen: values in microseconds; one tagged histogram per metric]",
-        '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"',
-    ]
-    for name, h in agg.hist.items():
-        if h.hist.get_total_count() == 0:
-            continue
-        lines.append(
-            f"Tag={name},{0.0:.3f},{end_s - start_s:.3f},{h.hist.get_max_value() / 1e6:.3f},{h.encode()}"
-        )
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def new_run_id() -> str:
-    return uuid.uuid4().hex[:12]

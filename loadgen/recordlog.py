@@ -1,12 +1,18 @@
-"""``requests.jsonl``: one line per finished request, written (and flushed) as it finishes.
+"""Every file a run writes: ``requests.jsonl``, ``result.json``, ``histograms.hlog``, the out dir.
 
-A crash or Ctrl-C loses nothing already measured. Times are seconds from the
+``requests.jsonl``: one line per finished request, written (and flushed) as it finishes.
+A crash or Ctrl-C loses nothing already measured. JSON files are written atomically
+(``write_json``); the HdrHistogram log after the run (``write_hlog``). Times are seconds from the
 run's t0 (``scheduled_s``, ``sent_s``) or milliseconds (``*_ms``).
 """
 
 from __future__ import annotations
 
-from typing import IO, Any
+import datetime as dt
+import os
+import uuid
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
@@ -14,6 +20,10 @@ from loadgen.metrics import RequestMetrics
 from loadgen.redact import Redactor
 from loadgen.results import network_ns
 from loadgen.types import RequestRecord
+
+if TYPE_CHECKING:
+    from loadgen.results import Aggregator
+    from loadgen.runner import RunOutcome
 
 
 def _ms(v: float | None) -> float | None:
@@ -129,3 +139,40 @@ class RecordWriter:
         self.fh.write(orjson.dumps(d) + b"\n")
         self.fh.flush()
         self.lines += 1
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (temp file + rename), so a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    os.replace(tmp, path)
+
+
+def write_hlog(path: Path, agg: Aggregator, outcome: RunOutcome) -> None:
+    """HdrHistogram log (V1.3 text format): one tagged interval per metric, values in µs."""
+    start_s = outcome.t0_wall_ns / 1e9
+    end_s = start_s + max(outcome.end_ns - outcome.t0_ns, 0) / 1e9
+    lines = [
+        "#[Histogram log format version 1.3]",
+        f"#[StartTime: {start_s:.3f} (seconds since epoch)]",
+        f"#[BaseTime: {start_s:.3f} (seconds since epoch)]",
+        "#[loadgen: values in microseconds; one tagged histogram per metric]",
+        '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"',
+    ]
+    for name, h in agg.hist.items():
+        if h.hist.get_total_count() == 0:
+            continue
+        lines.append(
+            f"Tag={name},{0.0:.3f},{end_s - start_s:.3f},{h.hist.get_max_value() / 1e6:.3f},{h.encode()}"
+        )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def default_out_dir(kind: str = "") -> Path:
+    """``results/<UTC time>[-kind]``: where a command writes when ``--out`` is not given."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path("results") / (stamp + (f"-{kind}" if kind else ""))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import re
-from urllib.parse import quote, quote_plus, urlsplit, urlunsplit, parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
 
 REDACTED = "***"
 

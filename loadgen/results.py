@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from loadgen.histograms import LatencyHistogram
 from loadgen.metrics import RequestMetrics
+from loadgen.runner import ClientStats
 from loadgen.samples import SampleLog, SpillFile
 from loadgen.slo import SLOTarget, exact_percentile
 from loadgen.types import RequestRecord
@@ -55,20 +56,6 @@ class ValidityBounds:
     min_requests: int = 100
     min_duration_s: float = 10.0
     max_error_rate: float = 0.01
-
-
-@dataclass
-class ClientStats:
-    """Facts about the generator itself, filled by the runner."""
-
-    cpu_s: float = 0.0
-    wall_s: float = 0.0
-    loop_lag_ms: list[float] = field(default_factory=list)
-    schedule_realized_rps: float | None = None  # the schedule's own rate over the measured sends
-    open_loop: bool = True
-    aborted_reason: str | None = None  # the generator gave up (fell too far behind)
-    worker_cpu_fractions: list[float] = field(default_factory=list)  # one per worker process
-    worker_failures: list[str] = field(default_factory=list)
 
 
 def summarize_exact(values: list[float] | array | SampleLog, scale: float = 1e-6) -> dict[str, Any]:
@@ -117,7 +104,7 @@ class Aggregator:
     def __init__(self, slos: list[SLOTarget] | None = None, spill_dir: str | Path | None = None) -> None:
         self.slos = list(slos or [])
         self.spill = SpillFile(spill_dir)
-        log = lambda: SampleLog(self.spill)  # noqa: E731
+        log = lambda: SampleLog(self.spill)
         self.samples: dict[str, SampleLog] = {m: log() for m in PER_REQUEST_METRICS}
         self.hist: dict[str, LatencyHistogram] = {m: LatencyHistogram(m) for m in LATENCY_METRICS}
         self.requests = 0
@@ -180,7 +167,7 @@ class Aggregator:
         for name, state in states.items():
             self.hist[name].merge(LatencyHistogram.from_state(state))
 
-    def add_summary(self, s: "RequestSummary") -> None:
+    def add_summary(self, s: RequestSummary) -> None:
         """Count one request from its summary (what a worker process ships to the parent).
 
         Per-request metrics stay exact; per-token metrics arrive separately as HDR
@@ -255,7 +242,7 @@ class Aggregator:
         else:
             self.conforming += 1
 
-    def _add_provider_facts(self, s: "RequestSummary") -> None:
+    def _add_provider_facts(self, s: RequestSummary) -> None:
         if s.buffered:
             self.buffered += 1
         if s.throttle_ns:

@@ -27,16 +27,16 @@ import asyncio
 import contextlib
 import gc
 import itertools
-from array import array
-from collections import deque
 import resource
 import signal
+from array import array
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 from loadgen.clock import now_ns, timer_slack_ns, wall_anchor
 from loadgen.endpoints.base import Endpoint
-from loadgen.results import ClientStats
 from loadgen.schedule import Schedule, as_schedule
 from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest
 
@@ -57,6 +57,20 @@ MAX_AHEAD = 1024  # ...and at most this many (bounds the memory of long prompts 
 BUILD_GUARD_NS = 2_000_000  # no spec is built this close to a send deadline (one costs ~10-100 µs)
 GC_PERIOD_S = 1.0  # young generations collected this often (away from send deadlines)...
 GC_FULL_EVERY = 60  # ...and every generation (the frozen start-up heap excepted) every this many periods
+
+
+@dataclass
+class ClientStats:
+    """Facts about the generator itself, filled by the runner."""
+
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    loop_lag_ms: list[float] = field(default_factory=list)
+    schedule_realized_rps: float | None = None  # the schedule's own rate over the measured sends
+    open_loop: bool = True
+    aborted_reason: str | None = None  # the generator gave up (fell too far behind)
+    worker_cpu_fractions: list[float] = field(default_factory=list)  # one per worker process
+    worker_failures: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -18,7 +18,7 @@ Iterating yields :class:`~loadgen.types.ScheduledRequest` entries built one by o
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Union, overload
+from typing import overload
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class Schedule:
         self._positions = range(self.offsets_ns.size) if positions is None else positions
 
     @classmethod
-    def from_list(cls, items: Sequence[ScheduledRequest]) -> "Schedule":
+    def from_list(cls, items: Sequence[ScheduledRequest]) -> Schedule:
         """Wrap specs built beforehand (tests, :meth:`Workload.schedule`): no lazy building."""
         offs = np.fromiter((s.offset_ns for s in items), dtype=np.int64, count=len(items))
         warm = np.fromiter((s.phase != "measure" for s in items), dtype=np.bool_, count=len(items))
@@ -70,8 +70,8 @@ class Schedule:
     @overload
     def __getitem__(self, k: int) -> ScheduledRequest: ...
     @overload
-    def __getitem__(self, k: slice) -> "Schedule": ...
-    def __getitem__(self, k: Union[int, slice]) -> Union[ScheduledRequest, "Schedule"]:
+    def __getitem__(self, k: slice) -> Schedule: ...
+    def __getitem__(self, k: int | slice) -> ScheduledRequest | Schedule:
         if isinstance(k, slice):
             return Schedule(self.offsets_ns[k], self.warm[k], self._spec_at, self._positions[k])
         if k < 0:
@@ -92,6 +92,6 @@ class Schedule:
         return len(self) - start - warm, warm
 
 
-def as_schedule(s: "Schedule | Sequence[ScheduledRequest]") -> Schedule:
+def as_schedule(s: Schedule | Sequence[ScheduledRequest]) -> Schedule:
     """A :class:`Schedule` for either form a :class:`~loadgen.runner.RunPlan` accepts."""
     return s if isinstance(s, Schedule) else Schedule.from_list(s)

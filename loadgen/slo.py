@@ -21,24 +21,10 @@ import re
 from dataclasses import dataclass
 
 from loadgen.errors import ConfigError
+from loadgen.units import parse_duration_ns
 
 METRICS = ("ttft", "time_to_first_answer_token", "tpot", "itl", "e2e")
 _ALIASES = {"ttfat": "time_to_first_answer_token", "e2e_latency": "e2e", "latency": "e2e"}
-_UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000}
-
-
-def parse_duration_ns(text: str, *, default_unit: str | None = None, what: str = "duration") -> int:
-    """``'300ms'`` -> 300_000_000. Units: ns, us, ms, s, m. Raises ConfigError."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([a-z]*)\s*", text or "")
-    if not m:
-        raise ConfigError(f"invalid {what} {text!r}: expected a number with a unit, e.g. 300ms, 10s, 2m")
-    unit = m.group(2) or default_unit
-    if unit not in _UNITS_NS:
-        raise ConfigError(f"invalid {what} {text!r}: unit must be one of ns, us, ms, s, m")
-    value = float(m.group(1)) * _UNITS_NS[unit]
-    if value < 0 or math.isinf(value):
-        raise ConfigError(f"invalid {what} {text!r}")
-    return int(round(value))
 
 
 @dataclass(frozen=True)

@@ -42,17 +42,19 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.base import Endpoint
-from loadgen.measure import LoadConfig, measure, write_json
+from loadgen.measure import measure
 from loadgen.metrics import RequestMetrics
 from loadgen.pricing import answer_cost
 from loadgen.results import RATE_LIMIT_DOMINATED, request_value
 from loadgen.runner import Runner
+from loadgen.runplan import LoadConfig
 from loadgen.slo import SLOTarget
 from loadgen.stats import fail_threshold, lower_bound, min_requests, upper_bound
 from loadgen.types import RequestRecord

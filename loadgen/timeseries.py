@@ -29,8 +29,9 @@ drifting system). No verdict when a third holds fewer than
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import orjson
 

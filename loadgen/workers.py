@@ -1,7 +1,7 @@
 """Worker processes: one schedule, sharded deterministically over N processes with one t0.
 
 Each worker is a separate Python process (``spawn``) with its own event loop. It
-rebuilds the same schedule from the same :class:`~loadgen.measure.LoadConfig`
+rebuilds the same schedule from the same :class:`~loadgen.runplan.LoadConfig`
 (seeded, so every process sees the identical schedule), keeps every N-th entry
 (open loop: entries ``w, w+N, ...``; closed loop: its share of the users and
 request indices ``w, w+N, ...``), and sends on the shared absolute t0 (CLOCK_MONOTONIC
@@ -24,9 +24,10 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import orjson
 
@@ -36,8 +37,8 @@ from loadgen.histograms import LatencyHistogram
 from loadgen.metrics import compute
 from loadgen.recordlog import record_line
 from loadgen.redact import Redactor
-from loadgen.results import Aggregator, ClientStats, summarize
-from loadgen.runner import LEAD_IN_NS, RunOutcome, RunPlan, Runner, realized_send_rps
+from loadgen.results import Aggregator, summarize
+from loadgen.runner import LEAD_IN_NS, ClientStats, Runner, RunOutcome, RunPlan, realized_send_rps
 from loadgen.schedule import as_schedule
 
 BATCH = 64
@@ -109,7 +110,7 @@ async def worker_body(
     """
     import asyncio
 
-    from loadgen.measure import build_plan, build_workload
+    from loadgen.runplan import build_plan, build_workload
 
     ep = OpenAIEndpoint(ep_cfg, redactor)
     await ep.open()

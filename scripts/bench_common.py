@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
-from loadgen.measure import LoadConfig, MeasuredRun, measure
+from loadgen.measure import MeasuredRun, measure
+from loadgen.runplan import LoadConfig
 from loadgen.sim.launch import SimProcess
 
 

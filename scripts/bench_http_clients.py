@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import SimProcess  # noqa: E402
+from bench_common import SimProcess
 
 BODY = '{"model":"sim-model","prompt":"hello there","max_tokens":%d,"stream":true}'
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import LoadConfig, SimProcess, pct, read_jsonl, run_against, tmpdir  # noqa: E402
+from bench_common import LoadConfig, SimProcess, pct, read_jsonl, run_against, tmpdir
 
 SIM = ["--slots", "512", "--ttft-ms", "2", "--itl-ms", "5", "--default-max-tokens", "8"]
 

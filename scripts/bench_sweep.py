@@ -45,12 +45,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import LoadConfig, SimProcess, pct, read_jsonl, run_against, tmpdir  # noqa: E402
+from bench_common import LoadConfig, SimProcess, pct, read_jsonl, run_against, tmpdir
 
-from loadgen.sim.model import SimParams, capacity_rps  # noqa: E402
-from loadgen.sim.reference import percentile_at  # noqa: E402
-from loadgen.slo import SLOTarget, parse_slo  # noqa: E402
-from loadgen.stats import min_requests  # noqa: E402
+from loadgen.sim.model import SimParams, capacity_rps
+from loadgen.sim.reference import percentile_at
+from loadgen.slo import SLOTarget, parse_slo
+from loadgen.stats import min_requests
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -212,7 +212,7 @@ def main() -> int:
     # 1. references
     ref = references(pr, target, a.probe_duration, a.ref_seeds)
     ps = ref["per_seed"]
-    print("\nreference answers (virtual clock, %.1f s of CPU)" % ref["cpu_s"])
+    print("\nreference answers (virtual clock, {:.1f} s of CPU)".format(ref["cpu_s"]))
     print(f"  steady state (20000 requests)        {ref['steady']:8.2f} req/s")
     print(f"  at the probe length ({ref['shape'][0]} warm-up + {ref['shape'][1]} measured), median of "
           f"{len(ps)} seeds {ref['probe']:8.2f} req/s (seeds {min(ps):.2f}..{max(ps):.2f})")

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import LoadConfig, SimProcess, median, pct, read_jsonl, run_against, tmpdir  # noqa: E402
+from bench_common import LoadConfig, SimProcess, median, pct, read_jsonl, run_against, tmpdir
 
 
 def one_run(i: int, requests: int) -> dict[str, float]:

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import SimProcess, cpu_split, read_jsonl  # noqa: E402
+from bench_common import SimProcess, cpu_split, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import LoadConfig, SimProcess, read_jsonl, tmpdir  # noqa: E402
+from bench_common import LoadConfig, SimProcess, read_jsonl, tmpdir
 
-from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint  # noqa: E402
-from loadgen.measure import measure  # noqa: E402
+from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
+from loadgen.measure import measure
 
 BOUND_MS = 5.0
 

@@ -96,7 +96,7 @@ def stop(p: subprocess.Popen[bytes]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / ("scorecard-demo-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")))
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / ("scorecard-demo-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")))
     ap.add_argument("--probe-duration", default="4s")
     ap.add_argument("--skip-vllm", action="store_true", help="Only the two simulated profiles.")
     ap.add_argument("--compare-only", action="store_true", help="Reuse the sweeps already in --out; compare and screenshot.")

@@ -76,7 +76,8 @@ async def soak(*, minutes: float, rate: float, warmup_s: float, fault_p: float =
                timeout_s: float = 5.0, progress: Any = None) -> dict[str, Any]:
     """Run the soak and return its figures (see the module docstring)."""
     from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
-    from loadgen.measure import LoadConfig, measure
+    from loadgen.measure import measure
+    from loadgen.runplan import LoadConfig
     from loadgen.sim.launch import SimProcess
 
     total_s = minutes * 60.0

@@ -22,7 +22,6 @@ hooks, no redirects, the client's rate cap, opt-in 429 retries).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -32,8 +31,8 @@ import orjson
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.base import (
-    HTTPSendMixin,
     ClientRateCap,
+    HTTPSendMixin,
     fail,
     is_buffered,
     network_baseline,
@@ -266,7 +265,7 @@ class AnthropicEndpoint(HTTPSendMixin):
             ) as resp:
                 raw = await resp.read()
                 status = resp.status
-        except (aiohttp.ClientConnectorError, aiohttp.ClientOSError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientConnectorError, aiohttp.ClientOSError, OSError) as exc:
             raise EndpointUnreachable(f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}") from None
         if self.network is not None:
             self.network["cheap_request_ms"] = [(now_ns() - t0) / 1e6]

@@ -117,7 +117,7 @@ def _http_date_s(text: str) -> float | None:
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:  # asctime carries no zone: HTTP dates are GMT
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     return when.timestamp()
 
 
@@ -215,7 +215,7 @@ def _reset_s(value: str, date_header: str | None) -> float | None:
     except ValueError:
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     ref = _http_date_s(date_header) if date_header else None
     if ref is None:
         ref = time.time()
@@ -589,7 +589,7 @@ async def network_baseline(url: str, *, connects: int = 3, timeout_s: float = 5.
             writer.transport.abort()
         out["tcp_connect_ms"] = times
         out["tcp_connect_ms_min"] = min(times) if times else None
-    except (OSError, asyncio.TimeoutError, IndexError) as exc:
+    except (TimeoutError, OSError, IndexError) as exc:
         out["error"] = type(exc).__name__
     return out
 

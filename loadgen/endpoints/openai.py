@@ -29,9 +29,9 @@ import orjson
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.base import (
-    HTTPSendMixin,
     ERROR_BODY_LIMIT,
     ClientRateCap,
+    HTTPSendMixin,
     fail,
     is_buffered,
     network_baseline,
@@ -183,7 +183,7 @@ class OpenAIEndpoint(HTTPSendMixin):
                 ) as resp:
                     await resp.read()
                 out.append((now_ns() - t0) / 1e6)
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError, OSError):
                 out.append(None)
         return out
 
@@ -236,7 +236,7 @@ class OpenAIEndpoint(HTTPSendMixin):
         """Read /v1/models (served model, max length) and /version where exposed."""
         try:
             models = await self._get_json("/models")
-        except (aiohttp.ClientConnectorError, aiohttp.ClientOSError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientConnectorError, aiohttp.ClientOSError, OSError) as exc:
             raise EndpointUnreachable(
                 f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}"
             ) from None
@@ -298,7 +298,7 @@ class OpenAIEndpoint(HTTPSendMixin):
             raise EndpointUnreachable(
                 f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}"
             ) from None
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return None
 
     # --- requests ------------------------------------------------------------------

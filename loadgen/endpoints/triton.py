@@ -274,7 +274,7 @@ class TritonEndpoint:
         )
         try:
             self.server = await self._get_json("/v2") or {}
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise EndpointUnreachable(f"cannot reach Triton at {self._origin}: {self.redactor(str(exc))}") from None
         if cfg.model is None:
             cfg.model = await self._first_model_http()

@@ -159,7 +159,7 @@ def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
         ax.set_title("interactivity curve")
         imgs.append(("Interactivity curve", _png(fig)))
         plt.close(fig)
-    for i, (title, data) in enumerate(imgs):
+    for i, (_title, data) in enumerate(imgs):
         (out_dir / f"plot-{i + 1}.png").write_bytes(base64.b64decode(data))
     rows = "".join(
         "<tr>"

@@ -26,10 +26,10 @@ __all__ = ["report_start_error", "serve_group"]
 def _duration(text: str | None, what: str) -> float | None:
     if text is None:
         return None
-    from loadgen.slo import parse_duration_ns
+    from loadgen.units import parse_duration_s
 
     try:
-        return parse_duration_ns(text, default_unit="s", what=what) / 1e9
+        return parse_duration_s(text, what)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -68,7 +68,7 @@ _FIELDS = ("dtype", "max_seq_len", "quantization", "kv_cache_dtype", "device_con
 def parse_engine_log(text: str) -> dict[str, Any]:
     """Engine settings from vLLM's "Initializing a V1 LLM engine (vX) with config: ..." log line."""
     m = None
-    for m in _ENGINE_LINE.finditer(text):
+    for m in _ENGINE_LINE.finditer(text):  # noqa: B007 - keeps the last match
         pass
     if m is None:
         return {}

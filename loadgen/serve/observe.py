@@ -119,7 +119,7 @@ class ServerObserver:
                     self._note(f"HTTP {resp.status} from {self.metrics_url}")
                     return None
                 return prom.parse(await resp.text())
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self._note(f"{type(exc).__name__} reading {self.metrics_url}")
             return None
 
@@ -229,7 +229,7 @@ class ServerObserver:
                 hint = " (start vLLM with VLLM_SERVER_DEV_MODE=1 to allow it)" if resp.status in (404, 405) else ""
                 return {"reset": False, "how": "POST /reset_prefix_cache",
                         "detail": f"HTTP {resp.status}{hint}: {body}"}  # fmt: skip
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return {"reset": False, "how": "POST /reset_prefix_cache", "detail": f"{type(exc).__name__}: {exc}"}
 
 

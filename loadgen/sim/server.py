@@ -364,7 +364,7 @@ class SimServer:
 
     async def _lifespan(self, app: web.Application) -> AsyncIterator[None]:
         if self.truth_log_path:
-            self._truth_fh = open(self.truth_log_path, "ab")  # noqa: SIM115 - closed below
+            self._truth_fh = open(self.truth_log_path, "ab")
         engine = asyncio.get_running_loop().create_task(self._engine(), name="loadgen-sim-engine")
         try:
             yield

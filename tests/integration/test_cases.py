@@ -14,8 +14,8 @@ Cases described in words only get fixture streams built from their note (see
 from __future__ import annotations
 
 import asyncio
-import json
 import gc
+import json
 import math
 import warnings
 from dataclasses import dataclass

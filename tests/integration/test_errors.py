@@ -149,7 +149,7 @@ class TinyServer:
                 await writer.drain()
                 if self.answered >= self.answer_limit and self._server is not None:
                     self._server.close()  # stop listening: later connections are refused
-        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, ValueError):
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         finally:
             writer.close()

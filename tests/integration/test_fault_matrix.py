@@ -38,12 +38,21 @@ import pytest
 
 from loadgen.clock import now_ns
 from loadgen.errors import ProtocolError
-from loadgen.measure import LoadConfig
+from loadgen.runplan import LoadConfig
 from loadgen.sim.launch import SimProcess
 from loadgen.sse import SSEDecoder
 from tests.fixtures.fault_proxy import (
-    DONE, STREAM_HEAD, FaultServer, b64, check_run, chunk, make_self_signed, run_inprocess, server_down_and_back,
-    text_event, truth_for,
+    DONE,
+    STREAM_HEAD,
+    FaultServer,
+    b64,
+    check_run,
+    chunk,
+    make_self_signed,
+    run_inprocess,
+    server_down_and_back,
+    text_event,
+    truth_for,
 )
 
 REPO = Path(__file__).resolve().parents[2]

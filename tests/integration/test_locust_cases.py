@@ -23,8 +23,16 @@ import pytest
 from loadgen import metrics
 from loadgen.types import RequestRecord, TokenEvent
 from tests.integration.test_cases import (
-    CASES, STAGGER_S, WARMUP_INDEX, Replayed, TimingMismatch, check_aggregate, check_expected,
-    check_invariants, materialize, _params,
+    CASES,
+    STAGGER_S,
+    WARMUP_INDEX,
+    Replayed,
+    TimingMismatch,
+    _params,
+    check_aggregate,
+    check_expected,
+    check_invariants,
+    materialize,
 )  # fmt: skip
 from tests.integration.test_locust import HAVE_LOCUST, REPO_ROOT, child_env
 

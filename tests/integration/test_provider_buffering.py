@@ -16,8 +16,9 @@ from typing import Any
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.providers import make_endpoint
-from loadgen.measure import LoadConfig, measure
+from loadgen.measure import measure
 from loadgen.metrics import compute
+from loadgen.runplan import LoadConfig
 from loadgen.sim.launch import SimProcess
 from loadgen.types import RequestRecord, RequestSpec
 from tests.fixtures.fake_platforms import BufferingProxy, PlatformServer, openai_chat_writes

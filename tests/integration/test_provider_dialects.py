@@ -19,7 +19,13 @@ from loadgen.endpoints.providers import make_endpoint
 from loadgen.metrics import compute
 from loadgen.redact import Redactor
 from loadgen.types import RequestRecord, RequestSpec
-from tests.fixtures.fake_platforms import PlatformServer, anthropic_error_event, anthropic_writes, azure_chat_writes, openai_chat_writes
+from tests.fixtures.fake_platforms import (
+    PlatformServer,
+    anthropic_error_event,
+    anthropic_writes,
+    azure_chat_writes,
+    openai_chat_writes,
+)
 
 MS = 1_000_000
 LATE_NS = 40 * MS  # how late a stamp may be on a loaded 2-core machine

@@ -19,9 +19,10 @@ import pytest
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.providers import make_endpoint
-from loadgen.measure import LoadConfig, measure
+from loadgen.measure import measure
 from loadgen.metrics import compute
 from loadgen.results import network_ns
+from loadgen.runplan import LoadConfig
 from loadgen.types import RequestRecord, RequestSpec
 from tests.fixtures.fake_platforms import PlatformServer, openai_chat_writes, self_signed_cert
 

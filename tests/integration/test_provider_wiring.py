@@ -111,8 +111,8 @@ def test_run_anthropic(tmp_path: Path) -> None:
 
 def _sweep(sim_args: list[str], out: Path, **scfg_kw: Any) -> Any:
     from loadgen.endpoints.providers import make_endpoint
-    from loadgen.measure import LoadConfig
     from loadgen.results import ValidityBounds
+    from loadgen.runplan import LoadConfig
     from loadgen.sim.launch import SimProcess
     from loadgen.slo import parse_slo
     from loadgen.sweep import Sweep, SweepConfig

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
-from loadgen.measure import LoadConfig, measure
+from loadgen.measure import measure
+from loadgen.runplan import LoadConfig
 from loadgen.serve import ServerObserver, ServerProcess, launch
 from loadgen.serve.process import group_alive
 from loadgen.serve.vllm import find_server_python

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from loadgen.clock import now_ns
 from loadgen.check import CheckSettings, run_check
+from loadgen.clock import now_ns
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
-from loadgen.runner import RunPlan, Runner
+from loadgen.runner import Runner, RunPlan
 from loadgen.serve import ServerObserver, ServerProcess, ServerStartError, launch
 from loadgen.serve.process import group_alive
 from loadgen.serve.vllm import find_server_python
@@ -149,8 +149,8 @@ def run_observed_sweep(srv: ServerProcess, out: Path) -> tuple[dict[str, Any], l
     the cores, so event-loop and schedule lag exceed the default 10 ms / 5 ms bounds, and
     a probe of ~40 requests misses the 1 % send-rate bound by chance.
     """
-    from loadgen.measure import LoadConfig
     from loadgen.results import ValidityBounds
+    from loadgen.runplan import LoadConfig
     from loadgen.slo import parse_slo
     from loadgen.sweep import Sweep, SweepConfig
 

@@ -19,11 +19,10 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import quote, quote_plus
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_NAME = "LOADGEN_TEST_SENTINEL_KEY"
@@ -132,7 +131,7 @@ class RecordingServer:
                 await writer.drain()
                 if self.refuse_after is not None and self.posts >= self.refuse_after and self._server:
                     self._server.close()  # later connections are refused
-        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, ValueError):
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         finally:
             writer.close()

@@ -34,10 +34,19 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from loadgen.measure import LoadConfig
+from loadgen.runplan import LoadConfig
 from loadgen.types import ERROR_KINDS
 from tests.fixtures.fault_proxy import (
-    DONE, STREAM_HEAD, FaultServer, b64, check_run, chunk, make_self_signed, run_inprocess, sse, text_event,
+    DONE,
+    STREAM_HEAD,
+    FaultServer,
+    b64,
+    check_run,
+    chunk,
+    make_self_signed,
+    run_inprocess,
+    sse,
+    text_event,
     usage_event,
 )
 

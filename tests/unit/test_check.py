@@ -86,7 +86,7 @@ class _Server:
         self._ready.set()
         self._loop.run_forever()
 
-    def __enter__(self) -> "_Server":
+    def __enter__(self) -> _Server:
         self._thread.start()
         assert self._ready.wait(10)
         return self

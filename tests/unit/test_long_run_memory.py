@@ -14,9 +14,9 @@ from array import array
 
 import numpy as np
 
-from loadgen.measure import LoadConfig, build_plan
 from loadgen.results import Aggregator, summarize_exact
 from loadgen.runner import realized_send_rps
+from loadgen.runplan import LoadConfig, build_plan
 from loadgen.samples import CHUNK, SampleLog, SpillFile
 from loadgen.schedule import Schedule, as_schedule
 from loadgen.slo import parse_slo

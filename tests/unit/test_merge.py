@@ -8,11 +8,10 @@ import random
 from loadgen.histograms import LatencyHistogram
 from loadgen.metrics import compute
 from loadgen.results import Aggregator, summarize
-from loadgen.slo import parse_slo
-from loadgen.types import RequestRecord, TokenEvent
-from loadgen.workers import shard_plan
 from loadgen.runner import RunPlan
-from loadgen.types import RequestSpec, ScheduledRequest
+from loadgen.slo import parse_slo
+from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest, TokenEvent
+from loadgen.workers import shard_plan
 
 MS = 1_000_000
 

@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadgen import metrics
-from loadgen.metrics import allocate_tokens, compute, count_output_tokens, estimate_tokens, itl_samples, tokens_per_event
+from loadgen.metrics import (
+    allocate_tokens,
+    compute,
+    count_output_tokens,
+    estimate_tokens,
+    itl_samples,
+    tokens_per_event,
+)
 from loadgen.types import RequestRecord, TokenEvent
 
 MS = 1_000_000

@@ -17,13 +17,13 @@ from loadgen.endpoints.openai import OpenAIStreamParser
 from loadgen.errors import ProtocolError
 from loadgen.metrics import compute
 from loadgen.redact import Redactor
+from loadgen.types import RequestRecord
 from tests.fixtures.fake_platforms import (
     anthropic_error_event,
     anthropic_writes,
     azure_chat_writes,
     openai_chat_writes,
 )
-from loadgen.types import RequestRecord
 
 MS = 1_000_000
 

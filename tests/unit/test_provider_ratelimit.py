@@ -19,7 +19,8 @@ from loadgen.endpoints.base import (
 )
 from loadgen.metrics import compute
 from loadgen.recordlog import record_line
-from loadgen.results import Aggregator, ClientStats, ValidityBounds, ratelimit_series
+from loadgen.results import Aggregator, ValidityBounds, ratelimit_series
+from loadgen.runner import ClientStats
 from loadgen.types import RequestRecord, RequestSpec, TokenEvent
 
 MS = 1_000_000

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from loadgen.clock import now_ns
-from loadgen.runner import PREP_BURST_MAX_NS, PREP_COST_NS, PREP_EARLY_NS, PRESTART_NS, RunPlan, Runner
+from loadgen.runner import PREP_BURST_MAX_NS, PREP_COST_NS, PREP_EARLY_NS, PRESTART_NS, Runner, RunPlan
 from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest
 
 

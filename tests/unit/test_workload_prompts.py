@@ -132,7 +132,7 @@ def test_mooncake_blocks_identical_across_rows_sharing_a_hash_id(
         assert len(got) == n == s.spec.requested_input_tokens
         assert got == tok.encode(s.spec.prompt, add_special_tokens=True)  # blocks survive re-tokenization
         ids.append(got)
-    blk = lambda ids_, k: ids_[1 + 512 * k : 1 + 512 * (k + 1)]  # noqa: E731 - after BOS
+    blk = lambda ids_, k: ids_[1 + 512 * k : 1 + 512 * (k + 1)]
     assert blk(ids[0], 0) == blk(ids[1], 0) == blk(ids[2], 0)  # hash id 0
     assert blk(ids[0], 1) == blk(ids[1], 1)  # hash id 1
     assert blk(ids[0], 2)[:50] != blk(ids[1], 2)[:50]  # ids 2 and 3 differ

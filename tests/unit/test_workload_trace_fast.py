@@ -19,9 +19,9 @@ FIELDS = ("offset_ns", "input_tokens", "output_tokens", "line")
 
 def _azure_file(path: Path, n: int, seed: int, *, crlf: bool, bad_line: int | None = None) -> None:
     rng = random.Random(seed)
-    t = dt.datetime(2024, 2, 28, 23, 59, 0, tzinfo=dt.timezone.utc)  # crosses a leap day
+    t = dt.datetime(2024, 2, 28, 23, 59, 0, tzinfo=dt.UTC)  # crosses a leap day
     lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
-    for i in range(n):
+    for _i in range(n):
         if rng.random() > 0.1:  # 10 % share the previous instant
             t += dt.timedelta(microseconds=rng.randrange(1, 3_000_000))
         form = rng.randrange(6)

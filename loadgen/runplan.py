@@ -1,0 +1,124 @@
+"""From configuration to a plan: ``LoadConfig`` -> ``Workload`` -> ``RunPlan``.
+
+``LoadConfig`` holds the workload and engine settings of one run (configuration only, no
+runtime state). ``build_workload`` loads what it names (trace, data set, tokenizer);
+``build_plan`` turns it into the runner's :class:`~loadgen.runner.RunPlan`: the open-loop
+schedule (send times fixed before t0) or the closed-loop user plan. Used by one measured
+run (:mod:`loadgen.measure`) and by every worker process (:mod:`loadgen.workers`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from loadgen.errors import ConfigError
+from loadgen.results import ValidityBounds
+from loadgen.runner import RunPlan
+from loadgen.slo import SLOTarget
+from loadgen.workload.spec import Workload, WorkloadOptions
+
+__all__ = ["LoadConfig", "build_plan", "build_workload", "workload_options"]
+
+
+@dataclass
+class LoadConfig:
+    """The workload and engine settings of one run (configuration only).
+
+    Open loop when ``rate_rps`` is set, closed loop when ``concurrency`` is.
+    Exactly one of ``requests`` / ``duration_s`` bounds the measured part;
+    ``warmup_requests`` or ``warmup_s`` precede it and are excluded from statistics.
+    """
+
+    rate_rps: float | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    concurrency: int | None = None
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int = 0
+    warmup_s: float = 0.0
+    max_concurrency: int | None = None
+    input_tokens: int | str = 128  # a length spec: 128, uniform:A,B, normal:M,SD, lognormal:M,SD, empirical:FILE
+    output_tokens: int | str | None = 64
+    seed: int = 0
+    salt: str | None = None  # None: a fresh salt per run (resolved once, shared by worker processes)
+    workload: WorkloadOptions | None = None  # traces, data sets, tokenizer, shared prefixes
+    slos: list[SLOTarget] = field(default_factory=list)
+    save_text: bool = False
+    token_lists: bool = True
+    origin: Literal["scheduled", "sent"] = "scheduled"
+    drain_grace_s: float = 30.0
+    bounds: ValidityBounds = field(default_factory=ValidityBounds)
+    prices: Any = None  # loadgen.pricing.TokenPrices: the result gets a "cost" block
+
+    @property
+    def has_trace(self) -> bool:
+        return bool(self.workload and self.workload.trace)
+
+    def validate(self) -> None:
+        if self.rate_rps is not None and self.concurrency is not None:
+            raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
+        if self.rate_rps is None and self.concurrency is None and not self.has_trace:
+            raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
+        if self.requests is not None and self.duration_s is not None:
+            raise ConfigError("--requests and --duration clash: give one of them")
+        if self.requests is None and self.duration_s is None and not (self.has_trace and self.concurrency is None):
+            raise ConfigError("give --requests N or --duration D")
+        if self.concurrency is not None and self.max_concurrency is not None:
+            raise ConfigError("--max-concurrency caps an open-loop run; with --concurrency it clashes")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ConfigError("--concurrency must be at least 1")
+        if self.requests is not None and self.requests < 1:
+            raise ConfigError("--requests must be at least 1")
+
+
+def workload_options(cfg: LoadConfig) -> WorkloadOptions:
+    """The workload options of ``cfg``: its lengths, seed and salt applied over ``cfg.workload``."""
+    base = cfg.workload or WorkloadOptions()
+    return replace(
+        base,
+        input_tokens=cfg.input_tokens,
+        output_tokens=cfg.output_tokens,
+        seed=cfg.seed,
+        salt=cfg.salt if cfg.salt is not None else base.salt,
+    )
+
+
+def build_workload(cfg: LoadConfig) -> Workload:
+    """Load the workload (trace or data set read, tokenizer loaded). Raises ConfigError / InputFileError."""
+    return Workload(workload_options(cfg))
+
+
+def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
+    """The schedule (open loop) or the user plan (closed loop) for ``cfg``."""
+    cfg.validate()
+    wl = workload or build_workload(cfg)
+    if cfg.concurrency is None:
+        schedule = wl.lazy_schedule(  # send times in arrays; each prompt built just before its send
+            rate_rps=cfg.rate_rps,
+            arrival=cfg.arrival,
+            burstiness=cfg.burstiness,
+            requests=cfg.requests,
+            duration_s=cfg.duration_s,
+            warmup_requests=cfg.warmup_requests,
+            warmup_s=cfg.warmup_s,
+        )
+        return RunPlan(
+            mode="open",
+            schedule=schedule,
+            max_concurrency=cfg.max_concurrency,
+            drain_grace_s=cfg.drain_grace_s,
+        )
+    return RunPlan(
+        mode="closed",
+        concurrency=cfg.concurrency or 1,
+        make_spec=wl.spec_factory(),
+        max_requests=(cfg.requests + cfg.warmup_requests) if cfg.requests is not None else None,
+        duration_s=cfg.duration_s,
+        warmup_requests=cfg.warmup_requests,
+        warmup_s=cfg.warmup_s,
+        drain_grace_s=cfg.drain_grace_s,
+    )
+
+
