@@ -60,10 +60,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 import orjson
 
-from loadgen.errors import InputFileError, LoadgenError
+from loadgen.errors import InputFileError
 
 CHECK_SCHEMA_VERSION = 1
 DEFAULT_PROMPTS = Path(__file__).parent / "data" / "check_questions.jsonl"
@@ -288,9 +287,9 @@ def agreement(candidate: dict[str, Any], reference: dict[str, Any], tokenizer: A
         len_c += nc
         ft += (cseq[:1] == rseq[:1])
         em += cseq == rseq
-        k = lcp(cseq, rseq)
-        lcp_sum += k
-        frac_sum += (k / max(len(cseq), len(rseq))) if (cseq or rseq) else 1.0
+        common = lcp(cseq, rseq)
+        lcp_sum += common
+        frac_sum += (common / max(len(cseq), len(rseq))) if (cseq or rseq) else 1.0
         la += nc == nr
     return {
         "token_unit": unit,
@@ -452,75 +451,3 @@ def run_check(
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "check.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     return doc
-
-
-# ---------------------------------------------------------------- command
-
-
-def _pct(v: Any) -> str:
-    return "n/a" if v is None else f"{v:.1%}"
-
-
-def _num(v: Any) -> str:
-    return "n/a" if v is None else f"{v:.2f}"
-
-
-@click.command("check")
-@click.option("--endpoint", required=True, help="Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000.")
-@click.option("--reference", help="A previous check.json (or its directory), or another endpoint's URL.")
-@click.option("--prompts", "prompts_file", type=click.Path(exists=True, dir_okay=False),
-              help="JSONL ({id, prompt, answers?} per line) or text (one prompt per line); default: the shipped questions.")  # fmt: skip
-@click.option("--answers", is_flag=True, help="Grade the outputs against the prompts' answers (accuracy).")
-@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
-@click.option("--model", help="Model name (default: the first of /v1/models).")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed sent with every request.")
-@click.option("--rate", "rate_rps", type=click.FloatRange(min=0, min_open=True),
-              help="Send the prompts open loop at this rate (req/s) instead of one at a time (outputs under load).")  # fmt: skip
-@click.option("--tokenizer", "tokenizer_path", type=click.Path(exists=True),
-              help="Tokenizer for token-level comparison when the server returns no token ids.")  # fmt: skip
-@click.option("--header", "headers", multiple=True, help="Extra HTTP header 'Name: value' (repeatable; never written).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-check/).")
-def check_command(**kw: Any) -> None:
-    """Record greedy outputs of a fixed prompt set; agreement with a reference; accuracy."""
-    from rich.console import Console
-
-    headers = {}
-    for h in kw["headers"]:
-        name, sep, value = h.partition(":")
-        if not sep or not name.strip():
-            raise click.UsageError(f"--header {h!r}: expected 'Name: value'")
-        headers[name.strip()] = value.strip()
-    tok = None
-    if kw["tokenizer_path"]:
-        from loadgen.workload.tokenizer import load_tokenizer
-
-        tok = load_tokenizer(kw["tokenizer_path"])
-    from loadgen.recordlog import default_out_dir
-
-    out = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("check")
-    settings = CheckSettings(api=kw["api"], model=kw["model"], max_tokens=kw["max_tokens"], seed=kw["seed"],
-                             rate_rps=kw["rate_rps"], timeout_s=kw["timeout_s"])  # fmt: skip
-    try:
-        doc = run_check(kw["endpoint"], prompts_file=kw["prompts_file"], reference=kw["reference"], answers=kw["answers"],
-                        settings=settings, headers=headers, tokenizer=tok, out_dir=out)  # fmt: skip
-    except LoadgenError as exc:
-        raise click.UsageError(str(exc)) from None
-    c = Console()
-    sm = doc["summary"]
-    c.print(f"{sm['prompts']} prompts, {sm['errors']} failed; token ids: {'yes' if doc['token_ids'] else 'no'}; "
-            f"{doc['settings']['load']}")  # fmt: skip
-    ag = doc["agreement"]
-    if ag is not None:
-        c.print(f"against {doc['reference']['source']} ({ag['prompts']} prompts, unit {ag['token_unit']}):")
-        c.print(f"  first-token agreement {_pct(ag['first_token_agreement'])}, exact match {_pct(ag['exact_match_rate'])}, "
-                f"mean common prefix {_num(ag['mean_lcp_tokens'])} tokens ({_pct(ag['mean_lcp_fraction'])}), "
-                f"output-length agreement {_pct(ag['output_length_agreement'])}")  # fmt: skip
-        for w in ag["warnings"]:
-            c.print(f"  [yellow]warning:[/] {w}")
-    if sm["accuracy"] is not None:
-        a = sm["accuracy"]
-        c.print(f"accuracy {a['correct']}/{a['questions']} = {_pct(a['accuracy'])}")
-    c.print(f"check.json in {out}")
-    raise SystemExit(1 if sm["errors"] else 0)

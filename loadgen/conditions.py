@@ -28,8 +28,7 @@ def _cpu_model() -> str | None:
 
 def client_conditions() -> dict[str, Any]:
     """Facts about the machine and software running the load generator."""
-    import aiohttp
-    import numpy
+    from importlib.metadata import version
 
     try:
         import uvloop  # noqa: F401
@@ -45,6 +44,6 @@ def client_conditions() -> dict[str, Any]:
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": current_cpus(),  # the CPUs the client may run on (--cpus)
-        "libraries": {"aiohttp": aiohttp.__version__, "numpy": numpy.__version__},
+        "libraries": {"aiohttp": version("aiohttp"), "numpy": version("numpy")},
         "event_loop": loop,
     }

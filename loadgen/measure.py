@@ -18,7 +18,7 @@ from typing import Any
 from loadgen import __version__
 from loadgen.clock import now_ns
 from loadgen.conditions import client_conditions
-from loadgen.endpoints.base import Endpoint
+from loadgen.endpoints import Endpoint
 from loadgen.errors import ConfigError
 from loadgen.metrics import RequestMetrics, TokenCounter, compute
 from loadgen.recordlog import RecordWriter, write_hlog, write_json
@@ -27,6 +27,7 @@ from loadgen.results import Aggregator
 from loadgen.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan
 from loadgen.runplan import LoadConfig, build_plan, build_workload
 from loadgen.types import RequestRecord
+from loadgen.workers import run_workers
 from loadgen.workload.prompts import new_salt
 
 SCHEMA_VERSION = 1
@@ -96,19 +97,10 @@ async def measure(
     with open(out_dir / "requests.jsonl", "wb") as fh:
         cluster_cond = None
         if workers > 1 or cluster is not None:
-            from dataclasses import replace as _replace
-
-            from loadgen.endpoints.openai import OpenAIEndpoint
-            from loadgen.workers import run_workers
-
-            if not isinstance(endpoint, OpenAIEndpoint):
+            # each worker builds its own endpoint from this picklable config (from_config)
+            ep_cfg = endpoint.worker_config(workers)
+            if ep_cfg is None:
                 raise ConfigError("--workers needs an OpenAI-compatible endpoint")
-            ep_cfg = _replace(
-                endpoint.config, preflight=False, discover=False, accepted=dict(endpoint.accepted), network_baseline=False,
-                # the client's cap is shared: each worker process enforces its part
-                max_rpm=endpoint.config.max_rpm / workers if endpoint.config.max_rpm else None,
-                max_tpm=endpoint.config.max_tpm / workers if endpoint.config.max_tpm else None,
-            )
             if cluster is not None:
                 outcome, cluster_cond = cluster.run(
                     workers, ep_cfg, cfg, plan, agg, fh, redactor, on_record=on_record, on_summary=on_summary

@@ -1,4 +1,4 @@
-"""Streaming aggregation of request records into a run result, with validity checks.
+"""Streaming aggregation of request records into a run result.
 
 :class:`Aggregator` takes each finished request once (``add(record, metrics)``),
 keeps exact per-request samples (for exact percentiles) and HDR histograms of
@@ -14,6 +14,9 @@ Percentile method: per-request metrics (TTFT, time to first answer token,
 TPOT, E2E, schedule lag, error E2E) are exact over the run's samples with linear
 interpolation (numpy's default); per-token metrics (ITL, inter-chunk latency)
 come from HDR histograms (3 significant digits, ±0.1 %), their means exact.
+
+The rules applied here live elsewhere: SLO values and verdicts in :mod:`loadgen.slo`,
+the client-timing validity checks in :mod:`loadgen.validity`.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from loadgen.histograms import LatencyHistogram
 from loadgen.metrics import RequestMetrics
 from loadgen.runner import ClientStats
 from loadgen.samples import SampleLog, SpillFile
-from loadgen.slo import SLOTarget, exact_percentile
+from loadgen.slo import MISS, SLOTarget, exceeds, request_value, run_target_verdict
 from loadgen.types import RequestRecord
+from loadgen.validity import ValidityBounds, validity
 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
 PER_REQUEST_METRICS = ("ttft", "time_to_first_answer_token", "tpot", "e2e", "schedule_lag", "error_e2e")
@@ -41,21 +45,6 @@ NETWORK_METRICS = ("dns", "tcp_connect", "tls", "time_to_headers", "ttft_from_se
 """Per-request network timings kept apart from the latency metrics (see :func:`network_ns`)."""
 RATELIMIT_SERIES_POINTS = 1000
 RATELIMIT_POINTS_KEPT = 200_000
-RATE_LIMIT_DOMINATED = 0.5
-"""A run whose requests end rate-limited more often than this is ``limited_by: rate_limit``."""
-
-
-@dataclass
-class ValidityBounds:
-    """Bounds of the validity checks (MLPerf LoadGen style)."""
-
-    max_schedule_lag_p99_ms: float = 5.0
-    send_rate_tolerance: float = 0.01
-    max_client_cpu: float = 0.95
-    max_loop_lag_p99_ms: float = 10.0
-    min_requests: int = 100
-    min_duration_s: float = 10.0
-    max_error_rate: float = 0.01
 
 
 def summarize_exact(values: list[float] | array | SampleLog, scale: float = 1e-6) -> dict[str, Any]:
@@ -235,7 +224,7 @@ class Aggregator:
             ok = True
             for t, v in zip(self.slos, s.slo_values):
                 self.slo_values[t.label].append(v)
-                if v > t.threshold_ns:
+                if exceeds(t, v):
                     ok = False
             if ok:
                 self.conforming += 1
@@ -270,7 +259,7 @@ class Aggregator:
 
     def _slo_miss(self) -> None:
         for t in self.slos:
-            self.slo_values[t.label].append(math.inf)
+            self.slo_values[t.label].append(MISS)
 
     # ------------------------------------------------------------------ results
 
@@ -313,34 +302,10 @@ class Aggregator:
         all_met = True
         for t in self.slos:
             vals = np.sort(self.slo_values[t.label].values())
-            # failures counted as +inf; cases that never produced a value (e.g. no requests) fail
-            if t.metric == "itl":
-                v_ms = self.hist["itl"].percentile_ms(t.percentile)
-                exceed = int(np.count_nonzero(vals > t.threshold_ns))
-                misses = (self.failed + self.zero_output) / total if total else 1.0
-                met = v_ms is not None and v_ms * 1e6 <= t.threshold_ns and misses <= 1 - t.percentile / 100
-                value = v_ms
-                method = "pooled per-token percentile (HDR); no confidence bound"
-            else:
-                pv = float(exact_percentile(vals, t.percentile))  # type: ignore[arg-type]
-                value = None if math.isnan(pv) else (None if math.isinf(pv) else pv / 1e6)
-                exceed = int(np.count_nonzero(vals > t.threshold_ns))
-                met = vals.size > 0 and not math.isnan(pv) and pv <= t.threshold_ns
-                method = "exact percentile over requests; failures and zero-output count as over"
-            all_met &= bool(met)
-            targets.append(
-                {
-                    "target": t.label,
-                    "metric": t.metric,
-                    "percentile": t.percentile,
-                    "threshold_ms": t.threshold_ns / 1e6,
-                    "value_ms": value,
-                    "met": bool(met),
-                    "exceedances": exceed,
-                    "denominator": len(vals),
-                    "method": method,
-                }
-            )
+            itl_ms = self.hist["itl"].percentile_ms(t.percentile) if t.metric == "itl" else None
+            entry = run_target_verdict(t, vals, itl_ms)
+            all_met &= entry["met"]
+            targets.append(entry)
         return {
             "met": all_met,
             "targets": targets,
@@ -352,140 +317,8 @@ class Aggregator:
         }
 
     def validity(self, client: ClientStats, bounds: ValidityBounds) -> dict[str, Any]:
-        checks: list[dict[str, Any]] = []
-
-        def check(name: str, group: str, ok: bool, detail: str) -> None:
-            checks.append({"name": name, "group": group, "ok": bool(ok), "detail": detail})
-
-        # generator checks: failing any makes the run INVALID (limited_by: client)
-        if client.aborted_reason:
-            check("generator_kept_up", "generator", False, client.aborted_reason)
-        if client.open_loop:
-            lag = np.percentile(np.asarray(self.generator_lag), 99) / 1e6 if len(self.generator_lag) else 0.0
-            check(
-                "schedule_lag_p99",
-                "generator",
-                lag <= bounds.max_schedule_lag_p99_ms,
-                f"p99 schedule lag {lag:.3f} ms (excluding connection set-up after the scheduled time) <= {bounds.max_schedule_lag_p99_ms:g} ms",
-            )
-            ach = self.throughput()["achieved_send_rps"]
-            want = client.schedule_realized_rps
-            if ach is not None and want:
-                err = abs(ach - want) / want
-                check(
-                    "send_rate",
-                    "generator",
-                    err <= bounds.send_rate_tolerance,
-                    f"achieved send rate {ach:.3f} req/s vs the schedule's realized {want:.3f} req/s "
-                    f"({err * 100:.2f} % off, bound {bounds.send_rate_tolerance * 100:g} %)",
-                )
-        cpu = client.cpu_s / client.wall_s if client.wall_s > 0 else 0.0
-        if client.worker_cpu_fractions:
-            busiest = max(client.worker_cpu_fractions)
-            check(
-                "client_cpu",
-                "generator",
-                busiest <= bounds.max_client_cpu,
-                f"busiest of {len(client.worker_cpu_fractions)} worker processes used {busiest * 100:.1f} % "
-                f"of one core (bound {bounds.max_client_cpu * 100:g} %)",
-            )
-        else:
-            check(
-                "client_cpu",
-                "generator",
-                cpu <= bounds.max_client_cpu,
-                f"client process CPU {cpu * 100:.1f} % of one core (bound {bounds.max_client_cpu * 100:g} %)",
-            )
-        if client.worker_failures:
-            check("workers", "generator", False, "; ".join(client.worker_failures))
-        ll = None
-        if client.loop_lag_ms:
-            ll = float(np.percentile(np.asarray(client.loop_lag_ms), 99))
-            check(
-                "event_loop_lag_p99",
-                "generator",
-                ll <= bounds.max_loop_lag_p99_ms,
-                f"p99 event-loop lag {ll:.3f} ms (bound {bounds.max_loop_lag_p99_ms:g} ms)",
-            )
-        cl = self.errors_by_kind.get("client_limit", 0)
-        check(
-            "client_resources",
-            "generator",
-            cl == 0 and self.pool_queued == 0,
-            f"{cl} requests hit a descriptor limit, {self.pool_queued} waited for a pool slot",
-        )
-        # measurement checks: warnings, not client limits
-        check(
-            "min_requests",
-            "measurement",
-            self.requests >= bounds.min_requests,
-            f"{self.requests} measured requests (minimum {bounds.min_requests})",
-        )
-        check(
-            "min_duration",
-            "measurement",
-            self.duration_s >= bounds.min_duration_s,
-            f"{self.duration_s:.2f} s measured (minimum {bounds.min_duration_s:g} s)",
-        )
-        er = self.failed / self.requests if self.requests else 0.0
-        check(
-            "error_rate",
-            "measurement",
-            er <= bounds.max_error_rate,
-            f"{self.failed} of {self.requests} requests failed ({er * 100:.2f} %, bound {bounds.max_error_rate * 100:g} %)",
-        )
-        if self.length_checked:
-            check(
-                "output_lengths",
-                "measurement",
-                self.length_mismatch == 0,
-                f"{self.length_mismatch} of {self.length_checked} completed requests delivered a different "
-                "output length than requested (does the server honour ignore_eos/min_tokens?)",
-            )
-        if self.buffered:
-            check(
-                "streaming_not_buffered",
-                "measurement",
-                False,
-                f"{self.buffered} of {self.completed} completed requests arrived in one read (a buffering "
-                "proxy?): their TTFT equals their E2E and their TPOT/ITL are not measurable",
-            )
-        if self.throttled:
-            check(
-                "offered_load_not_capped",
-                "measurement",
-                False,
-                f"{self.throttled} of {self.requests} requests waited for the client's own --max-rpm/--max-tpm "
-                "cap: the load sent is not the offered load (the wait counts in their latency)",
-            )
-        rl = self.errors_by_kind.get("rate_limited", 0)
-        if rl or self.rate_limited_attempts:
-            check(
-                "rate_limits",
-                "measurement",
-                False,
-                f"{rl} of {self.requests} requests ended rate-limited (HTTP 429), {self.rate_limited_attempts} "
-                "attempts answered 429 in all: the provider's quota, not the server's latency",
-            )
-        gen_ok = all(c["ok"] for c in checks if c["group"] == "generator")
-        out: dict[str, Any] = {
-            "valid": gen_ok,
-            "limited_by": None if gen_ok else "client",
-            "checks": checks,
-            "warnings": [c["detail"] for c in checks if c["group"] == "measurement" and not c["ok"]],
-            "client_cpu_fraction": cpu,
-            "loop_lag_p99_ms": ll,
-        }
-        if gen_ok and self.requests and rl / self.requests > RATE_LIMIT_DOMINATED:
-            out["limited_by"] = "rate_limit"
-        if self.throttled:
-            out["offered_load"] = "capped by the client (--max-rpm/--max-tpm)"
-        if not gen_ok:
-            out["remedy"] = (
-                "the load generator could not keep to the schedule: lower the rate, use --workers, "
-                "or run the client on a machine with more free CPU"
-            )
-        return out
+        """The run's validity checks: :func:`loadgen.validity.validity`."""
+        return validity(self, client, bounds)
 
     def provider_result(self, t0_ns: int | None = None) -> dict[str, Any]:
         """Quota, client-cap and network facts of the run (empty parts left out).
@@ -543,7 +376,7 @@ class Aggregator:
         }
 
     def tokens(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "input": self.input_tokens,
             "output": self.output_tokens,
             "output_estimated_requests": self.output_tokens_estimated,
@@ -691,21 +524,3 @@ def ratelimit_series(points: list[tuple[int, dict[str, float]]], origin_ns: int)
     for k in keys:
         out[k] = [d.get(k) for _, d in chosen]
     return out
-
-
-def request_value(t: SLOTarget, m: RequestMetrics) -> float:
-    """The value a request is judged on for target ``t`` (ns; +inf = miss; TPOT None = conforms)."""
-    if t.metric == "ttft":
-        return math.inf if m.ttft_ns is None else m.ttft_ns
-    if t.metric == "time_to_first_answer_token":
-        return math.inf if m.time_to_first_answer_token_ns is None else m.time_to_first_answer_token_ns
-    if t.metric == "e2e":
-        return math.inf if m.e2e_ns is None else m.e2e_ns
-    if t.metric == "tpot":
-        return 0.0 if m.tpot_ns is None else m.tpot_ns
-    if t.metric == "itl":
-        if not m.itl_ns:
-            return 0.0
-        return float(np.percentile(np.asarray(m.itl_ns), t.percentile))
-    raise ValueError(t.metric)
-

@@ -322,7 +322,7 @@ class Runner:
         # headers) and parked; at the deadline the dispatcher only opens its gate and the
         # bytes go out. A burst costs one gate per request at its deadline, not one whole
         # send path each.
-        gated = sem is None and bool(getattr(self.endpoint, "accepts_send_gate", False))
+        gated = sem is None and self.endpoint.accepts_send_gate()
         prepared: dict[int, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         nxt = 0  # the next position to prepare
 
@@ -448,7 +448,7 @@ class Runner:
             if gate is None:
                 await self.endpoint.send(spec, rec)
             else:
-                await self.endpoint.send(spec, rec, gate)  # type: ignore[call-arg]
+                await self.endpoint.send(spec, rec, gate)
                 if not gate.is_set():  # it failed while being prepared (e.g. refused connect):
                     await gate.wait()  # reported at its scheduled time, never earlier
                     rec.end_ns = max(rec.end_ns or 0, now_ns())

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from loadgen.errors import ConfigError
-from loadgen.results import ValidityBounds
 from loadgen.runner import RunPlan
 from loadgen.slo import SLOTarget
+from loadgen.validity import ValidityBounds
 from loadgen.workload.spec import Workload, WorkloadOptions
 
 __all__ = ["LoadConfig", "build_plan", "build_workload", "workload_options"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import tempfile
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,5 +107,5 @@ class SampleLog:
         v = self.values()
         return v if dtype is None else v.astype(dtype)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[float]:
         return iter(self.values().tolist())

@@ -9,6 +9,7 @@ latency percentile is met from the count of queries over the bound.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 
 def _log_binom_pmf(i: int, n: int, p: float) -> float:
@@ -35,7 +36,7 @@ def binom_cdf(k: int, n: int, p: float) -> float:
     return min(1.0, math.exp(m) * sum(math.exp(x - m) for x in logs))
 
 
-def _bisect(f, lo: float, hi: float, iters: int = 80) -> float:  # type: ignore[no-untyped-def]
+def _bisect(f: Callable[[float], float], lo: float, hi: float, iters: int = 80) -> float:
     for _ in range(iters):
         mid = (lo + hi) / 2
         if f(mid):

@@ -27,18 +27,19 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
 
 from loadgen.clock import now_ns, wall_anchor
-from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
+from loadgen.endpoints import from_config
 from loadgen.histograms import LatencyHistogram
 from loadgen.metrics import compute
 from loadgen.recordlog import record_line
 from loadgen.redact import Redactor
 from loadgen.results import Aggregator, summarize
 from loadgen.runner import LEAD_IN_NS, ClientStats, Runner, RunOutcome, RunPlan, realized_send_rps
+from loadgen.runplan import build_plan, build_workload
 from loadgen.schedule import as_schedule
 
 BATCH = 64
@@ -69,7 +70,7 @@ def auto_workers() -> int:
     return max(1, cores - 1)
 
 
-def _worker_main(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load: Any, conn: Connection) -> None:
+def _worker_main(w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, conn: Connection) -> None:
     os.setsid()  # terminal signals go to the parent only; it forwards them
     try:
         import uvloop
@@ -92,7 +93,7 @@ def _worker_main(w: int, n: int, ep_cfg: OpenAIConfig, redactor: Redactor, load:
 async def worker_body(
     w: int,
     n: int,
-    ep_cfg: OpenAIConfig,
+    ep_cfg: Any,
     redactor: Redactor,
     load: Any,
     send: Callable[[tuple], None],
@@ -103,6 +104,9 @@ async def worker_body(
 ) -> None:
     """One worker's whole life, whatever carries its messages (a pipe here, a Ray actor's queues).
 
+    ``ep_cfg`` is the parent endpoint's :meth:`~loadgen.endpoints.base.Endpoint.worker_config`;
+    the worker opens its own endpoint from it (:func:`~loadgen.endpoints.from_config`).
+
     Messages sent, in order: ``("ready", shard_size)``; then, after ``recv()`` returned
     ``("go", t0_ns)`` (t0 on *this* process's CLOCK_MONOTONIC), ``("recs", [(line, summary), ...])``
     batches as requests finish and one ``("done", stats, histogram_states)``. Any other
@@ -110,9 +114,7 @@ async def worker_body(
     """
     import asyncio
 
-    from loadgen.runplan import build_plan, build_workload
-
-    ep = OpenAIEndpoint(ep_cfg, redactor)
+    ep = from_config(ep_cfg, redactor)
     await ep.open()
     try:
         wl = build_workload(load)
@@ -280,9 +282,14 @@ class Collector:
         )
 
 
+def _ready(conns: list[Connection], which: set[int], timeout_s: float) -> list[Connection]:
+    """The pipes among ``conns[w] for w in which`` with a message waiting (or closed)."""
+    return cast("list[Connection]", wait([conns[w] for w in which], timeout=timeout_s))
+
+
 def run_workers(
     n: int,
-    ep_cfg: OpenAIConfig,
+    ep_cfg: Any,
     load: Any,
     plan: RunPlan,
     agg: Aggregator,
@@ -325,8 +332,8 @@ def run_workers(
         pending = set(range(n))
         failed_start: set[int] = set()
         while pending and time.monotonic() < deadline:
-            for c in wait([conns[w] for w in pending], timeout=0.5):
-                w = conns.index(c)  # type: ignore[arg-type]
+            for c in _ready(conns, pending, 0.5):
+                w = conns.index(c)
                 try:
                     msg = c.recv()
                 except EOFError:
@@ -346,7 +353,7 @@ def run_workers(
             conns[w].send(("go", t0))
         open_ = set(live)
         while open_:
-            ready = wait([conns[w] for w in open_], timeout=1.0)
+            ready = _ready(conns, open_, 1.0)
             if not ready:
                 for w in list(open_):
                     if not procs[w].is_alive():
@@ -354,7 +361,7 @@ def run_workers(
                         open_.discard(w)
                 continue
             for c in ready:
-                w = conns.index(c)  # type: ignore[arg-type]
+                w = conns.index(c)
                 try:
                     msg = c.recv()
                 except EOFError:

@@ -1,4 +1,4 @@
-"""Shared pytest setup: the repo root on sys.path, and the ``scripted_server`` fixture."""
+"""Shared pytest setup: the repo root on sys.path, the ``scripted_server`` and ``sim_url`` fixtures."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from loadgen.sim.launch import SimProcess  # noqa: E402
 from tests.fixtures.scripted_server import ScriptedServer  # noqa: E402
 
 
@@ -39,3 +40,16 @@ def scripted_server() -> Iterator[Callable[..., ScriptedServer]]:
     yield make
     for srv in started:
         srv.stop_thread()
+
+
+@pytest.fixture(scope="session")
+def sim_url() -> Iterator[str]:
+    """The URL of one simulated endpoint with default settings, shared by the whole session.
+
+    For tests that only send ordinary traffic: it is started on first use and always
+    stopped at the end of the session. Tests that need other settings (faults, slots,
+    timing, a truth log, ``--strict``) start their own :class:`SimProcess`.
+    """
+    with SimProcess() as sim:
+        assert sim.url is not None
+        yield sim.url

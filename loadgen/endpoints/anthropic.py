@@ -16,7 +16,7 @@ total, never a sum), ``message_stop`` (the only clean end), with ``ping`` and
 ``incomplete_stream``; an ``error`` event is a ``stream_error``. Unknown event
 types are ignored, as the API's versioning policy asks.
 
-Client settings are those of :mod:`loadgen.endpoints.base` (pool, timeouts, timing
+Client settings are those of :mod:`loadgen.endpoints.http` (pool, timeouts, timing
 hooks, no redirects, the client's rate cap, opt-in 429 retries).
 """
 
@@ -30,13 +30,9 @@ import aiohttp
 import orjson
 
 from loadgen.clock import now_ns
-from loadgen.endpoints.base import (
-    ClientRateCap,
-    HTTPSendMixin,
-    fail,
-    is_buffered,
-    network_baseline,
-)
+from loadgen.endpoints.http import HTTPSendMixin, fail, is_buffered
+from loadgen.endpoints.pool import network_baseline
+from loadgen.endpoints.quota import ClientRateCap
 from loadgen.errors import EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
 from loadgen.sse import SSEDecoder
@@ -96,7 +92,7 @@ class AnthropicStreamParser:
     tokens from ``message_start`` (``input_tokens`` + cache reads + cache writes;
     cache reads also as ``cached_prompt_tokens``); output tokens = the last
     ``message_delta`` ``usage.output_tokens``. Three or more token events in a single
-    read mark the record ``buffered`` (see :func:`loadgen.endpoints.base.is_buffered`).
+    read mark the record ``buffered`` (see :func:`loadgen.endpoints.http.is_buffered`).
     """
 
     __slots__ = ("record", "redact", "dec", "done", "failed", "_token_reads")

@@ -20,7 +20,7 @@ the record live in :func:`apply_stream_event`, shared with ``loadgen.locust``.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -28,14 +28,9 @@ import aiohttp
 import orjson
 
 from loadgen.clock import now_ns
-from loadgen.endpoints.base import (
-    ERROR_BODY_LIMIT,
-    ClientRateCap,
-    HTTPSendMixin,
-    fail,
-    is_buffered,
-    network_baseline,
-)
+from loadgen.endpoints.http import ERROR_BODY_LIMIT, HTTPSendMixin, fail, is_buffered
+from loadgen.endpoints.pool import network_baseline
+from loadgen.endpoints.quota import ClientRateCap
 from loadgen.errors import EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
 from loadgen.sse import SSEDecoder
@@ -194,7 +189,7 @@ class OpenAIEndpoint(HTTPSendMixin):
 
     def describe(self) -> dict[str, Any]:
         cfg = self.config
-        out = {
+        out: dict[str, Any] = {
             "kind": "openai",
             "provider": cfg.provider,
             "api": cfg.api,
@@ -214,6 +209,17 @@ class OpenAIEndpoint(HTTPSendMixin):
         if self.network is not None:
             out["network"] = self.network
         return out
+
+    def worker_config(self, workers: int) -> OpenAIConfig:
+        """This opened endpoint's config for each of ``workers`` processes: no pre-flight and no
+        discovery again (the fields found accepted are carried), no network baseline, and the
+        client's cap shared (each worker enforces its part)."""
+        cfg = self.config
+        return replace(
+            cfg, preflight=False, discover=False, accepted=dict(self.accepted), network_baseline=False,
+            max_rpm=cfg.max_rpm / workers if cfg.max_rpm else None,
+            max_tpm=cfg.max_tpm / workers if cfg.max_tpm else None,
+        )
 
     # --- discovery and pre-flight --------------------------------------------------
 
@@ -455,7 +461,7 @@ class OpenAIStreamParser:
     ``finish_reason`` with no partial event pending; anything else is an
     ``incomplete_stream``. When three or more token events all arrived in one read
     (a buffering proxy delivered the whole stream at once; see
-    :data:`~loadgen.endpoints.base.BUFFERED_MIN_TOKEN_EVENTS`) the record is marked
+    :data:`~loadgen.endpoints.http.BUFFERED_MIN_TOKEN_EVENTS`) the record is marked
     ``buffered``: its TPOT and ITL are not measurable.
     """
 

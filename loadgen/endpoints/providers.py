@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from loadgen.endpoints.anthropic import ANTHROPIC_VERSION, AnthropicConfig, AnthropicEndpoint
 from loadgen.endpoints.base import Endpoint
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
+from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
 from loadgen.errors import ConfigError
 from loadgen.redact import Redactor
 
@@ -194,3 +195,20 @@ def make_endpoint(
             fields["max_tokens_field"] = "max_completion_tokens"
     cfg_o = OpenAIConfig(base_url=url, api=api, model=model, api_key=api_key, **fields)  # type: ignore[arg-type]
     return OpenAIEndpoint(cfg_o, redactor)
+
+
+def from_config(config: Any, redactor: Redactor | None = None) -> Endpoint:
+    """An unopened endpoint from its configuration dataclass: :class:`OpenAIConfig`,
+    :class:`AnthropicConfig` or :class:`~loadgen.endpoints.triton.TritonConfig`.
+
+    How a worker process rebuilds the parent's endpoint from
+    :meth:`~loadgen.endpoints.base.Endpoint.worker_config`. Raises :class:`ConfigError`
+    for any other object.
+    """
+    if isinstance(config, OpenAIConfig):
+        return OpenAIEndpoint(config, redactor)
+    if isinstance(config, AnthropicConfig):
+        return AnthropicEndpoint(config, redactor)
+    if isinstance(config, TritonConfig):
+        return TritonEndpoint(config, redactor)
+    raise ConfigError(f"no endpoint is built from a {type(config).__name__}")

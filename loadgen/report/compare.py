@@ -327,7 +327,7 @@ def _plots(systems: list[System]) -> str:
         fig, ax = plt.subplots(figsize=(6, 3.6))
         for s in curves:
             # open-loop probes in rate order; closed-loop probes in concurrency order (labelled)
-            pts = sorted(((c or 0, x), y, c) for x, y, c in s.curve if y is not None)
+            pts: list[tuple[Any, ...]] = sorted(((c or 0, x), y, c) for x, y, c in s.curve if y is not None)
             ax.plot([k[1] for k, _, _ in pts], [y for _, y, _ in pts], "o-", label=s.label)
             for (_, x), y, c in pts:
                 if c:

@@ -130,7 +130,8 @@ def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
         if ans.get("concurrency") and p.get("concurrency") == ans["concurrency"]:
             at_dir = out_dir / p["dir"]
     if at_dir is not None and (at_dir / "requests.jsonl").exists():
-        ttft, itl = [], []
+        ttft: list[float] = []
+        itl: list[float] = []
         for line in (at_dir / "requests.jsonl").read_bytes().splitlines():
             r = orjson.loads(line)
             if r["phase"] == "measure" and r["status"] == "ok":

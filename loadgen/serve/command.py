@@ -1,7 +1,9 @@
 """``loadgen serve vllm|triton``: run a real server in the foreground until Ctrl-C (or --duration).
 
-Exit codes: 0 stopped on request, 1 the server died after it was ready,
-2 usage error, 4 the server failed to start (one-line error, then the log's tail).
+Exit codes (decided by :func:`loadgen.cli.serve_exit_code` and the CLI's error mapping):
+0 stopped on request, 1 the server died after it was ready (:class:`ServeOutcome`),
+2 usage error (a ConfigError), 4 the server failed to start (a ServerStartError: one-line
+error, then the log's tail, :func:`report_start_error`).
 """
 
 from __future__ import annotations
@@ -9,29 +11,27 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from loadgen.errors import ConfigError
 from loadgen.serve.launch import server_process
 from loadgen.serve.observe import ServerObserver
-from loadgen.serve.process import EXIT_SERVER_START, ServerProcess, ServerStartError
+from loadgen.serve.process import ServerProcess, ServerStartError
+from loadgen.units import parse_duration_s
 
-__all__ = ["report_start_error", "serve_group"]
+__all__ = ["ServeOutcome", "report_start_error", "serve_group"]
 
 
-def _duration(text: str | None, what: str) -> float | None:
-    if text is None:
-        return None
-    from loadgen.units import parse_duration_s
+@dataclass(frozen=True)
+class ServeOutcome:
+    """How ``loadgen serve`` ended: ``server_exit`` is the server's exit code when it died after it
+    was ready, None when it was stopped on request (Ctrl-C, SIGTERM, --duration)."""
 
-    try:
-        return parse_duration_s(text, what)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+    server_exit: int | None = None
 
 
 def report_start_error(exc: ServerStartError) -> None:
@@ -43,7 +43,7 @@ def report_start_error(exc: ServerStartError) -> None:
             click.echo("  | " + line[:240], err=True)
 
 
-def _common(f):  # type: ignore[no-untyped-def]
+def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option("--server-python", help="Interpreter whose environment has the server "
                      "(default: $LOADGEN_<KIND>_PYTHON, $LOADGEN_SERVER_PYTHON, .venv-<kind>/bin/python)."),
@@ -69,7 +69,7 @@ def serve_group() -> None:
 @click.option("--served-model-name", help="Name requests use (default: --serve-model).")
 @click.option("--server-port", type=int, help="Port (default: a free port on 127.0.0.1).")
 @_common
-def serve_vllm(**kw: Any) -> None:
+def serve_vllm(**kw: Any) -> ServeOutcome:
     """vLLM's OpenAI-compatible server; options after `--` go to vLLM unchanged.
 
     Example: loadgen serve vllm --serve-model ./tiny --served-model-name tiny -- --max-model-len 1024
@@ -77,7 +77,7 @@ def serve_vllm(**kw: Any) -> None:
     proc = _build(
         "vllm", kw, serve_model=kw["serve_model"], served_model_name=kw["served_model_name"], port=kw["server_port"]
     )
-    _run_foreground(proc, kw, model=proc.info.get("served_model_name"))
+    return _run_foreground(proc, kw, model=proc.info.get("served_model_name"))
 
 
 @serve_group.command("triton", context_settings={"ignore_unknown_options": True})
@@ -89,7 +89,7 @@ def serve_vllm(**kw: Any) -> None:
 @click.option("--grpc-port", type=int, help="gRPC port (default: free).")
 @click.option("--metrics-port", type=int, help="Prometheus metrics port (default: free).")
 @_common
-def serve_triton(**kw: Any) -> None:
+def serve_triton(**kw: Any) -> ServeOutcome:
     """NVIDIA Triton Inference Server; options after `--` go to tritonserver (or the module)."""
     if (kw["model_repository"] is None) == (kw["pytriton"] is None):
         raise click.UsageError("give exactly one of --model-repository DIR and --pytriton MODULE")
@@ -98,51 +98,46 @@ def serve_triton(**kw: Any) -> None:
         triton_model=kw["triton_model"], tritonserver=kw["tritonserver"], port=kw["server_port"],
         grpc_port=kw["grpc_port"], metrics_port=kw["metrics_port"],
     )  # fmt: skip
-    _run_foreground(proc, kw, model=kw["triton_model"])
+    return _run_foreground(proc, kw, model=kw["triton_model"])
 
 
 def _build(kind: str, kw: dict[str, Any], **extra: Any) -> ServerProcess:
+    """The server process, not started; ConfigError and ServerStartError go up to the CLI's mapping."""
     args = list(kw["server_args"])
     if args and args[0] == "--":
         args = args[1:]
-    try:
-        return server_process(
-            kind, server_python=kw["server_python"], host=kw["host"], engine_args=args, log_dir=kw["log_dir"],
-            ready_timeout_s=_duration(kw["ready_timeout"], "--ready-timeout"), **extra,
-        )  # fmt: skip
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
-    except ServerStartError as exc:
-        report_start_error(exc)
-        sys.exit(EXIT_SERVER_START)
+    return server_process(
+        kind, server_python=kw["server_python"], host=kw["host"], engine_args=args, log_dir=kw["log_dir"],
+        ready_timeout_s=parse_duration_s(kw["ready_timeout"], "--ready-timeout"), **extra,
+    )  # fmt: skip
 
 
-def _run_foreground(proc: ServerProcess, kw: dict[str, Any], model: str | None) -> None:
-    duration = _duration(kw["duration"], "--duration")
+def _run_foreground(proc: ServerProcess, kw: dict[str, Any], model: str | None) -> ServeOutcome:
+    duration = parse_duration_s(kw["duration"], "--duration")
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGTERM, on_term)
     try:
-        code = _serve(proc, kw, model, duration)
+        died = _serve(proc, kw, model, duration)
     except KeyboardInterrupt:
-        code = 0
+        died = None
     finally:
         stopped = proc.stop()
         signal.signal(signal.SIGTERM, old)
     if stopped.get("signal") and proc.ready_s is not None:
         click.echo(f"stopped ({stopped['signal']}, {stopped['stop_s']:.1f} s)")
-    sys.exit(code)
+    return ServeOutcome(died)
 
 
-def _serve(proc: ServerProcess, kw: dict[str, Any], model: str | None, duration: float | None) -> int:
-    """Start, describe, and wait (bounded by ``duration`` or a signal); the exit code."""
-    try:
-        proc.start()
-    except ServerStartError as exc:
-        report_start_error(exc)
-        return EXIT_SERVER_START
+def _serve(proc: ServerProcess, kw: dict[str, Any], model: str | None, duration: float | None) -> int | None:
+    """Start, describe, and wait (bounded by ``duration`` or a signal).
+
+    Returns the server's exit code when it died after it was ready, None when the wait ended;
+    raises ServerStartError when it did not start.
+    """
+    proc.start()
     urls = {k: v for k, v in proc.info.items() if k.endswith("_url")} or {"url": proc.base_url}
     where = ", ".join(f"{k.removesuffix('_url')} {v}" for k, v in urls.items())
     click.echo(f"{proc.kind} ready in {proc.ready_s:.1f} s: {where}" + (f" (model {model})" if model else ""))
@@ -157,9 +152,9 @@ def _serve(proc: ServerProcess, kw: dict[str, Any], model: str | None, duration:
     while deadline is None or time.monotonic() < deadline:
         if proc.proc is not None and proc.proc.poll() is not None:
             click.echo(f"error: {proc.kind} server exited with code {proc.proc.returncode} (log: {proc.log_path})", err=True)
-            return 1
+            return int(proc.proc.returncode)
         time.sleep(0.5)
-    return 0
+    return None
 
 
 async def _conditions(proc: ServerProcess, model: str | None) -> dict[str, Any]:

@@ -221,7 +221,7 @@ def accelerator_info(nvml: NVML | None = None) -> dict[str, Any]:
         names = sorted({d["name"] for d in devices if d["name"]})
         return {
             "kind": "nvidia-gpu" if n else "cpu",
-            "name": ", ".join(names) if names else None,
+            "name": ", ".join(str(x) for x in names) if names else None,
             "count": n,
             "driver": nvml.driver_version(),
             "devices": devices,
@@ -329,8 +329,9 @@ class EnergyMeter:
         out: dict[str, Any] = {"measured": True, "gpus": self.gpu_indices, "window_s": round(t, 3)}
         if self.selection:
             out["gpu_selection"] = self.selection
-        if all(a is not None and b is not None for a, b in zip(self._e0, e1)):
-            out["energy_j"] = round(sum(b - a for a, b in zip(self._e0, e1)) / 1000.0, 3)  # type: ignore[operator]
+        pairs = [(a, b) for a, b in zip(self._e0, e1) if a is not None and b is not None]
+        if len(pairs) == len(e1):
+            out["energy_j"] = round(sum(b - a for a, b in pairs) / 1000.0, 3)
             out["source"] = "nvmlDeviceGetTotalEnergyConsumption (counter at start and end, summed over GPUs)"
         elif len(self._samples) >= 2:
             s = self._samples

@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 
 from loadgen.serve import prom
-from loadgen.serve.conditions import server_conditions
+from loadgen.serve.server_facts import server_conditions
 from loadgen.serve.nvml import NVML, EnergyMeter, NVMLUnavailable, gpus_for_pids
 from loadgen.serve.process import ServerProcess, group_members
 
@@ -103,7 +103,7 @@ class ServerObserver:
     # -- conditions -----------------------------------------------------------------------
 
     async def conditions(self) -> dict[str, Any]:
-        """The ``conditions.server`` block (see :func:`loadgen.serve.conditions.server_conditions`)."""
+        """The ``conditions.server`` block (see :func:`loadgen.serve.server_facts.server_conditions`)."""
         cond = await server_conditions(self.kind, self.base_url, server=self.server, model=self.model)
         cond["metrics_url"] = self.metrics_url
         return cond

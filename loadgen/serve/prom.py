@@ -224,7 +224,8 @@ def vllm_summary(
             vals = [total(s, name, where) if "requests" in key else peak(s, name, where) for s in scrapes]
             vals = [v for v in vals if v is not None]
             if vals:
-                out[key] = _r(max(vals)) if "kv" in key else int(max(vals))
+                top = max(v for v in vals if v is not None)
+                out[key] = _r(top) if "kv" in key else int(top)
                 break
     for key, name in (
         ("queue_time_ms", "vllm:request_queue_time_seconds"),
@@ -269,9 +270,9 @@ def triton_summary(
             out[key.replace("_mean", "_total")] = _r(d / 1000.0, 3)
             out[key] = _r(d / 1000.0 / n, 3) if n else None
     vals = [total(s, "nv_inference_pending_request_count", where) for s in (before, *samples, after)]
-    vals = [v for v in vals if v is not None]
-    if vals:
-        out["pending_requests_peak"] = int(max(vals))
+    present = [v for v in vals if v is not None]
+    if present:
+        out["pending_requests_peak"] = int(max(present))
     e = delta(before, after, "nv_energy_consumption")
     if e is not None:
         out["gpu_energy_j"] = _r(e, 3)

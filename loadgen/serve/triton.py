@@ -126,6 +126,8 @@ def triton_process(
             work = log_dir or None
             cmd = [py, "-c", _BUNDLED, os.path.join(work or "/tmp", "pytriton-triton"), *ports, *extra_args]
     else:
+        if pytriton is None:
+            raise ServerStartError("triton server: give a model repository or a PyTriton module")
         py, src = find_server_python("triton", server_python)
         info["server_python"], info["server_python_source"] = py, src
         info["pytriton_module"] = pytriton

@@ -16,8 +16,9 @@ from typing import Any
 
 import click
 
+from loadgen.sim.faults import FaultConfig
 from loadgen.sim.model import SimParams
-from loadgen.sim.server import FaultConfig, SimServer
+from loadgen.sim.server import SimServer
 
 __all__ = ["sim_command"]
 

@@ -302,6 +302,7 @@ def simulate(arrivals: list[tuple[int, int, int]], params: SimParams | None = No
 
     def drain() -> None:
         for req_id, t, _idx, _done in pending:
+            assert isinstance(req_id, int)  # simulate() submits the arrival's index
             times[req_id].append(t)
         pending.clear()
 

@@ -34,6 +34,7 @@ def percentile_at(
     offs = arrival_offsets_ns(arrival, rate_rps, count=requests, seed=seed)
     res = simulate([(o, input_tokens, output_tokens) for o in offs], params)
     skip = int(len(res) * warmup_fraction)
+    vals: list[float]
     if target.metric == "ttft":
         vals = [r.first_token_ns - r.arrival_ns for r in res[skip:]]
     elif target.metric == "e2e":

@@ -6,15 +6,8 @@ stamps its events with in another process), calls :meth:`BatchModel.advance`
 and hands each token to its request's queue; request handlers turn tokens into
 SSE writes exactly as vLLM formats them.
 
-Token counting (no tokenizer; see ``--tokenizer`` below): a completion prompt costs one token per
-whitespace-separated word (a list of token ids costs its length); a chat
-request costs the words of all message contents joined, plus 4 tokens per
-message for a notional chat template. Output token ``i`` is the word
-``WORDS[i % len(WORDS)]`` (each begins with a space), so a real tokenizer also
-counts about one token per word. With ``--tokenizer PATH`` (a Hugging Face
-tokenizer, :func:`loadgen.workload.tokenizer.load_tokenizer`) a string prompt
-costs ``count_prompt`` (special tokens included) and chat messages their
-templated count, ``count_chat``.
+Request parsing, token counting and the arrival stamp are in :mod:`loadgen.sim.protocol`,
+fault kinds and their draw in :mod:`loadgen.sim.faults`.
 
 Ground truth: with a truth log, every request (ok, faulted, rejected or
 abandoned) ends as one JSON line, written and flushed when it ends::
@@ -33,7 +26,7 @@ abandoned) ends as one JSON line, written and flushed when it ends::
      "status": "ok" | "fault:<kind>" | "client_gone" | "cancelled" | "rejected:<http status>"
                | "server_error"}
 
-``<kind>`` is one of :data:`FAULT_KINDS`. All ``*_ns`` are perf_counter_ns.
+``<kind>`` is one of :data:`loadgen.sim.faults.FAULT_KINDS`. All ``*_ns`` are perf_counter_ns.
 ``cancelled`` means the server was stopping; ``rejected`` a validation error
 (strict mode, bad JSON, unknown model); ``server_error`` a bug in the simulator. Request headers are never logged.
 """
@@ -50,172 +43,29 @@ from typing import IO, Any
 
 import orjson
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
 from loadgen.clock import now_ns, sleep_until
+from loadgen.sim.faults import FaultConfig, draw_fault
 from loadgen.sim.model import BatchModel, SimParams, TokenEmission
-
-__all__ = [
-    "FAULT_KINDS",
-    "WORDS",
-    "FaultConfig",
-    "SimServer",
-    "count_chat_tokens",
-    "count_prompt_tokens",
-    "sim_version",
-]
-
-WORDS: tuple[str, ...] = (
-    " the", " model", " is", " a", " fast", " token", " of", " text",
-    " and", " it", " runs", " on", " time", " with", " some", " data",
-)  # fmt: skip
-"""Output vocabulary: token ``i`` of a response is ``WORDS[i % len(WORDS)]``."""
-
-FAULT_KINDS: tuple[str, ...] = ("429", "500", "drop", "stall", "malformed", "inband_error")
-"""Fault kinds, in the order they are drawn; a request gets at most the first that hits."""
-
-CHAT_TEMPLATE_TOKENS_PER_MESSAGE = 4
-"""Notional chat-template overhead added per message to the prompt token count."""
-
-MAX_MODEL_LEN = 4096
-"""Context length advertised by ``/v1/models``."""
-
-_COMMON_FIELDS = frozenset(
-    {"model", "max_tokens", "stream", "stream_options", "temperature", "top_p", "seed", "n", "user"}
+from loadgen.sim.protocol import (
+    ARRIVAL_KEY,
+    DONE_EVENT,
+    MALFORMED_EVENT,
+    MAX_MODEL_LEN,
+    WORDS,
+    ArrivalStampingServer,
+    BadRequest,
+    Parsed,
+    arrival_middleware,
+    dumps_str,
+    error_body,
+    parse_request,
+    sim_version,
+    sse_event,
 )
-_STRICT_FIELDS = {
-    "completions": _COMMON_FIELDS | {"prompt"},
-    "chat": _COMMON_FIELDS | {"messages", "max_completion_tokens"},
-}
-_STRICT_STREAM_OPTIONS = frozenset({"include_usage"})
-_MALFORMED_EVENT = b'data: {"choices": [ \n\n'
-_DONE_EVENT = b"data: [DONE]\n\n"
 
-
-def sim_version() -> str:
-    """The loadgen version, or ``0.1.0`` when it cannot be found."""
-    try:
-        from importlib.metadata import version
-
-        return version("loadgen")
-    except Exception:
-        pass
-    try:
-        import loadgen
-
-        return str(loadgen.__version__)  # type: ignore[attr-defined]
-    except Exception:
-        return "0.1.0"
-
-
-def count_prompt_tokens(prompt: Any, tokenizer: Any = None) -> int:
-    """Prompt tokens of a completions ``prompt``: words of a string, length of a token-id list.
-
-    With ``tokenizer`` (``--tokenizer``) a string costs ``tokenizer.count_prompt``
-    (special tokens included). Raises ValueError for anything else (batched
-    prompts are not supported).
-    """
-    if isinstance(prompt, str):
-        return tokenizer.count_prompt(prompt) if tokenizer is not None else len(prompt.split())
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
-            return len(prompt)
-        if len(prompt) == 1:
-            return count_prompt_tokens(prompt[0], tokenizer)
-    raise ValueError("prompt must be a string or a non-empty list of token ids")
-
-
-def count_chat_tokens(messages: Any, tokenizer: Any = None) -> int:
-    """Prompt tokens of chat ``messages``: words of all contents joined, plus 4 per message.
-
-    With ``tokenizer`` (``--tokenizer``): the templated count,
-    ``tokenizer.count_chat(messages)``. Raises ValueError when ``messages`` is not
-    a non-empty list of message objects.
-    """
-    if not isinstance(messages, list) or not messages:
-        raise ValueError("messages must be a non-empty list")
-    texts: list[str] = []
-    for m in messages:
-        if not isinstance(m, dict):
-            raise ValueError("each message must be an object")
-        content = m.get("content")
-        if content is None:
-            continue
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    texts.append(part["text"])
-        else:
-            raise ValueError("message content must be a string, a list of parts or null")
-    if tokenizer is not None:
-        if not all(isinstance(m.get("role"), str) for m in messages):
-            raise ValueError("each message needs a string role")
-        try:
-            return int(tokenizer.count_chat(messages))
-        except ValueError:
-            raise
-        except Exception as exc:  # e.g. no chat template: a bad request, not a server bug
-            raise ValueError(str(exc)) from None
-    return len(" ".join(texts).split()) + CHAT_TEMPLATE_TOKENS_PER_MESSAGE * len(messages)
-
-
-@dataclass(frozen=True, slots=True)
-class FaultConfig:
-    """Fault injection: each ``p_*`` is a per-request probability in [0, 1].
-
-    ``stall_ms`` is the mid-stream pause of a stall fault; ``slow_ms`` is extra
-    latency added to every request before its first byte (not a probability).
-    """
-
-    p_429: float = 0.0
-    p_500: float = 0.0
-    p_drop: float = 0.0
-    p_stall: float = 0.0
-    p_malformed: float = 0.0
-    p_inband_error: float = 0.0
-    stall_ms: float = 1000.0
-    slow_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        for kind in FAULT_KINDS:
-            p = getattr(self, f"p_{kind}")
-            if not 0.0 <= p <= 1.0:
-                raise ValueError(f"fault probability for {kind} must be in [0, 1], got {p}")
-        if not self.stall_ms >= 0.0 or not self.slow_ms >= 0.0:
-            raise ValueError("stall_ms and slow_ms must be >= 0")
-
-    def probabilities(self) -> tuple[float, ...]:
-        """Probabilities in :data:`FAULT_KINDS` order."""
-        return tuple(getattr(self, f"p_{kind}") for kind in FAULT_KINDS)
-
-
-class _BadRequest(Exception):
-    """A request the server rejects; becomes an OpenAI-style error response."""
-
-    def __init__(
-        self, status: int, message: str, *, param: str | None = None,
-        type_: str = "invalid_request_error", code: str | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.type = type_
-        self.code = code
-
-
-@dataclass(slots=True)
-class _Parsed:
-    """The fields of a request body the simulator acts on."""
-
-    stream: bool
-    prompt_tokens: int
-    max_tokens: int
-    include_usage: bool
-    continuous_usage: bool
+__all__ = ["SimServer"]
 
 
 @dataclass(slots=True)
@@ -239,58 +89,6 @@ class _Truth:
         self.output_tokens += n_tokens
         if self.first_token_ns is None:
             self.first_token_ns = t_ns
-
-
-def _error_body(message: str, type_: str, param: str | None = None, code: Any = None) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
-
-
-def _sse(obj: Any) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
-
-
-ARRIVAL_KEY = web.RequestKey("loadgen_arrival_ns", int) if hasattr(web, "RequestKey") else "loadgen_arrival_ns"
-
-
-class _ArrivalStampingHandler(RequestHandler):
-    """aiohttp's connection protocol, stamping each request when its headers are read.
-
-    The truth log's ``arrival_ns`` must be when the request reached the server, not when
-    the event loop got round to its handler: in a burst, handlers run one after another,
-    each parsing its body, and a later request's handler can start milliseconds after its
-    bytes arrived. ``data_received`` runs as the loop reads the socket, before any handler;
-    each request parsed in that read gets that read's time (keyed by its body stream, which
-    the handler sees as ``request.content``; picked up by :func:`_arrival_middleware`).
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.arrivals: dict[int, int] = {}
-
-    def data_received(self, data: bytes) -> None:
-        t = now_ns()
-        queued = self._messages  # aiohttp's parsed-but-not-yet-handled requests
-        before = len(queued)
-        super().data_received(data)
-        for i in range(before, len(queued)):
-            self.arrivals[id(queued[i][1])] = t  # keyed by the body stream: request.content
-
-
-class _ArrivalStampingServer(Server):
-    """aiohttp's protocol factory, building :class:`_ArrivalStampingHandler` connections."""
-
-    def __call__(self) -> RequestHandler:
-        return _ArrivalStampingHandler(self, loop=self._loop, **self._kwargs)
-
-
-@web.middleware
-async def _arrival_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Move the connection's arrival stamp for this request onto the request (or stamp now)."""
-    proto = request.protocol
-    stamps = getattr(proto, "arrivals", None)
-    t = stamps.pop(id(request.content), None) if stamps is not None else None
-    request[ARRIVAL_KEY] = t if t is not None else now_ns()
-    return await handler(request)
 
 
 class SimServer:
@@ -333,7 +131,7 @@ class SimServer:
 
     def build_app(self) -> web.Application:
         """An aiohttp application serving the OpenAI-compatible routes."""
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_arrival_middleware])
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[arrival_middleware])
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
@@ -347,7 +145,7 @@ class SimServer:
         runner = web.AppRunner(self.build_app(), access_log=None, shutdown_timeout=shutdown_timeout_s)
         await runner.setup()
         if type(runner.server) is Server:  # else (another aiohttp) arrival falls back to handler entry
-            runner.server.__class__ = _ArrivalStampingServer  # arrivals stamped as the socket is read
+            runner.server.__class__ = ArrivalStampingServer  # arrivals stamped as the socket is read
         site = web.TCPSite(runner, host, port, backlog=4096)
         await site.start()
         self._runner = runner
@@ -418,14 +216,14 @@ class SimServer:
         return web.Response(status=200)
 
     async def _version(self, request: web.Request) -> web.Response:
-        return web.json_response({"version": f"loadgen-sim {sim_version()}"}, dumps=_dumps_str)
+        return web.json_response({"version": f"loadgen-sim {sim_version()}"}, dumps=dumps_str)
 
     async def _models(self, request: web.Request) -> web.Response:
         body = {
             "object": "list",
             "data": [{"id": self.model_name, "object": "model", "max_model_len": MAX_MODEL_LEN}],
         }
-        return web.json_response(body, dumps=_dumps_str)
+        return web.json_response(body, dumps=dumps_str)
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "completions")
@@ -435,80 +233,18 @@ class SimServer:
 
     # -- generation -----------------------------------------------------------
 
-    def _parse(self, raw: bytes, api: str) -> _Parsed:
-        """Validate a request body; raise :class:`_BadRequest` when it is unusable."""
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise _BadRequest(400, f"request body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise _BadRequest(400, "request body must be a JSON object")
-        if self.strict:
-            for key in body:
-                if key not in _STRICT_FIELDS[api]:
-                    raise _BadRequest(400, f"Unrecognized request argument supplied: {key}", param=key)
-        model = body.get("model")
-        if model is not None and model != self.model_name:
-            raise _BadRequest(
-                404, f"The model `{model}` does not exist.", param="model", code="model_not_found"
-            )
-        n = body.get("n")
-        if n is not None and n != 1:
-            raise _BadRequest(400, "only n=1 is supported", param="n")
-        stream = body.get("stream")
-        if stream is None:
-            stream = False
-        if not isinstance(stream, bool):
-            raise _BadRequest(400, "stream must be a boolean", param="stream")
-        opts = body.get("stream_options")
-        include_usage = continuous = False
-        if opts is not None:
-            if not isinstance(opts, dict):
-                raise _BadRequest(400, "stream_options must be an object", param="stream_options")
-            if not stream:
-                raise _BadRequest(
-                    400, "Stream options can only be defined when `stream=True`.", param="stream_options"
-                )
-            if self.strict:
-                for key in opts:
-                    if key not in _STRICT_STREAM_OPTIONS:
-                        raise _BadRequest(
-                            400, f"Unrecognized request argument supplied: stream_options.{key}",
-                            param=f"stream_options.{key}",
-                        )  # fmt: skip
-            include_usage = bool(opts.get("include_usage"))
-            # As vLLM: continuous usage stats only together with include_usage.
-            continuous = include_usage and bool(opts.get("continuous_usage_stats"))
-        max_tokens = body.get("max_tokens")
-        if api == "chat" and body.get("max_completion_tokens") is not None:
-            max_tokens = body["max_completion_tokens"]
-        if max_tokens is None:
-            max_tokens = self.params.default_max_tokens
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise _BadRequest(400, "max_tokens must be an integer >= 1", param="max_tokens")
-        try:
-            if api == "chat":
-                if "messages" not in body:
-                    raise _BadRequest(400, "messages is required", param="messages")
-                prompt_tokens = count_chat_tokens(body["messages"], self.tokenizer)
-            else:
-                if "prompt" not in body:
-                    raise _BadRequest(400, "prompt is required", param="prompt")
-                prompt_tokens = count_prompt_tokens(body["prompt"], self.tokenizer)
-        except ValueError as exc:
-            raise _BadRequest(400, str(exc), param="messages" if api == "chat" else "prompt") from None
-        return _Parsed(stream, prompt_tokens, max_tokens, include_usage, continuous)
+    def _parse(self, raw: bytes, api: str) -> Parsed:
+        """Validate a request body; raise :class:`BadRequest` when it is unusable."""
+        return parse_request(
+            raw, api, model_name=self.model_name, strict=self.strict,
+            default_max_tokens=self.params.default_max_tokens, tokenizer=self.tokenizer,
+        )  # fmt: skip
 
     def _draw_fault(self) -> str | None:
         """Draw this request's fault (one uniform per kind, always, for reproducibility)."""
         if not self._any_fault:
             return None
-        hit = None
-        for kind, p in zip(FAULT_KINDS, self._fault_ps):
-            u = self._rng.random()
-            if hit is None and u < p:
-                hit = kind
-        return hit
+        return draw_fault(self._rng, self._fault_ps)
 
     def _write_truth(self, truth: _Truth, chunks: list[list[int]]) -> None:
         fh = self._truth_fh
@@ -548,9 +284,9 @@ class SimServer:
         try:
             try:
                 parsed = self._parse(raw, api)
-            except _BadRequest as bad:
+            except BadRequest as bad:
                 truth.status = f"rejected:{bad.status}"
-                resp = await self._send_error(request, bad.status, _error_body(bad.message, bad.type, bad.param, bad.code))
+                resp = await self._send_error(request, bad.status, error_body(bad.message, bad.type, bad.param, bad.code))
                 truth.end_ns = now_ns()
                 return resp
             truth.stream = parsed.stream
@@ -562,7 +298,7 @@ class SimServer:
                 truth.status = "fault:429"
                 resp = await self._send_error(
                     request, 429,
-                    _error_body("Rate limit reached (simulated)", "rate_limit_error", None, "rate_limit_exceeded"),
+                    error_body("Rate limit reached (simulated)", "rate_limit_error", None, "rate_limit_exceeded"),
                     {"Retry-After": "1"},
                 )  # fmt: skip
                 truth.end_ns = now_ns()
@@ -570,7 +306,7 @@ class SimServer:
             if fault == "500":
                 truth.status = "fault:500"
                 resp = await self._send_error(
-                    request, 500, _error_body("Internal server error (simulated)", "server_error", None, 500)
+                    request, 500, error_body("Internal server error (simulated)", "server_error", None, 500)
                 )
                 truth.end_ns = now_ns()
                 return resp
@@ -599,7 +335,7 @@ class SimServer:
             self._write_truth(truth, chunks)
 
     async def _stream(
-        self, request: web.Request, api: str, parsed: _Parsed, fault: str | None,
+        self, request: web.Request, api: str, parsed: Parsed, fault: str | None,
         queue: asyncio.Queue[TokenEmission], truth: _Truth, chunks: list[list[int]],
     ) -> web.StreamResponse:  # fmt: skip
         chat = api == "chat"
@@ -626,7 +362,7 @@ class SimServer:
             }
             if continuous:
                 first["usage"] = usage(0)
-            await resp.write(_sse(first))
+            await resp.write(sse_event(first))
 
         out = parsed.max_tokens
         k = self.params.tokens_per_chunk
@@ -652,12 +388,12 @@ class SimServer:
                 if kind == "stall":
                     await sleep_until(now_ns() + round(self.faults.stall_ms * 1e6))
                 elif kind == "malformed":
-                    await resp.write(_MALFORMED_EVENT)
+                    await resp.write(MALFORMED_EVENT)
                 elif kind == "inband_error":
                     self.model.cancel(truth.seq)
                     err = {"error": {"message": "Internal error during generation (simulated)",
                                      "type": "server_error", "code": 500}}  # fmt: skip
-                    await resp.write(_sse(err))
+                    await resp.write(sse_event(err))
                     await resp.write_eof()
                     truth.end_ns = now_ns()
                     return resp
@@ -673,11 +409,11 @@ class SimServer:
             if continuous:
                 chunk["usage"] = usage(delivered)
             t_write = now_ns()  # stamped before the write: the earliest the client can see it
-            await resp.write(_sse(chunk))
+            await resp.write(sse_event(chunk))
             truth.add_chunk(chunks, t_write, n)
         if parsed.include_usage:
-            await resp.write(_sse({**head, "choices": [], "usage": usage(delivered)}))
-        await resp.write(_DONE_EVENT)
+            await resp.write(sse_event({**head, "choices": [], "usage": usage(delivered)}))
+        await resp.write(DONE_EVENT)
         await resp.write_eof()
         truth.end_ns = now_ns()
         if truth.status is None:
@@ -685,7 +421,7 @@ class SimServer:
         return resp
 
     async def _unary(
-        self, request: web.Request, api: str, parsed: _Parsed, fault: str | None,
+        self, request: web.Request, api: str, parsed: Parsed, fault: str | None,
         queue: asyncio.Queue[TokenEmission], truth: _Truth, chunks: list[list[int]],
     ) -> web.StreamResponse:  # fmt: skip
         out = parsed.max_tokens
@@ -741,7 +477,3 @@ class SimServer:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def _dumps_str(obj: Any) -> str:
-    return orjson.dumps(obj).decode()

@@ -129,7 +129,7 @@ class Tokenizer:
 
             env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             env.globals["raise_exception"] = raise_exception
-            self._jinja = env.from_string(self.chat_template)
+            self._jinja = env.from_string(self.chat_template or "")
         return str(
             self._jinja.render(
                 messages=list(messages),

@@ -116,7 +116,7 @@ class Trace:
 def _open(path: str) -> Iterator[IO[bytes]]:
     """The file in binary, gunzipped when it starts with the gzip magic."""
     with open(path, "rb", buffering=1 << 20) as fh:
-        if fh.peek(2)[:2] == b"\x1f\x8b":
+        if fh.peek(2)[:2] == b"\x1f\x8b":  # type: ignore[attr-defined]  # open(..., "rb", buffering) is a BufferedReader, typed BinaryIO
             with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
                 yield gz  # type: ignore[misc]
         else:
@@ -243,6 +243,7 @@ class _Reader:
         t0 = self.t0 if self.t0 is not None else int(ts[0])
         off = ts - t0
         if self.full():  # only looking for the next instant
+            assert self.prev_t is not None  # full: at least one row was taken
             j = int(np.searchsorted(ts, self.prev_t, side="right"))
             return self._commit(t0, ts, first_line, j, stop_at=j if j < n else None, off=off)
         i0 = int(np.searchsorted(off, self.start_ns, side="left"))

@@ -8,7 +8,8 @@ against the server's logged real flush times (within 2 ms); counts exactly.
 Aggregates go through ``loadgen.results.Aggregator``.
 
 Cases described in words only get fixture streams built from their note (see
-``BUILDERS``); an unknown words-only case fails, so no case is silently skipped.
+``BUILDERS`` in ``tests/fixtures/case_streams.py``); an unknown words-only case fails,
+so no case is silently skipped.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from loadgen.clock import now_ns
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
 from loadgen.metrics import RequestMetrics
 from loadgen.types import RequestRecord, RequestSpec, TokenEvent
+from tests.fixtures.case_streams import BUILDERS, GOODPUT, materialize
 from tests.fixtures.scripted_server import RequestLog, ScriptedServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -391,104 +393,6 @@ def check_aggregate(exp: dict[str, Any], reps: list[Replayed], case: dict[str, A
             assert math.isclose(slo["goodput_rps"], slo["conforming_requests"] / agg.duration_s), w
         else:
             raise AssertionError(f"{w}: no check written for this expectation")
-
-
-# --------------------------------------------------------------------------- words-only cases
-
-
-def _chat(content: str | None = None, finish: str | None = None, usage: int | None = None,
-          choices: bool = True) -> str:
-    obj: dict[str, Any] = {"object": "chat.completion.chunk"}
-    obj["choices"] = (
-        [{"index": 0, "delta": {"content": content} if content is not None else {}, "finish_reason": finish}]
-        if choices else []
-    )
-    if usage is not None:
-        obj["usage"] = {"prompt_tokens": 7, "completion_tokens": usage, "total_tokens": 7 + usage}
-    return "data: " + json.dumps(obj) + "\n\n"
-
-
-def _cmpl(text: str, finish: str | None = None, usage: int | None = None, choices: bool = True) -> str:
-    obj: dict[str, Any] = {"object": "text_completion"}
-    obj["choices"] = [{"index": 0, "text": text, "finish_reason": finish}] if choices else []
-    if usage is not None:
-        obj["usage"] = {"prompt_tokens": 7, "completion_tokens": usage, "total_tokens": 7 + usage}
-    return "data: " + json.dumps(obj) + "\n\n"
-
-
-DONE = "data: [DONE]\n\n"
-
-
-def _chat_two_tokens(ttft: float, tpot: float) -> dict[str, Any]:
-    t2 = ttft + tpot
-    return {"writes": [[ttft, _chat("a")], [t2, _chat("b", "stop")],
-                       [t2 + 0.002, _chat(choices=False, usage=2)], [t2 + 0.004, DONE]]}
-
-
-def build_fast_errors(case: dict[str, Any]) -> dict[str, Any]:
-    """Five successes with E2E 2.0, 2.2, 2.4, 2.6, 3.0 s; five HTTP 429 after 0.05 s (concurrent)."""
-    scripts, per = [], []
-    for e2e in (2.0, 2.2, 2.4, 2.6, 3.0):
-        scripts.append({"writes": [[0.1, _chat("a")], [e2e - 0.02, _chat("b", "stop")],
-                                   [e2e - 0.01, _chat(choices=False, usage=2)], [e2e, DONE]]})
-        per.append({"status": "ok", "ttft_s": 0.1, "e2e_s": e2e, "output_tokens": 2, "error_e2e_s": None})
-    for _ in range(5):
-        scripts.append({"status": 429, "headers": {"Retry-After": "1"}, "delay_s": 0.05,
-                        "body": {"error": {"message": "rate limited", "type": "rate_limit"}}})
-        per.append({"status": "error", "error_kind": "rate_limited", "http_status": 429, "retry_after_s": 1.0,
-                    "error_e2e_s": 0.05, "e2e_s": None, "ttft_s": None})
-    return {"requests": scripts, "concurrent": True, "derived_per_request": per}
-
-
-def build_one_and_zero(case: dict[str, Any]) -> dict[str, Any]:
-    """R1: 31 tokens, first at 0.5 s, last at 2.0 s; R2: one token + finish at 0.4 s; R3: 0 tokens."""
-    r1 = [[0.5 + 0.05 * i, _cmpl("t", "length" if i == 30 else None)] for i in range(31)]
-    r1 += [[2.005, _cmpl("", choices=False, usage=31)], [2.01, DONE]]
-    r2 = [[0.4, _cmpl("x", "stop", usage=1)], [0.401, DONE]]
-    r3 = [[0.0, _cmpl("", "stop", usage=0)], [0.001, DONE]]
-    per = [
-        {"status": "ok", "ttft_s": 0.5, "tpot_s": 0.05, "output_tokens": 31, "e2e_s": 2.01},
-        {"status": "ok", "ttft_s": 0.4, "tpot_s": None, "itl_s": [], "output_tokens": 1, "e2e_s": 0.401},
-        {"status": "ok", "ttft_s": None, "tpot_s": None, "e2e_s": None, "itl_s": [], "output_tokens": 0},
-    ]
-    return {"requests": [{"writes": r1}, {"writes": r2}, {"writes": r3}], "derived_per_request": per}
-
-
-def build_itl_excludes_ttft(case: dict[str, Any]) -> dict[str, Any]:
-    """TTFT 1.0 s, then ten single-token chunks every 50 ms (last at 1.5 s); 11 tokens."""
-    w = [[1.0 + 0.05 * i, _cmpl(f"w{i}", "length" if i == 10 else None)] for i in range(11)]
-    w += [[1.502, _cmpl("", choices=False, usage=11)], [1.504, DONE]]
-    per = [{"itl_s": [0.05] * 10, "e2e_s": 1.504}]
-    return {"requests": [{"writes": w}], "derived_per_request": per}
-
-
-GOODPUT = [(0.3, 0.04), (0.6, 0.03), (0.4, 0.06), (0.2, 0.02)]
-
-
-def build_goodput(case: dict[str, Any]) -> dict[str, Any]:
-    """R1 (0.3, 0.04), R2 (0.6, 0.03), R3 (0.4, 0.06), R4 (0.2, 0.02), R5 HTTP 500 (concurrent)."""
-    scripts: list[dict[str, Any]] = [_chat_two_tokens(a, b) for a, b in GOODPUT]
-    scripts.append({"status": 500, "delay_s": 0.05, "body": {"error": {"message": "boom"}}})
-    per: list[dict[str, Any]] = [{"status": "ok", "ttft_s": a, "tpot_s": b, "output_tokens": 2} for a, b in GOODPUT]
-    per.append({"status": "error", "error_kind": "http_error", "http_status": 500})
-    return {"requests": scripts, "concurrent": True, "derived_per_request": per,
-            "slos": ["ttft:p99<=500ms", "tpot:p99<=50ms"], "window_s": 10.0}
-
-
-BUILDERS = {
-    "fast-errors-in-percentiles": build_fast_errors,
-    "one-and-zero-token-outputs": build_one_and_zero,
-    "itl-excludes-ttft": build_itl_excludes_ttft,
-    "goodput-denominator": build_goodput,
-}
-
-
-def materialize(case: dict[str, Any]) -> dict[str, Any]:
-    if "requests" in case:
-        return case
-    if case["id"] not in BUILDERS:
-        raise AssertionError(f"case {case['id']!r} is described in words only and has no fixture builder")
-    return {**case, **BUILDERS[case["id"]](case)}
 
 
 # --------------------------------------------------------------------------- the tests

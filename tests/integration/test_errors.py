@@ -12,14 +12,12 @@ exactly one request per measured request: ``--no-preflight``).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import resource
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ import pytest
 
 from loadgen.sim.launch import SimProcess
 from loadgen.types import ERROR_KINDS
+from tests.fixtures.recording_server import RecordingServer, ok_stream
 
 REPO = Path(__file__).resolve().parents[2]
 N_REQ = 30
@@ -70,89 +69,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
-class TinyServer:
+class TinyServer(RecordingServer):
     """Raw HTTP/1.1 on 127.0.0.1 (one request per connection, ``Connection: close``).
 
     ``GET /v1/models`` lists model ``tiny``. The first ``answer_limit`` POSTs get a
     3-token stream; after that the listening socket is closed (new connections are
     refused) and any POST already accepted is dropped without a response.
-    Every request seen is logged in ``requests`` (method, path, lower-cased headers, body).
+    Every request seen is logged in ``requests`` (method, target, lower-cased headers, body).
     """
 
     def __init__(self, answer_limit: int) -> None:
+        super().__init__(lambda n, req: ok_stream(), refuse_after=answer_limit, model="tiny")
         self.answer_limit = answer_limit
-        self.requests: list[dict[str, Any]] = []
-        self.answered = 0
-        self.dropped = 0
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.base_events.Server | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.port = 0
-
-    def __enter__(self) -> TinyServer:
-        self._thread.start()
-        fut = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
-        self.port = fut.result(timeout=10)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        async def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
 
     @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def _start(self) -> int:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return self._server.sockets[0].getsockname()[1]
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            lines = head.decode("latin-1").split("\r\n")
-            method, target, _ = lines[0].split(" ", 2)
-            headers: dict[str, str] = {}
-            for line in lines[1:]:
-                if line:
-                    k, _, v = line.partition(":")
-                    headers[k.strip().lower()] = v.strip()
-            n = int(headers.get("content-length", "0"))
-            body = await reader.readexactly(n) if n else b""
-            self.requests.append({"method": method, "path": target, "headers": headers, "body": body})
-            if method == "GET":
-                if target.split("?")[0] == "/v1/models":
-                    payload = json.dumps({"object": "list", "data": [{"id": "tiny"}]}).encode()
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                                 b"Content-Length: %d\r\n\r\n" % len(payload) + payload)
-                else:
-                    writer.write(b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-            elif self.answered >= self.answer_limit:
-                self.dropped += 1
-            else:
-                self.answered += 1
-                out = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
-                for i in range(3):
-                    fr = "length" if i == 2 else None
-                    out += sse({"choices": [{"index": 0, "text": f" w{i}", "finish_reason": fr}]})
-                out += sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
-                out += b"data: [DONE]\n\n"
-                writer.write(out)
-                await writer.drain()
-                if self.answered >= self.answer_limit and self._server is not None:
-                    self._server.close()  # stop listening: later connections are refused
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
-            pass
-        finally:
-            writer.close()
+    def answered(self) -> int:
+        return self.posts
 
 
 def check_common(res: dict[str, Any], lines: list[dict[str, Any]], n_req: int) -> None:

@@ -2,7 +2,7 @@
 
 The same cases, scripted server and checks as ``test_cases.py`` (which drives the
 aiohttp client of ``loadgen run``); here the requests are made by
-:class:`loadgen.locust.GeventClient` in a child process (Locust's gevent patching
+:class:`loadgen.locust.client.GeventClient` in a child process (Locust's gevent patching
 never enters the pytest process), and its records come back as JSON. Records go
 through the same ``loadgen.metrics.compute``: the two clients must agree with the
 right values and with the server's flush times (2 ms).
@@ -46,7 +46,7 @@ import dataclasses, gc, json, sys
 import locust  # noqa: F401 - the standard library patched by gevent, as under Locust
 import gevent
 from loadgen.clock import now_ns
-from loadgen.locust import GeventClient
+from loadgen.locust.client import GeventClient
 from loadgen.types import RequestRecord, RequestSpec
 
 def run(job):
@@ -180,7 +180,7 @@ def test_records_survive_the_wire() -> None:
     rec = RequestRecord(index=3, phase="measure", scheduled_ns=10, sent_ns=11, end_ns=50, status="ok",
                         completion_tokens=2, events=[TokenEvent(20, "a", True, 1), TokenEvent(30, "b", False, 2)])  # fmt: skip
     code = (
-        "import json, sys; import locust; from loadgen.locust import pack_record, unpack_record; "
+        "import json, sys; import locust; from loadgen.locust.collect import pack_record, unpack_record; "
         "from loadgen.types import RequestRecord, TokenEvent; import dataclasses; "
         "d = json.loads(sys.stdin.read()); d['events'] = [TokenEvent(**e) for e in d['events']]; "
         "r = RequestRecord(**d); wire = json.loads(json.dumps(pack_record(r))); "

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from loadgen.cli import run_cmd
+from loadgen.cli.run import run_cmd
 
 WIRED = any(p.name == "provider" for p in run_cmd.params)
 pytestmark = pytest.mark.skipif(not WIRED, reason="--provider/--price-* not wired into loadgen.cli yet")
@@ -111,11 +111,11 @@ def test_run_anthropic(tmp_path: Path) -> None:
 
 def _sweep(sim_args: list[str], out: Path, **scfg_kw: Any) -> Any:
     from loadgen.endpoints.providers import make_endpoint
-    from loadgen.results import ValidityBounds
     from loadgen.runplan import LoadConfig
     from loadgen.sim.launch import SimProcess
     from loadgen.slo import parse_slo
     from loadgen.sweep import Sweep, SweepConfig
+    from loadgen.validity import ValidityBounds
 
     with SimProcess(sim_args) as sim:
         async def go() -> Any:
@@ -171,7 +171,7 @@ def test_confirmation_before_a_non_loopback_endpoint(monkeypatch: pytest.MonkeyP
     import click
     from rich.console import Console
 
-    from loadgen import cli
+    from loadgen.cli import target as cli
     from loadgen.pricing import estimate_run
 
     est = estimate_run(100, 128, 64, None)

@@ -149,10 +149,10 @@ def run_observed_sweep(srv: ServerProcess, out: Path) -> tuple[dict[str, Any], l
     the cores, so event-loop and schedule lag exceed the default 10 ms / 5 ms bounds, and
     a probe of ~40 requests misses the 1 % send-rate bound by chance.
     """
-    from loadgen.results import ValidityBounds
     from loadgen.runplan import LoadConfig
     from loadgen.slo import parse_slo
     from loadgen.sweep import Sweep, SweepConfig
+    from loadgen.validity import ValidityBounds
 
     base = LoadConfig(input_tokens=32, output_tokens=24,
                       bounds=ValidityBounds(max_schedule_lag_p99_ms=500, max_loop_lag_p99_ms=500,

@@ -11,18 +11,18 @@ all three byte alignments), and for any 10-character piece of its random part.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
+
+from tests.fixtures.recording_server import RecordingServer, http, ok_stream
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_NAME = "LOADGEN_TEST_SENTINEL_KEY"
@@ -51,90 +51,6 @@ def leaks(text: str, secret: str) -> list[str]:
     rand = secret.rsplit("-", 1)[-1]
     found += [rand[i : i + 10] for i in range(len(rand) - 9) if rand[i : i + 10] in text]
     return found
-
-
-def sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
-def http(status: str, body: bytes, ctype: str = "application/json", extra: str = "") -> bytes:
-    return (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nConnection: close\r\n{extra}"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-
-
-def ok_stream() -> bytes:
-    out = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
-    for i in range(3):
-        out += sse({"choices": [{"index": 0, "text": f" w{i}", "finish_reason": "length" if i == 2 else None}]})
-    out += sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
-    return out + b"data: [DONE]\n\n"
-
-
-class RecordingServer:
-    """Raw HTTP/1.1 on 127.0.0.1, one request per connection, run in its own thread.
-
-    Records every request (method, target, lower-cased headers, body).
-    ``GET /v1/models`` lists model ``rec``; ``POST`` number ``n`` (0-based) is answered
-    with ``respond(n, request)``; after ``refuse_after`` POSTs it stops listening.
-    """
-
-    def __init__(self, respond: Callable[[int, dict[str, Any]], bytes], refuse_after: int | None = None) -> None:
-        self.respond = respond
-        self.refuse_after = refuse_after
-        self.requests: list[dict[str, Any]] = []
-        self.posts = 0
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.base_events.Server | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.port = 0
-
-    def __enter__(self) -> RecordingServer:
-        self._thread.start()
-        self.port = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        async def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-
-    async def _start(self) -> int:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return self._server.sockets[0].getsockname()[1]
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            lines = head.decode("latin-1").split("\r\n")
-            method, target, _ = lines[0].split(" ", 2)
-            headers: dict[str, str] = {}
-            for line in lines[1:]:
-                if line:
-                    k, _, v = line.partition(":")
-                    headers[k.strip().lower()] = v.strip()
-            n = int(headers.get("content-length", "0"))
-            body = await reader.readexactly(n) if n else b""
-            req = {"method": method, "target": target, "headers": headers, "body": body}
-            self.requests.append(req)
-            if method == "GET":
-                if target.split("?")[0] == "/v1/models":
-                    writer.write(http("200 OK", json.dumps({"data": [{"id": "rec"}]}).encode()))
-                else:
-                    writer.write(http("404 Not Found", b""))
-            elif self.refuse_after is None or self.posts < self.refuse_after:
-                n_post = self.posts
-                self.posts += 1
-                writer.write(self.respond(n_post, req))
-                await writer.drain()
-                if self.refuse_after is not None and self.posts >= self.refuse_after and self._server:
-                    self._server.close()  # later connections are refused
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
-            pass
-        finally:
-            writer.close()
 
 
 def run_cli(args: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:

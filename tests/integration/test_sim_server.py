@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from click.testing import CliRunner
 
 from loadgen.sim import SimProcess
 from loadgen.sim.command import sim_command
-from loadgen.sim.server import WORDS
+from loadgen.sim.protocol import WORDS
 
 FAST = ["--ttft-ms", "5", "--itl-ms", "2"]
 SECRET = "sk-test-SECRET-must-not-be-logged"
@@ -99,30 +98,21 @@ def words(n: int, start: int = 0) -> str:
     return "".join(WORDS[i % len(WORDS)] for i in range(start, start + n))
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimProcess, Path]]:
-    truth = tmp_path_factory.mktemp("sim") / "truth.jsonl"
-    with SimProcess([*FAST, "--truth-log", str(truth)]) as proc:
-        yield proc, truth
-
-
 # -- formats -------------------------------------------------------------------
 
 
-def test_meta_routes(sim: tuple[SimProcess, Path]) -> None:
-    proc, _ = sim
-    assert get(proc.url + "/health").status == 200
-    assert get(proc.url + "/version").json()["version"].startswith("loadgen-sim ")
-    assert get(proc.url + "/v1/models").json() == {
+def test_meta_routes(sim_url: str) -> None:
+    assert get(sim_url + "/health").status == 200
+    assert get(sim_url + "/version").json()["version"].startswith("loadgen-sim ")
+    assert get(sim_url + "/v1/models").json() == {
         "object": "list",
         "data": [{"id": "sim-model", "object": "model", "max_model_len": 4096}],
     }
 
 
-def test_streaming_completions_format(sim: tuple[SimProcess, Path]) -> None:
-    proc, _ = sim
+def test_streaming_completions_format(sim_url: str) -> None:
     r = post(
-        proc.url + "/v1/completions",
+        sim_url + "/v1/completions",
         {"model": "sim-model", "prompt": "one two three", "max_tokens": 5, "stream": True,
          "stream_options": {"include_usage": True}},
     )  # fmt: skip
@@ -142,10 +132,9 @@ def test_streaming_completions_format(sim: tuple[SimProcess, Path]) -> None:
     assert r.raw.endswith(b"data: [DONE]\n\n")
 
 
-def test_streaming_chat_format(sim: tuple[SimProcess, Path]) -> None:
-    proc, _ = sim
+def test_streaming_chat_format(sim_url: str) -> None:
     r = post(
-        proc.url + "/v1/chat/completions",
+        sim_url + "/v1/chat/completions",
         {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there you"}],
          "max_tokens": 3, "stream": True},
     )  # fmt: skip
@@ -162,10 +151,9 @@ def test_streaming_chat_format(sim: tuple[SimProcess, Path]) -> None:
     assert all("usage" not in ev for ev in evs)
 
 
-def test_continuous_usage(sim: tuple[SimProcess, Path]) -> None:
-    proc, _ = sim
+def test_continuous_usage(sim_url: str) -> None:
     r = post(
-        proc.url + "/v1/chat/completions",
+        sim_url + "/v1/chat/completions",
         {"messages": [{"role": "user", "content": "a b"}], "max_tokens": 4, "stream": True,
          "stream_options": {"include_usage": True, "continuous_usage_stats": True}},
     )  # fmt: skip
@@ -176,28 +164,26 @@ def test_continuous_usage(sim: tuple[SimProcess, Path]) -> None:
     assert evs[-1]["choices"] == [] and evs[-1]["usage"]["total_tokens"] == p + 4
 
 
-def test_non_streaming(sim: tuple[SimProcess, Path]) -> None:
-    proc, _ = sim
-    r = post(proc.url + "/v1/completions", {"prompt": [1, 2, 3, 4], "max_tokens": 3})
+def test_non_streaming(sim_url: str) -> None:
+    r = post(sim_url + "/v1/completions", {"prompt": [1, 2, 3, 4], "max_tokens": 3})
     body = r.json()
     assert body["object"] == "text_completion"
     assert body["choices"][0]["text"] == words(3) and body["choices"][0]["finish_reason"] == "length"
     assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
-    r = post(proc.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
+    r = post(sim_url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
     body = r.json()
     assert body["object"] == "chat.completion"
     assert body["choices"][0]["message"] == {"role": "assistant", "content": words(16)}
     assert body["usage"]["completion_tokens"] == 16  # default_max_tokens
 
 
-def test_lenient_mode_accepts_vllm_extras_and_rejects_bad_input(sim: tuple[SimProcess, Path]) -> None:
-    proc, _ = sim
-    r = post(proc.url + "/v1/completions",
+def test_lenient_mode_accepts_vllm_extras_and_rejects_bad_input(sim_url: str) -> None:
+    r = post(sim_url + "/v1/completions",
              {"prompt": "x", "max_tokens": 2, "ignore_eos": True, "min_tokens": 2, "whatever": 1})  # fmt: skip
     assert r.status == 200 and r.json()["usage"]["completion_tokens"] == 2
-    r = post(proc.url + "/v1/completions", {"prompt": "x", "model": "other"})
+    r = post(sim_url + "/v1/completions", {"prompt": "x", "model": "other"})
     assert r.status == 404 and "error" in r.json()
-    r = post(proc.url + "/v1/completions", {"prompt": "x", "n": 2})
+    r = post(sim_url + "/v1/completions", {"prompt": "x", "n": 2})
     assert r.status == 400 and r.json()["error"]["type"] == "invalid_request_error"
 
 

@@ -1,4 +1,4 @@
-"""A real run against the embedded simulated endpoint carries a time series that adds up."""
+"""A real run against the simulated endpoint (the session's ``sim_url``) carries a time series that adds up."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from loadgen.timeseries import INTERVALS
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_run_writes_timeseries(tmp_path: Path) -> None:
+def test_run_writes_timeseries(tmp_path: Path, sim_url: str) -> None:
     out = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--rate", "40", "--requests", "80", "--warmup", "10",
+    subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim_url,
+                    "--rate", "40", "--requests", "80", "--warmup", "10",
                     "--input-tokens", "16", "--output-tokens", "8", "--out", str(out)],
                    capture_output=True, text=True, timeout=120, cwd=str(REPO),
                    env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip

@@ -73,12 +73,10 @@ def test_sim_reports_the_requested_prompt_tokens(tokenizer_dir: Path, tmp_path: 
             assert w.describe()["prompts_not_exact"] == 0
 
 
-def test_sim_word_counts_match_without_a_tokenizer() -> None:
-    with SimProcess(["--ttft-ms", "1", "--itl-ms", "1"]) as sim:
-        assert sim.url is not None
-        for api in ("completions", "chat"):
-            w = Workload(WorkloadOptions(input_tokens="uniform:5,300", api=api, seed=3))
-            specs = [s.spec for s in w.schedule(rate_rps=1000, requests=10)]
-            got = asyncio.run(_usage(sim.url, specs, api))
-            assert got == [s.requested_input_tokens for s in specs]
-            assert w.describe()["input_tokens_counted_by"] == "words (estimated)"
+def test_sim_word_counts_match_without_a_tokenizer(sim_url: str) -> None:
+    for api in ("completions", "chat"):
+        w = Workload(WorkloadOptions(input_tokens="uniform:5,300", api=api, seed=3))
+        specs = [s.spec for s in w.schedule(rate_rps=1000, requests=10)]
+        got = asyncio.run(_usage(sim_url, specs, api))
+        assert got == [s.requested_input_tokens for s in specs]
+        assert w.describe()["input_tokens_counted_by"] == "words (estimated)"

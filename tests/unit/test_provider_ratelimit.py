@@ -8,20 +8,21 @@ import asyncio
 import pytest
 from multidict import CIMultiDict
 
-from loadgen.endpoints.base import (
+from loadgen.endpoints.http import send_with_attempts
+from loadgen.endpoints.quota import (
     ClientRateCap,
     parse_go_duration,
     parse_ratelimit_headers,
     parse_retry_after,
     request_token_cost,
     retry_after_from_headers,
-    send_with_attempts,
 )
 from loadgen.metrics import compute
 from loadgen.recordlog import record_line
-from loadgen.results import Aggregator, ValidityBounds, ratelimit_series
+from loadgen.results import Aggregator, ratelimit_series
 from loadgen.runner import ClientStats
 from loadgen.types import RequestRecord, RequestSpec, TokenEvent
+from loadgen.validity import ValidityBounds
 
 MS = 1_000_000
 DATE = "Wed, 21 Oct 2015 07:28:00 GMT"
@@ -225,7 +226,7 @@ def test_429_not_retried_by_default() -> None:
 
 
 def test_429_retried_after_the_advised_wait_every_attempt_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    import loadgen.endpoints.base as base
+    import loadgen.endpoints.http as base
     from loadgen.clock import now_ns
 
     monkeypatch.setattr(base, "DEFAULT_RETRY_WAIT_S", 0.1)  # no advice: 0.1 s, doubled per attempt
@@ -353,7 +354,7 @@ def test_only_the_connect_after_the_scheduled_time_excuses_schedule_lag() -> Non
     from types import SimpleNamespace
 
     from loadgen.clock import now_ns
-    from loadgen.endpoints.base import _on_conn_end
+    from loadgen.endpoints.pool import _on_conn_end
 
     t = now_ns()
     rec = RequestRecord(0, "measure", t - 8 * MS)  # scheduled 8 ms ago

@@ -21,7 +21,8 @@ from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest
 class GatedFake:
     """Stands for an HTTP endpoint: prepares at once, 'writes' when the gate opens."""
 
-    accepts_send_gate = True
+    def accepts_send_gate(self) -> bool:
+        return True
 
     def __init__(self, fail: set[int] | None = None, prepare_cost_ns: int = 0) -> None:
         self.started: dict[int, int] = {}  # index -> when send() was called

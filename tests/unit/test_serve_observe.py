@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from loadgen.serve.conditions import package_versions, parse_engine_log, server_conditions
+from loadgen.serve.server_facts import package_versions, parse_engine_log, server_conditions
 from loadgen.serve.observe import ServerObserver
 from loadgen.serve.process import ServerProcess
 

@@ -14,9 +14,11 @@ import pytest
 
 from loadgen.clock import now_ns
 from loadgen.metrics import compute
-from loadgen.slo import SLOTarget
+from loadgen.results import Aggregator
+from loadgen.slo import SLOTarget, judge_counts
 from loadgen.stats import lower_bound, upper_bound
-from loadgen.sweep import Probe, ProbeJudge, SweepConfig, _finish_probe, cost_per_million, judge_counts, non_monotonic
+from loadgen.sweep import Probe, ProbeJudge, SweepConfig, cost_per_million, non_monotonic
+from loadgen.sweep.probe import _finish_probe
 from loadgen.types import RequestRecord, TokenEvent
 
 MS = 1_000_000
@@ -383,3 +385,23 @@ def test_finish_server_errors_are_fail_even_when_the_generator_lagged() -> None:
     p = finish(j, [result(valid=False)])
     assert p.verdict == "fail"
     assert p.exceedance_fraction == {P90.label: 1.0}
+
+
+@pytest.mark.parametrize("threshold_ms", [20, 5, 60])
+def test_itl_target_at_its_own_percentile_gets_the_runs_verdict(threshold_ms: int) -> None:
+    # each request: 5 gaps, 10 ms x4 then 50 ms: p75 ITL 10 ms, p99 ITL 50 ms (pooled and per request)
+    t = SLOTarget("itl", 75.0, threshold_ms * MS)
+    agg = Aggregator(slos=[t])
+    j = ProbeJudge([t], n_cap=300, confidence=0.95)
+    for i in range(100):
+        r = rec(i, first=10 * MS, tokens=6)
+        r.events = [TokenEvent(10 * MS + g, "tok ", True) for g in (0, 10 * MS, 20 * MS, 30 * MS, 40 * MS, 90 * MS)]
+        r.end_ns = 100 * MS
+        m = compute(r)
+        agg.add(r, m)
+        j.on_record(r, m)
+    run = {**result(), "latency_ms": agg.latency_ms(), "slo": agg.slo_result()}
+    met = run["slo"]["targets"][0]["met"]
+    assert met == (threshold_ms >= 10)
+    assert finish(j, [run]).verdict == ("pass" if met else "fail")
+    agg.close()

@@ -14,7 +14,8 @@ grpc = pytest.importorskip("grpc")
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc  # noqa: E402
 
 from loadgen.clock import now_ns  # noqa: E402
-from loadgen.endpoints.triton import TritonConfig, TritonEndpoint, decode_infer_response  # noqa: E402
+from loadgen.endpoints.triton import TritonConfig, TritonEndpoint  # noqa: E402
+from loadgen.endpoints.triton_grpc import decode_infer_response  # noqa: E402
 from loadgen.metrics import compute  # noqa: E402
 from loadgen.types import RequestRecord, RequestSpec  # noqa: E402
 

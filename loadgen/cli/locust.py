@@ -1,4 +1,4 @@
-"""The ``locust`` command: start Locust with loadgen's LLM user (``loadgen/locust.py``).
+"""The ``locust`` command: start Locust with loadgen's LLM user (``loadgen/locust/locustfile.py``).
 
 ``loadgen locust --endpoint URL [workload options] [Locust options]``. Options this
 command does not know go to Locust unchanged (``-u``, ``-r``, ``-t``,
@@ -13,8 +13,9 @@ resolved configuration travels to the Locust process as JSON in
 ``LOADGEN_LOCUST_CONFIG`` and from the master to its workers at each test start.
 A worker (``--worker``) needs no workload options.
 
-Exit codes as ``loadgen run``: 0 for a VALID result, 1 for INVALID (or no result), 3 when
-the endpoint is unreachable, Locust's own code when it crashed.
+Exit codes as ``loadgen run`` (:func:`loadgen.cli.locust_exit_code` decides them from the
+:class:`LocustOutcome` this command returns): 0 for a VALID result, 1 for INVALID (or no
+result), 3 when the endpoint is unreachable, Locust's own code when it crashed.
 
 Defaults chosen on purpose: the web UI binds 127.0.0.1 (another interface only with
 ``--web-token-env``, whose token the UI then requires); ``--stop-timeout 30``
@@ -30,15 +31,20 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-__all__ = ["locust_command"]
+from loadgen.cli.config import config_record
+from loadgen.cli.options import duration_s, parse_extra_body, parse_headers, usage_errors
+from loadgen.cli.target import endpoint_from_options
 
-LOCUSTFILE = Path(__file__).resolve().with_name("locust.py")
-_REPO_ROOT = str(Path(__file__).resolve().parents[1])
+__all__ = ["LOCUSTFILE", "LocustOutcome", "locust_cmdline", "locust_command", "web_args"]
+
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "locust" / "locustfile.py"
+_REPO_ROOT = str(Path(__file__).resolve().parents[2])
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 DEFAULT_STOP_TIMEOUT_S = 30
 DEFAULT_MAX_INFLIGHT = 1000
@@ -124,7 +130,6 @@ def build_config(
     kw: dict[str, Any], endpoint: Any, endpoint_url: str, embedded: bool, locust_args: list[str]
 ) -> dict[str, Any]:
     """The JSON configuration the Locust process runs with (no secret values recorded)."""
-    from loadgen.cli import _duration_s, _parse_extra_body, _parse_headers, config_record
     from loadgen.redact import redact_url
 
     mode = "open" if (kw["rate"] is not None or kw["trace"]) else "closed"
@@ -137,11 +142,11 @@ def build_config(
         "endpoint_shown": redact_url(endpoint_url),
         "api": kw["api"],
         "model": endpoint.config.model,
-        "headers": _parse_headers(kw["headers"]),
+        "headers": parse_headers(kw["headers"]),
         "api_key_env": kw["api_key_env"] or (None if embedded or not os.environ.get("OPENAI_API_KEY") else "OPENAI_API_KEY"),
-        "extra_body": _parse_extra_body(kw["extra_body"]),
-        "timeout_s": _duration_s(kw["timeout"], "--timeout") or 600.0,
-        "connect_timeout_s": _duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
+        "extra_body": parse_extra_body(kw["extra_body"]),
+        "timeout_s": duration_s(kw["timeout"], "--timeout") or 600.0,
+        "connect_timeout_s": duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
         "verify_tls": not kw["insecure"],
         "pool_limit": max(kw["max_concurrency"] or DEFAULT_MAX_INFLIGHT, 1) + 16,
         "accepted": dict(endpoint.accepted),
@@ -151,7 +156,7 @@ def build_config(
         "arrival": kw["arrival"],
         "burstiness": kw["burstiness"],
         "requests": kw["n_requests"],
-        "duration_s": _duration_s(kw["duration"], "--duration"),
+        "duration_s": duration_s(kw["duration"], "--duration"),
         "max_concurrency": kw["max_concurrency"] or DEFAULT_MAX_INFLIGHT,
         "origin": kw["latency_origin"],
         "save_text": kw["save_text"],
@@ -185,7 +190,6 @@ def workload_dict(kw: dict[str, Any]) -> dict[str, Any]:
 
 def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
     """Option checks that need no endpoint; raises UsageError."""
-    from loadgen.errors import ConfigError
     from loadgen.workload.spec import Workload, WorkloadOptions
 
     if kw["rate"] is not None and kw["rate"] <= 0:
@@ -204,15 +208,12 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
         raise click.UsageError("--burstiness needs --arrival gamma")
     if kw["max_concurrency"] is not None and kw["max_concurrency"] < 1:
         raise click.UsageError("--max-concurrency must be at least 1")
-    try:
+    with usage_errors():
         Workload(WorkloadOptions(**{**workload_dict(kw), "api": kw["api"], "salt": kw["salt"] or "check"}))
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
 
 
 def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
     """Discover the served model and the accepted optional fields, with ``loadgen run``'s code."""
-    from loadgen.cli import endpoint_from_options
     from loadgen.redact import Redactor
 
     endpoint = endpoint_from_options({**kw, "no_stream": False}, endpoint_url, embedded, Redactor())
@@ -274,7 +275,7 @@ def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
 @click.option("--web-token-env",
               help="Environment variable with a token the web UI requires (needed for a non-loopback --web-host).")
 @click.pass_context
-def locust_command(ctx: click.Context, **kw: Any) -> None:
+def locust_command(ctx: click.Context, **kw: Any) -> LocustOutcome:
     """Locust with loadgen's LLM user: UI rows for E2E, TTFT and TPOT; loadgen's result.json at the end.
 
     Closed loop by default (Locust users); --rate gives an open-loop schedule.
@@ -291,10 +292,9 @@ def locust_command(ctx: click.Context, **kw: Any) -> None:
             raise click.UsageError(f"--web-token-env {token_env}: that environment variable is not set")
         extra_env["LOADGEN_LOCUST_WEB_TOKEN"] = os.environ[token_env]
     if _has(args, "--worker"):  # the master sends the configuration at each test start
-        sys.exit(_run_child(locust_cmdline(args, None), _child_env(extra_env)))
+        return LocustOutcome(_run_child(locust_cmdline(args, None), _child_env(extra_env)), worker=True)
     args = web_args(args, token_env)
     validate(kw, args)
-    from loadgen.errors import ConfigError, EndpointUnreachable
     from loadgen.recordlog import default_out_dir
 
     kw["out_dir"] = kw["out_dir"] or str(default_out_dir("locust"))
@@ -306,31 +306,31 @@ def locust_command(ctx: click.Context, **kw: Any) -> None:
 
             sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])
             click.echo(f"no --endpoint: started the embedded simulated endpoint at {sim.url} (a test double)", err=True)
-        endpoint_url = sim.url if sim is not None else kw["endpoint"]
-        try:
-            endpoint = _preflight(kw, endpoint_url, embedded)
-        except EndpointUnreachable as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(3)
-        except ConfigError as exc:
-            raise click.UsageError(str(exc)) from None
+        endpoint_url: str = sim.url if sim is not None and sim.url else kw["endpoint"]
+        # EndpointUnreachable (exit 3) and ConfigError (usage) go up to loadgen.cli's mapping
+        endpoint = _preflight(kw, endpoint_url, embedded)
         cfg = build_config(kw, endpoint, endpoint_url, embedded, args)
         extra_env["LOADGEN_LOCUST_CONFIG"] = json.dumps(cfg)
         code = _run_child(locust_cmdline(args, cfg["endpoint_shown"]), _child_env(extra_env))
     finally:
         if sim is not None:
             sim.stop()
-    sys.exit(exit_code(code, Path(cfg["out_dir"]) / "result.json"))
-
-
-def exit_code(locust_code: int, result_path: Path) -> int:
-    """As ``loadgen run``: 0 for a VALID result, 1 for INVALID (failed requests alone are data,
-    not Locust's exit 1); Locust's own code when it wrote no result or crashed (not 0 or 1)."""
+    result_path = Path(cfg["out_dir"]) / "result.json"
     if not result_path.exists():
-        return locust_code or 1
-    result = json.loads(result_path.read_text(encoding="utf-8"))
-    valid = result["validity"]["valid"]
+        return LocustOutcome(code, valid=None)
+    valid = json.loads(result_path.read_text(encoding="utf-8"))["validity"]["valid"]
     click.echo(f"loadgen: {'VALID' if valid else 'INVALID'}; result in {result_path}", err=True)
-    if locust_code not in (0, 1):
-        return locust_code
-    return 0 if valid else 1
+    return LocustOutcome(code, valid=valid)
+
+
+@dataclass(frozen=True)
+class LocustOutcome:
+    """How a ``loadgen locust`` ended: Locust's exit code and the result's verdict.
+
+    ``valid`` is None when Locust wrote no result; ``worker`` for a ``--worker`` process
+    (it writes none: the master does).
+    """
+
+    locust_code: int
+    valid: bool | None = None
+    worker: bool = False

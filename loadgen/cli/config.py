@@ -1,0 +1,230 @@
+"""Options -> configuration: what ``run`` and ``sweep`` load, what a result records, what it may cost.
+
+:func:`build_load_config` / :func:`base_load_config` give a :class:`~loadgen.runplan.LoadConfig`,
+:func:`build_sweep_config` a :class:`~loadgen.sweep.SweepConfig`; :func:`config_record` the
+configuration as ``result.json`` records it (no secret values); :func:`prices` and the
+estimates shown before sending to a non-loopback endpoint.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from loadgen.cli.options import duration_s, parse_extra_body, parse_headers, parse_ratio, parse_workers, usage_errors
+from loadgen.redact import redact_body, redact_url
+from loadgen.slo import parse_slo
+
+if TYPE_CHECKING:
+    from loadgen.pricing import RunEstimate, TokenPrices
+    from loadgen.runplan import LoadConfig
+    from loadgen.sweep import SweepConfig
+
+__all__ = [
+    "base_load_config",
+    "build_load_config",
+    "build_sweep_config",
+    "config_record",
+    "prices",
+    "run_estimate",
+    "sweep_estimate",
+]
+
+
+def build_load_config(kw: dict[str, Any]) -> LoadConfig:
+    """``loadgen run``'s options as a :class:`~loadgen.runplan.LoadConfig` (usage errors for bad ones)."""
+    if kw["rate"] is not None and kw["concurrency"] is not None:
+        raise click.UsageError("--rate (open loop) and --concurrency (closed loop) clash: give one")
+    if kw["rate"] is None and kw["concurrency"] is None and not kw["trace"]:
+        raise click.UsageError("give --rate R (open loop), --concurrency N (closed loop) or --trace FILE")
+    if kw["n_requests"] is not None and kw["duration"] is not None:
+        raise click.UsageError("--requests and --duration clash: give one")
+    if kw["concurrency"] is not None and kw["max_concurrency"] is not None:
+        raise click.UsageError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
+    if kw["rate"] is not None and not kw["rate"] > 0:  # NaN too
+        raise click.UsageError("--rate must be > 0")
+    if kw["rate"] is not None and kw["rate"] == float("inf"):
+        raise click.UsageError("--rate must be finite")
+    warm_n, warm_s = 0, 0.0
+    if kw["warmup"]:
+        if kw["warmup"].isdigit():
+            warm_n = int(kw["warmup"])
+        else:
+            warm_s = duration_s(kw["warmup"], "--warmup") or 0.0
+    duration = duration_s(kw["duration"], "--duration")
+    if duration is not None and not duration > 0:
+        raise click.UsageError("--duration must be > 0")
+    if kw["n_requests"] is None and duration is None and not (kw["trace"] and kw["concurrency"] is None):
+        duration = 60.0
+    slos = []
+    for s in kw["slos"]:
+        with usage_errors("--slo: "):
+            slos.append(parse_slo(s))
+    base = base_load_config(kw)
+    base.rate_rps = kw["rate"]
+    base.concurrency = kw["concurrency"]
+    base.requests = kw["n_requests"]
+    base.duration_s = duration
+    base.warmup_requests = warm_n
+    base.warmup_s = warm_s
+    base.slos = slos
+    return base
+
+
+def base_load_config(kw: dict[str, Any]) -> LoadConfig:
+    """The workload part of the options shared by run and sweep."""
+    from loadgen.runplan import LoadConfig
+    from loadgen.workload.spec import WorkloadOptions
+
+    if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
+        raise click.UsageError("--burstiness needs --arrival gamma")
+    if kw["max_concurrency"] is not None and kw["max_concurrency"] < 1:
+        raise click.UsageError("--max-concurrency must be at least 1")
+    ctx = click.get_current_context()
+    explicit_out = ctx.get_parameter_source("output_tokens") != click.core.ParameterSource.DEFAULT
+    if kw["prompt_format"] == "token-ids" and kw["api"] == "chat":
+        raise click.UsageError("--prompt-format token-ids works with --api completions only")
+    wl = WorkloadOptions(
+        trace=kw["trace"],
+        trace_format="loadgen" if kw["trace_format"] == "jsonl" else kw["trace_format"],
+        trace_spread=kw["trace_spread"],
+        trace_time_scale=kw["time_scale"],
+        trace_start_s=duration_s(kw["trace_start"], "--trace-start") or 0.0,
+        trace_duration_s=duration_s(kw["trace_duration"], "--trace-duration"),
+        trace_loop=kw["trace_loop"],
+        output_tokens_override=explicit_out,
+        dataset=kw["dataset"],
+        tokenizer=kw["tokenizer"],
+        prompt_format=kw["prompt_format"],
+        api=kw["api"],
+        shared_prefix_tokens=kw["shared_prefix_tokens"],
+        prefix_groups=kw["prefix_groups"],
+    )
+    from loadgen.validity import ValidityBounds
+
+    bounds = ValidityBounds(
+        max_schedule_lag_p99_ms=(duration_s(kw["max_schedule_lag"], "--max-schedule-lag") or 0.0) * 1e3,
+        max_loop_lag_p99_ms=(duration_s(kw["max_loop_lag"], "--max-loop-lag") or 0.0) * 1e3,
+        max_error_rate=parse_ratio(kw["max_error_rate"], "--max-error-rate"),
+    )
+    return LoadConfig(
+        bounds=bounds,
+        arrival=kw["arrival"],
+        burstiness=kw["burstiness"],
+        max_concurrency=kw["max_concurrency"],
+        input_tokens=kw["input_tokens"],
+        output_tokens=kw["output_tokens"],
+        seed=kw["seed"],
+        salt=kw["salt"],
+        workload=wl,
+        save_text=kw["save_text"],
+        token_lists=not kw["no_token_lists"],
+        origin=kw["latency_origin"],
+        drain_grace_s=duration_s(kw["drain_grace"], "--drain-grace") or 0.0,
+    )
+
+
+def config_record(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> dict[str, Any]:
+    """The resolved configuration as recorded in result.json: no secret values."""
+    rec = {k: v for k, v in kw.items() if k not in ("headers", "extra_body", "endpoint")}
+    rec["endpoint"] = redact_url(endpoint_url)
+    rec["embedded_simulated_endpoint"] = embedded
+    rec["header_names"] = sorted(parse_headers(kw.get("headers") or ()))
+    if kw.get("extra_body"):
+        rec["extra_body"] = redact_body(parse_extra_body(kw["extra_body"]))
+    rec["slos"] = list(kw.get("slos") or [])
+    return rec
+
+
+def prices(kw: dict[str, Any]) -> TokenPrices | None:
+    """``--price-*-per-million`` as token prices (None when none is given)."""
+    from loadgen.pricing import token_prices
+
+    with usage_errors():
+        return token_prices(kw["price_input_per_million"], kw["price_output_per_million"], kw["price_cached_input_per_million"])
+
+
+def _length_or_none(value: Any) -> int | None:
+    text = str(value)
+    return int(text) if text.isdigit() else None
+
+
+def run_estimate(kw: dict[str, Any], load: LoadConfig) -> RunEstimate:
+    """What a run will send (requests, tokens, cost), shown before sending to a non-loopback endpoint."""
+    from loadgen.pricing import estimate_run
+
+    n = None
+    if load.requests is not None:
+        n = load.requests + load.warmup_requests
+    elif load.rate_rps is not None and load.duration_s is not None:
+        n = round(load.rate_rps * (load.duration_s + load.warmup_s)) + load.warmup_requests
+    note = "" if n is not None else "closed loop for a duration: the count depends on the latency"
+    return estimate_run(n, _length_or_none(kw["input_tokens"]), _length_or_none(kw["output_tokens"]), prices(kw), note=note)
+
+
+def sweep_estimate(kw: dict[str, Any], scfg: SweepConfig) -> RunEstimate:
+    """What a sweep will send, at most (an upper bound only with --max-rate)."""
+    import math
+
+    from loadgen.pricing import estimate_run
+
+    per_probe = scfg.needed_requests()
+    if scfg.max_rate_rps:
+        per_probe = max(per_probe, math.ceil(scfg.max_rate_rps * scfg.probe_duration_s))
+        n = scfg.max_probes * (1 + scfg.max_extensions) * per_probe
+        note = f"an upper bound: {scfg.max_probes} probes of at most {per_probe} requests, extensions included, plus calibration"
+    else:
+        n = None
+        note = f"at least {per_probe} requests per probe, up to {scfg.max_probes} probes, plus calibration; give --max-rate to bound it"
+    return estimate_run(n, _length_or_none(kw["input_tokens"]), _length_or_none(kw["output_tokens"]), prices(kw), note=note)
+
+
+def build_sweep_config(kw: dict[str, Any]) -> SweepConfig:
+    """``loadgen sweep``'s options as a :class:`~loadgen.sweep.SweepConfig` (usage errors for bad ones)."""
+    from loadgen.sweep import SweepConfig
+
+    slos = []
+    if kw["slo_p99"]:
+        with usage_errors("--slo-p99: "):
+            slos.append(parse_slo(f"{kw['slo_metric']}:p99<={kw['slo_p99']}"))
+    for s in kw["slos"]:
+        with usage_errors("--slo: "):
+            slos.append(parse_slo(s))
+    if not slos:
+        raise click.UsageError("give an SLO: --slo-p99 300ms or --slo METRIC:pNN<=VALUE")
+    levels = None
+    if kw["concurrency_levels"]:
+        try:
+            levels = [int(x) for x in kw["concurrency_levels"].split(",") if x.strip()]
+        except ValueError:
+            raise click.UsageError("--concurrency-levels: expected integers such as 1,2,4,8") from None
+        if not levels or min(levels) < 1:
+            raise click.UsageError("--concurrency-levels: each level must be at least 1")
+    conf = parse_ratio(kw["confidence"], "--confidence")
+    if not 0.5 <= conf < 1:
+        raise click.UsageError("--confidence must be between 50% and 99.99%")
+    prec = parse_ratio(kw["precision"], "--precision")
+    if not 0 < prec < 1:
+        raise click.UsageError("--precision must be between 0% and 100%")
+    if kw["repeats"] < 1:
+        raise click.UsageError("--repeats must be at least 1")
+    return SweepConfig(
+        slos=slos,
+        probe_duration_s=duration_s(kw["probe_duration"], "--probe-duration") or 60.0,
+        probe_warmup_s=duration_s(kw["probe_warmup"], "--probe-warmup"),
+        confidence=conf,
+        precision=prec,
+        repeats=kw["repeats"],
+        max_rate_rps=kw["max_rate"],
+        min_rate_rps=kw["min_rate"],
+        start_rate_rps=kw["start_rate"],
+        calibration_s=duration_s(kw["calibration"], "--calibration") or 0.0,
+        calibration_concurrency=kw["calibration_concurrency"],
+        max_extensions=kw["max_extensions"],
+        cost_per_hour_usd=kw["cost_per_hour"],
+        prices=prices(kw),
+        accelerators=kw["accelerators"],
+        concurrency_levels=levels,
+        workers=parse_workers(kw["workers"]),
+    )

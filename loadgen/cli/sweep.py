@@ -1,0 +1,134 @@
+"""``loadgen sweep``: the highest offered load (or user count) that still meets the SLO.
+
+The command returns the :class:`~loadgen.sweep.SweepOutcome` after writing ``sweep.json`` and
+the report; :func:`loadgen.cli.sweep_exit_code` turns its answer into the exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+
+from loadgen.cli.config import base_load_config, build_sweep_config, config_record, sweep_estimate
+from loadgen.cli.options import (
+    common_endpoint_options,
+    cpus_option,
+    make_out_dir,
+    pin_client,
+    use_uvloop,
+    workload_options,
+)
+from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoint_from_options
+from loadgen.recordlog import default_out_dir
+from loadgen.redact import Redactor
+
+if TYPE_CHECKING:
+    from loadgen.sweep import SweepOutcome
+
+__all__ = ["sweep_cmd"]
+
+
+@click.command("sweep")
+@common_endpoint_options
+@workload_options
+@click.option("--slo-p99", help="Shorthand: p99 of --slo-metric (TTFT by default) at most this, e.g. 300ms.")
+@click.option("--slo-metric", type=click.Choice(["ttft", "e2e", "tpot", "itl", "time_to_first_answer_token"]), default="ttft", show_default=True)
+@click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE (repeatable; all must hold).")
+@click.option("--probe-duration", default="60s", show_default=True, help="Minimum measured time of each probe.")
+@click.option("--probe-warmup", help="Warm-up before each probe (default 10 % of the probe, at most 5 s).")
+@click.option("--confidence", default="95%", show_default=True, help="Confidence of the probe verdicts.")
+@click.option("--precision", default="5%", show_default=True, help="Stop when (fail - pass) / pass is at most this.")
+@click.option("--repeats", type=int, default=1, show_default=True, help="A rate passes only if all K probes pass.")
+@click.option("--max-rate", type=float, help="Never offer more than this (req/s).")
+@click.option("--min-rate", type=float, help="Lowest rate to try (default: the rate that reaches the minimum request count).")
+@click.option("--start-rate", type=float, help="First probe's rate (default: half the calibrated capacity).")
+@click.option("--calibration", default="10s", show_default=True, help="Closed-loop calibration time (0 to skip).")
+@click.option("--calibration-concurrency", type=int, default=32, show_default=True)
+@click.option("--max-extensions", type=int, default=2, show_default=True, help="Extra segments for an undecided probe.")
+@click.option("--cost-per-hour", type=float, help="USD per hour of the system under test (cost per million tokens).")
+@click.option("--accelerators", type=int, help="Accelerators serving the endpoint (throughput per accelerator).")
+@click.option("--concurrency-levels", help="Closed-loop sweep over these user counts, e.g. 1,2,4,8,16.")
+@click.option("--workers", default="1", show_default=True, help="Client processes per probe (N or auto); no early stop with N > 1.")
+@click.option("--cluster", help="Ray cluster address: each probe's --workers shards run as its actors.")
+@click.option("--cpus", help="Run the client on these CPUs only (e.g. 0 or 0-3): keeps it off a local server's cores.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/).")
+def sweep_cmd(**kw: Any) -> SweepOutcome:
+    """Find the highest offered load that still meets the SLO."""
+    return _sweep(kw, Console(), Console(stderr=True, soft_wrap=True))
+
+
+def _sweep(kw: dict[str, Any], console: Console, err: Console) -> SweepOutcome:
+    """The sweep, written and shown (its answer goes to :func:`loadgen.cli.sweep_exit_code`)."""
+    import signal
+
+    from loadgen.recordlog import write_json
+    from loadgen.report.sweep_report import render_sweep, write_report
+    from loadgen.sweep import Sweep
+
+    scfg = build_sweep_config(kw)
+    base = base_load_config(kw)
+    cpus = cpus_option(kw)
+    out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
+    make_out_dir(out_dir)
+    base.prices = scfg.prices
+    redactor = Redactor()
+    with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err) as target:
+        pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
+        if cluster is not None and kw["workers"] == "auto":
+            scfg.workers = cluster.auto_workers()
+        if not target.embedded:
+            confirm_remote(kw, target.url, target.embedded, sweep_estimate(kw, scfg), err)
+        endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
+        use_uvloop()
+
+        async def go() -> SweepOutcome:
+            loop = asyncio.get_running_loop()
+            observer = target.observer()
+            sweep = None
+            try:
+                await endpoint.open()
+                sweep = Sweep(
+                    endpoint,
+                    base,
+                    scfg,
+                    out_dir,
+                    config_record=config_record(kw, target.url, target.embedded),
+                    redactor=redactor,
+                    progress=lambda msg: err.print(redactor(msg)),
+                    server_observer=observer,
+                    cluster=cluster,
+                )
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, sweep.interrupt)
+                if scfg.concurrency_levels:
+                    out = await sweep.concurrency_sweep()
+                else:
+                    out = await sweep.search()
+                from loadgen.conditions import client_conditions
+
+                cond = client_conditions()
+                cond["endpoint"] = endpoint.describe()
+                if observer is not None:
+                    cond["server"] = await observer.conditions()
+                if cluster is not None:
+                    cond["workers"] = scfg.workers
+                    cond["cluster"] = cluster.last_conditions  # the last probe's; each probe's result.json has its own
+                out.result["conditions"] = cond
+                out.result["config"] = config_record(kw, target.url, target.embedded)
+                return out
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+                await endpoint.close()
+                if observer is not None:
+                    await observer.close()
+
+        out = asyncio.run(go())
+    write_json(out_dir / "sweep.json", out.result)
+    write_report(out.result, out_dir)
+    render_sweep(out.result, console, str(out_dir))
+    return out

@@ -1,0 +1,293 @@
+"""What a command measures: an external endpoint, a launched server (``--serve``) or the embedded sim.
+
+:class:`Target` starts and stops the system under test for one command; :class:`ClusterOption`
+holds a ``--cluster`` connection; :func:`endpoint_from_options` builds the client endpoint
+(OpenAI-compatible, managed providers, Triton) and registers its secrets with the redactor;
+:func:`confirm_remote` asks before load goes to a non-loopback address.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+
+from loadgen.cli.options import duration_s, parse_extra_body, parse_headers, positive_duration_s, usage_errors
+from loadgen.redact import Redactor, find_body_secrets, is_sensitive_name, redact_url, split_url_secrets
+
+if TYPE_CHECKING:
+    from loadgen.endpoints import Endpoint
+    from loadgen.endpoints.triton import TritonEndpoint
+    from loadgen.serve import ServerObserver
+    from loadgen.sim.launch import SimProcess
+
+__all__ = ["ClusterOption", "Target", "confirm_remote", "endpoint_from_options", "resolve_endpoint_url"]
+
+
+def _check_endpoint(url: str) -> None:
+    """An http:// or https:// URL with a host and a valid port, or a usage error (nothing is sent)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise click.UsageError(
+            f"--endpoint {split_url_secrets(url)[0]!r}: expected an http:// or https:// URL with a host "
+            "(and a port in 1-65535), e.g. http://127.0.0.1:8000"
+        )
+
+
+def _start_sim(sim_args: str) -> SimProcess:
+    """The embedded simulated endpoint; a usage error naming --sim-args when it refuses them."""
+    from loadgen.sim.launch import SimProcess
+
+    try:
+        return SimProcess(sim_args.split() if sim_args else [])  # started by __init__
+    except RuntimeError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        errors = [ln[len("Error: "):] for ln in lines if ln.startswith("Error: ")]
+        why = errors[-1] if errors else (lines[-1] if lines else "")
+        raise click.UsageError(f"--sim-args {sim_args!r}: the simulated endpoint did not start: {why}") from None
+
+
+class ClusterOption:
+    """``--cluster ADDRESS``: a connected :class:`loadgen.cluster.Cluster` for the command's life (or None)."""
+
+    def __init__(self, address: str | None, err: Console) -> None:
+        self.cluster: Any = None
+        if address:
+            from loadgen.cluster import Cluster
+
+            self.cluster = Cluster(address, progress=err.print)
+            err.print(f"--cluster: connected to the Ray cluster at {address} ({self.cluster.cpus()} CPUs)")
+
+    def __enter__(self) -> Any:
+        return self.cluster
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def resolve_endpoint_url(kw: dict[str, Any]) -> str | None:
+    """The URL to load: --endpoint, else the provider's public API; None starts the embedded sim."""
+    from loadgen.endpoints.providers import DEFAULT_BASE_URLS
+
+    if kw["endpoint"]:
+        if not str(kw.get("api") or "").startswith("triton"):  # Triton also takes host:port
+            _check_endpoint(kw["endpoint"])
+        return kw["endpoint"]
+    if kw["provider"] == "azure":
+        raise click.UsageError("--provider azure needs --endpoint https://RESOURCE.openai.azure.com")
+    return DEFAULT_BASE_URLS.get(kw["provider"])
+
+
+def _provider_api(kw: dict[str, Any]) -> str:
+    """--api, where managed providers default to chat (their only streaming API that matters)."""
+    if kw["provider"] == "openai-compatible":
+        return kw["api"]
+    explicit = click.get_current_context().get_parameter_source("api") != click.core.ParameterSource.DEFAULT
+    if kw["provider"] == "anthropic" and explicit and kw["api"] != "chat":
+        raise click.UsageError("--provider anthropic speaks the Messages API: leave out --api or give --api chat")
+    return kw["api"] if explicit else "chat"
+
+
+_ENDPOINT_DEFAULTS: dict[str, Any] = {
+    "provider": "openai-compatible",
+    "deployment": None,
+    "api_version": None,
+    "azure_ad_token_env": None,
+    "anthropic_version": None,
+    "ca_file": None,
+    "connection_reuse": "keep-alive",
+    "network_baseline": "auto",
+    "retry_429": 0,
+    "max_rpm": None,
+    "max_tpm": None,
+    "no_stream": False,
+    "insecure": False,
+    "no_preflight": False,
+}
+
+
+def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool, redactor: Redactor) -> Endpoint:
+    """The endpoint for parsed options (other front ends, e.g. ``loadgen locust``, pass a subset)."""
+    kw = {**_ENDPOINT_DEFAULTS, **kw}
+    from loadgen.endpoints.providers import DEFAULT_KEY_ENV, is_loopback_url, make_endpoint
+    from loadgen.recordlog import new_run_id
+
+    if kw["api"].startswith("triton"):
+        if kw["provider"] != "openai-compatible":
+            raise click.UsageError(f"--api {kw['api']} is Triton's protocol: it clashes with --provider {kw['provider']}")
+        return _triton_endpoint(kw, endpoint_url, redactor)
+    provider = kw["provider"]
+    headers = parse_headers(kw["headers"])
+    extra = parse_extra_body(kw["extra_body"])
+    api_key = None
+    bearer = None
+    if not embedded:
+        default_env = DEFAULT_KEY_ENV[provider]
+        env_name = kw["api_key_env"] or (default_env if os.environ.get(default_env) else None)
+        if env_name:
+            api_key = os.environ.get(env_name)
+            if api_key is None and kw["api_key_env"]:
+                raise click.UsageError(f"--api-key-env {env_name}: that environment variable is not set")
+        if kw["azure_ad_token_env"]:
+            bearer = os.environ.get(kw["azure_ad_token_env"])
+            if bearer is None:
+                raise click.UsageError(f"--azure-ad-token-env {kw['azure_ad_token_env']}: that environment variable is not set")
+    for name, value in headers.items():
+        if is_sensitive_name(name):
+            redactor.add(value)
+            if " " in value:
+                redactor.add(value.split(" ", 1)[1])
+    for s in find_body_secrets(extra):
+        redactor.add(s)
+    for s in split_url_secrets(endpoint_url)[1]:
+        redactor.add(s)
+    redactor.add(api_key)
+    redactor.add(bearer)
+    baseline = {"on": True, "off": False}.get(kw["network_baseline"], not embedded and not is_loopback_url(endpoint_url))
+    options: dict[str, Any] = dict(
+        stream=not kw["no_stream"],
+        headers=headers,
+        extra_body=extra,
+        timeout_s=positive_duration_s(kw["timeout"], "--timeout", 600.0),
+        connect_timeout_s=positive_duration_s(kw["connect_timeout"], "--connect-timeout", 10.0),
+        verify_tls=not kw["insecure"],
+        ca_file=kw["ca_file"],
+        request_id_prefix=new_run_id(),
+        connection_reuse=kw["connection_reuse"],
+        network_baseline=baseline,
+        retry_429=kw["retry_429"],
+        max_rpm=kw["max_rpm"],
+        max_tpm=kw["max_tpm"],
+    )
+    if provider != "anthropic":
+        options["preflight"] = not kw["no_preflight"]
+    with usage_errors():
+        return make_endpoint(
+            provider,
+            base_url=endpoint_url,
+            api=_provider_api(kw),
+            model=kw["model"],
+            api_key=api_key,
+            bearer_token=bearer,
+            deployment=kw["deployment"],
+            api_version=kw["api_version"],
+            anthropic_version=kw["anthropic_version"],
+            redactor=redactor,
+            **options,
+        )
+
+
+def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor) -> TritonEndpoint:
+    from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
+    from loadgen.recordlog import new_run_id
+
+    headers = parse_headers(kw["headers"])
+    for name, value in headers.items():
+        if is_sensitive_name(name):
+            redactor.add(value)
+    return TritonEndpoint(
+        TritonConfig(
+            url=endpoint_url,
+            protocol="grpc" if kw["api"] == "triton-grpc" else "http",
+            model=kw["model"],
+            headers=headers,
+            sampling_parameters=parse_extra_body(kw["extra_body"]),
+            timeout_s=duration_s(kw["timeout"], "--timeout") or 600.0,
+            connect_timeout_s=duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
+            request_id_prefix=new_run_id(),
+        ),
+        redactor,
+    )
+
+
+def confirm_remote(kw: dict[str, Any], endpoint_url: str, embedded: bool, estimate: Any, err: Console) -> None:
+    """Before sending to a non-loopback endpoint: show the estimate, ask on a terminal, refuse without --yes elsewhere."""
+    from loadgen.endpoints.providers import is_loopback_url
+
+    if embedded or is_loopback_url(endpoint_url):
+        return
+    err.print(f"{redact_url(endpoint_url)} is not a loopback address: {estimate.text()}")
+    if kw["yes"]:
+        return
+    if not sys.stdin.isatty():
+        raise click.UsageError("not on a terminal: pass --yes to send to a non-loopback endpoint")
+    if not click.confirm("send?", default=False, err=True):
+        raise click.Abort()
+
+
+class Target:
+    """The system under test for one command: an external endpoint, a launched server, or the sim."""
+
+    def __init__(self, kw: dict[str, Any], out_dir: Path, err: Console) -> None:
+        self.kw, self.out_dir, self.err = kw, out_dir, err
+        self.sim: Any = None
+        self.server: Any = None
+        self.url = ""
+        self.embedded = False
+
+    def __enter__(self) -> Target:
+        kw = self.kw
+        if kw.get("serve"):
+            import shlex
+
+            from loadgen.serve import launch
+
+            if kw["endpoint"]:
+                raise click.UsageError("--serve and --endpoint clash: loadgen starts the server itself")
+            # a ServerStartError goes up to the command's exit-code mapping (exit 4)
+            self.server = launch(
+                kw["serve"],
+                serve_model=kw["serve_model"],
+                served_model_name=kw["served_model_name"] or kw["model"],
+                model_repository=kw["model_repository"],
+                pytriton=kw["pytriton"],
+                triton_model=kw["model"],
+                server_python=kw["server_python"],
+                port=kw["server_port"],
+                engine_args=shlex.split(kw["serve_args"] or ""),
+                log_dir=str(self.out_dir / "server"),
+                ready_timeout_s=duration_s(kw["serve_timeout"], "--serve-timeout"),
+            )
+            info = self.server.info
+            self.url = {"triton-http": info.get("http_url"), "triton-grpc": info.get("grpc_url")}.get(
+                kw["api"], self.server.base_url
+            )
+            kw["model"] = kw["model"] or info.get("served_model_name")
+            self.err.print(f"--serve {kw['serve']}: server ready at {self.url} (logs in {self.out_dir / 'server'})")
+        elif resolve_endpoint_url(kw) is None:
+            if kw["api"].startswith("triton"):
+                raise click.UsageError(f"--api {kw['api']} needs --endpoint or --serve triton")
+            self.sim = _start_sim(kw["sim_args"])
+            self.embedded = True
+            self.url = self.sim.url
+            self.err.print(
+                f"no --endpoint: started the embedded simulated endpoint at {self.url} (a test double, not a real server)"
+            )
+        else:
+            self.url = resolve_endpoint_url(kw) or ""
+        return self
+
+    def observer(self) -> ServerObserver | None:
+        if self.server is None:
+            return None
+        from loadgen.serve import ServerObserver
+
+        return ServerObserver.for_server(self.server, model=self.kw["model"])
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.sim is not None:
+            self.sim.stop()
+        if self.server is not None:
+            self.server.stop()

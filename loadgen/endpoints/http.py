@@ -1,0 +1,426 @@
+"""One HTTP request, sent and read: what the HTTP endpoints (OpenAI-compatible, Anthropic,
+Triton's ``generate_stream``) share.
+
+* :func:`classify_exception`: a transport exception -> an error kind.
+* :func:`note_response`, :func:`fail`, :func:`fill_http_error` / :func:`record_http_error`
+  (a non-2xx answer -> ``rate_limited`` or ``http_error``): filling the record.
+* :func:`http_attempt`: one POST, its answer read by the endpoint's reader; never raises.
+* :class:`GatedPayload`: a body whose bytes go out only when the runner opens its gate.
+* :func:`send_with_attempts`: the client's own rate cap (:class:`~loadgen.endpoints.quota.ClientRateCap`,
+  ``--max-rpm``/``--max-tpm``) before each attempt, and opt-in retries after a 429
+  (``--retry-429``), every attempt kept on the record.
+* :class:`HTTPSendMixin`: ``send`` built from the above, for endpoints that set a few attributes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from loadgen.clock import deadline_after, now_ns, sleep_until
+from loadgen.endpoints.base import EndpointBase
+from loadgen.endpoints.pool import current_record, open_session
+from loadgen.endpoints.quota import (
+    ClientRateCap,
+    parse_ratelimit_headers,
+    request_token_cost,
+    retry_after_from_headers,
+)
+from loadgen.errors import ProtocolError
+from loadgen.types import RequestRecord, RequestSpec
+
+_CLIENT_LIMIT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.EADDRNOTAVAIL}
+
+
+def _errno_of(exc: BaseException) -> int | None:
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 8:
+        if isinstance(e, OSError) and e.errno is not None:
+            return e.errno
+        os_error = getattr(e, "os_error", None)
+        if isinstance(os_error, OSError) and os_error.errno is not None:
+            return os_error.errno
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return None
+
+
+def _malformed_http(exc: BaseException) -> bool:
+    """The server's bytes are not valid HTTP: aiohttp's parser rejected the status line or a
+    header (it raises ``ClientResponseError`` with status 400; no other path of a request
+    raises it here, redirects are not followed) or a ``Content-Encoding`` it cannot decode.
+    A server bug, not a failed connection: the ``protocol`` kind."""
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return True
+    return isinstance(exc, aiohttp.ClientPayloadError) and isinstance(
+        exc.__cause__, aiohttp.http_exceptions.ContentEncodingError
+    )
+
+
+def classify_exception(exc: BaseException, *, response_started: bool) -> str:
+    """Map a transport exception to an error kind from ``loadgen.types.ERROR_KINDS``.
+
+    ``response_started``: the response headers had arrived (errors after that are
+    an ``incomplete_stream``, before that a ``connect`` failure). A response that is
+    not valid HTTP is ``protocol`` either way.
+    """
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "timeout"
+    if _errno_of(exc) in _CLIENT_LIMIT_ERRNOS:
+        return "client_limit"
+    if _malformed_http(exc):
+        return "protocol"
+    if response_started:
+        return "incomplete_stream"
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ServerDisconnectedError):
+        return "connect"
+    if isinstance(exc, aiohttp.ClientOSError | ConnectionError | OSError):
+        return "connect"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "incomplete_stream"
+    return "connect"
+
+
+BUFFERED_MIN_TOKEN_EVENTS = 3
+"""A stream is ``buffered`` when at least this many token events all arrived in one read.
+
+A buffering proxy hands over the whole stream at once. Two events in one read are as
+likely a client that stalled for one inter-token gap (a busy loop coalesces them in
+the socket buffer) as a proxy, so it takes three or more; a client stall long enough
+to swallow a whole longer stream also fails the run's event-loop-lag check."""
+
+
+def is_buffered(token_events: int, token_reads: int) -> bool:
+    """True when ``token_events`` (>= :data:`BUFFERED_MIN_TOKEN_EVENTS`) all came in one read."""
+    return token_events >= BUFFERED_MIN_TOKEN_EVENTS and token_reads == 1
+
+
+class GatedPayload(aiohttp.BytesPayload):
+    """A request body written only once ``gate`` (an :class:`asyncio.Event`) is set: the request is prepared ahead (pool
+    connection, headers built and buffered) and its bytes go out when the gate opens.
+
+    aiohttp buffers the headers and writes them with the body's first chunk, so nothing reaches
+    the socket before the gate opens (see :meth:`HTTPSendMixin.send`)."""
+
+    def __init__(self, value: bytes, gate: asyncio.Event, **kwargs: Any) -> None:
+        super().__init__(value, **kwargs)
+        self._gate = gate
+
+    async def write(self, writer: Any) -> None:
+        await self._gate.wait()
+        await super().write(writer)
+
+    async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+        await self._gate.wait()
+        await super().write_with_length(writer, content_length)
+
+
+def note_response(resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+    """Stamp the arrival of the response headers and keep its quota headers."""
+    record.response_headers_ns = now_ns()
+    rl = parse_ratelimit_headers(resp.headers)
+    if rl is not None:
+        record.ratelimit = rl
+
+
+def fail(record: RequestRecord, kind: str, detail: str) -> None:
+    """Mark ``record`` failed with ``kind``; its end is now unless already stamped."""
+    record.status = "error"
+    record.error_kind = kind
+    record.error_detail = detail
+    if record.end_ns is None:
+        record.end_ns = now_ns()
+
+
+ERROR_BODY_LIMIT = 4096
+"""Bytes of an error response's body read for the record's ``error_detail``."""
+
+
+def fill_http_error(
+    record: RequestRecord,
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    redact: Callable[[str], str],
+    *,
+    error_field: str | None = None,
+) -> None:
+    """Fill ``record`` from a non-2xx answer whose body (its first :data:`ERROR_BODY_LIMIT`
+    bytes) has been read: ``rate_limited`` (429, its Retry-After kept, see
+    :func:`~loadgen.endpoints.quota.retry_after_from_headers`) or ``http_error``; the
+    first 300 characters of the body, secrets scrubbed first. Its end is now.
+
+    ``error_field``: when the body is a JSON object with this key set (Triton: ``"error"``),
+    its value is the message instead of the whole body. Sans-IO: any HTTP client's answer
+    (aiohttp's here, ``http.client``'s in the Locust client) goes through this one function.
+    """
+    record.http_status = status
+    record.end_ns = now_ns()
+    text = body.decode("utf-8", "replace").strip().replace("\n", " ")
+    if error_field is not None:
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and obj.get(error_field):
+            text = str(obj[error_field])
+    text = redact(text)[:300]
+    if status == 429:
+        record.retry_after_s = retry_after_from_headers(headers)
+        record.error_kind = "rate_limited"
+    else:
+        record.error_kind = "http_error"
+    record.status = "error"
+    record.error_detail = redact(f"HTTP {status}: {text}")
+
+
+async def record_http_error(
+    resp: aiohttp.ClientResponse,
+    record: RequestRecord,
+    redact: Callable[[str], str],
+    *,
+    error_field: str | None = None,
+) -> None:
+    """Read a non-2xx aiohttp response's body and fill ``record`` (see :func:`fill_http_error`)."""
+    try:
+        body = await resp.content.read(ERROR_BODY_LIMIT)
+    except Exception:
+        body = b""
+    fill_http_error(record, resp.status, resp.headers, body, redact, error_field=error_field)
+
+
+async def http_attempt(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: bytes | aiohttp.BytesPayload,
+    headers: Mapping[str, str],
+    record: RequestRecord,
+    *,
+    timeout_s: float,
+    redact: Callable[[str], str],
+    read_ok: Callable[[aiohttp.ClientResponse, RequestRecord], Awaitable[None]],
+) -> None:
+    """POST ``payload`` and fill ``record``; never raises except ``asyncio.CancelledError``.
+
+    ``read_ok`` reads a 2xx response (stream or body); other statuses go to
+    :func:`record_http_error`. Redirects are never followed (credentials never
+    reach another origin). Transport errors are classified by
+    :func:`classify_exception`; a :class:`~loadgen.errors.ProtocolError` is ``protocol``.
+    """
+    response_started = False
+    t_call = now_ns()
+    token = current_record.set(record)
+    try:
+        async with deadline_after(timeout_s):  # never ends before timeout_s (uvloop's timers can fire early)
+            async with session.post(
+                url, data=payload, headers=headers, allow_redirects=False, trace_request_ctx=record
+            ) as resp:
+                response_started = True
+                note_response(resp, record)
+                if record.sent_ns is None:
+                    record.sent_ns = t_call
+                if not 200 <= resp.status < 300:
+                    await record_http_error(resp, record, redact)
+                    return
+                if resp.status != 200:
+                    record.http_status = resp.status  # a 2xx other than 200 is kept (201, 202, 204...)
+                await read_ok(resp, record)
+                if record.error_kind == "incomplete_stream" and not record.events:
+                    ctype = resp.headers.get("Content-Type") or "none"
+                    if "event-stream" not in ctype:  # say why no event came: the server did not stream
+                        record.error_detail = (
+                            f"{record.error_detail}: HTTP {resp.status} with Content-Type {ctype[:60]}, not an event "
+                            "stream (the server or a proxy ignored streaming; --no-stream measures whole responses)"
+                        )
+    except asyncio.CancelledError:
+        raise
+    except ProtocolError as exc:
+        fail(record, "protocol", redact(str(exc)))
+    except Exception as exc:  # transport errors become data, never escape
+        if record.status != "ok":  # a complete response stays ok (e.g. the deadline hit its slow close)
+            kind = classify_exception(exc, response_started=response_started)
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            fail(record, kind, redact(detail))
+    finally:
+        current_record.reset(token)
+    if record.sent_ns is None and record.error_kind not in ("connect", "client_limit"):
+        record.sent_ns = t_call
+
+
+_ATTEMPT_RESET = (
+    ("status", "error"),
+    ("error_kind", None),
+    ("error_detail", None),
+    ("http_status", None),
+    ("end_ns", None),
+    ("retry_after_s", None),
+    ("ratelimit", None),
+    ("response_headers_ns", None),
+    ("finish_reason", None),
+)
+
+DEFAULT_RETRY_WAIT_S = 1.0
+"""Wait before retrying a 429 that advised none (doubled at each further attempt)."""
+
+
+async def send_with_attempts(
+    attempt: Callable[[RequestSpec, RequestRecord], Awaitable[None]],
+    spec: RequestSpec,
+    record: RequestRecord,
+    *,
+    retry_429: int = 0,
+    retry_max_wait_s: float = 60.0,
+    cap: ClientRateCap | None = None,
+) -> None:
+    """Send ``spec`` with ``attempt``, under the client cap, retrying 429s when asked.
+
+    Before every attempt the cap (if any) is waited out; the wait adds to
+    ``record.throttle_ns``. A 429 is retried only with ``retry_429 > 0``: after the
+    advised wait (``retry_after_s``; else 1 s, doubled per attempt), never when
+    the advised wait is longer than ``retry_max_wait_s``. Each earlier attempt is
+    kept in ``record.attempts`` (``sent_ns``, ``response_headers_ns``, ``end_ns``,
+    ``http_status``, ``retry_after_s``, ``ratelimit``, ``waited_ns``, and
+    ``next_sent_ns``: when the following attempt went out); the record
+    keeps its scheduled time, so the waiting counts in every latency.
+    """
+    n = 0
+    while True:
+        if cap is not None:
+            wait = cap.reserve(request_token_cost(spec), now_ns())
+            if wait > 0:
+                t = now_ns()
+                await sleep_until(t + wait)  # not before the cap allows it
+                record.throttle_ns += now_ns() - t
+        sent_before = record.sent_ns
+        if record.attempts:
+            record.sent_ns = None  # the hook stamps this attempt's send; restored below
+        await attempt(spec, record)
+        if record.attempts:
+            this_sent, record.sent_ns = record.sent_ns, sent_before
+        else:
+            this_sent = record.sent_ns
+        if record.attempts:
+            record.attempts[-1]["next_sent_ns"] = this_sent  # when the attempt after it went out
+        if record.error_kind != "rate_limited" or n >= retry_429:
+            return
+        ra = record.retry_after_s
+        wait_s = ra if ra is not None else DEFAULT_RETRY_WAIT_S * (2**n)
+        if wait_s > retry_max_wait_s:
+            return
+        if record.attempts is None:
+            record.attempts = []
+        record.attempts.append(
+            {
+                "sent_ns": this_sent,
+                "response_headers_ns": record.response_headers_ns,
+                "end_ns": record.end_ns,
+                "http_status": record.http_status,
+                "retry_after_s": ra,
+                "ratelimit": record.ratelimit,
+                "waited_ns": round(wait_s * 1e9),
+            }
+        )
+        end = record.end_ns or now_ns()
+        for name, value in _ATTEMPT_RESET:
+            setattr(record, name, value)
+        record.events.clear()
+        await sleep_until(end + round(wait_s * 1e9))  # never before the advised wait is over
+        n += 1
+
+
+class HTTPSendMixin(EndpointBase):
+    """``send`` and one HTTP attempt, shared by the HTTP endpoints (OpenAI-compatible, Anthropic).
+
+    The class using it provides ``config`` (``timeout_s``, ``stream``, ``retry_429``,
+    ``retry_429_max_wait_s``, ``request_id_prefix``), ``cap`` (a :class:`ClientRateCap` or
+    None), ``redactor``, ``_session``, ``_url``, ``_headers``, ``build_body(spec)`` and the
+    readers ``_read_stream`` / ``_read_body``.
+    """
+
+    def accepts_send_gate(self) -> bool:
+        """Whether ``send(..., gate=)`` may prepare a request ahead of its scheduled time: with
+        pooled connections only (``connection_reuse="none"`` means every request pays its
+        connect inside its latency), no client rate cap and no 429 retries (both wait first)."""
+        self_: Any = self
+        cfg = self_.config
+        return cfg.connection_reuse == "keep-alive" and self_.cap is None and not cfg.retry_429
+
+    async def send(self, spec: Any, record: Any, gate: asyncio.Event | None = None) -> None:
+        """Send one request and fill ``record`` (see :class:`RequestRecord`). Never raises
+        except ``asyncio.CancelledError``.
+
+        ``gate`` (open loop, see :meth:`accepts_send_gate`): the request is prepared now and
+        its bytes are written when the gate is set (the runner opens it at the scheduled
+        time). Under the client's rate cap when one is set; a 429 is retried only with
+        ``retry_429`` (see :func:`send_with_attempts`)."""
+        self_: Any = self
+        assert self_._session is not None, "open() first"
+        cfg = self_.config
+        if self_.cap is None and not cfg.retry_429:
+            await self._attempt(spec, record, gate)
+            return
+        if gate is not None:
+            await gate.wait()
+        await send_with_attempts(
+            self._attempt, spec, record, retry_429=cfg.retry_429, retry_max_wait_s=cfg.retry_429_max_wait_s, cap=self_.cap
+        )
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        """The HTTP session for ``config`` (see :func:`open_session`); call inside the loop."""
+        cfg = self.config  # type: ignore[attr-defined]
+        return open_session(
+            pool_limit=cfg.pool_limit,
+            connect_timeout_s=cfg.connect_timeout_s,
+            verify_tls=cfg.verify_tls,
+            ca_file=cfg.ca_file,
+            connection_reuse=cfg.connection_reuse,
+        )
+
+    def _client_settings(self) -> dict[str, Any]:
+        """The HTTP client's settings as recorded in ``conditions.endpoint.client``."""
+        self_: Any = self
+        cfg = self_.config
+        return {
+            "library": f"aiohttp {aiohttp.__version__}",
+            "pool_limit": cfg.pool_limit,
+            "connect_timeout_s": cfg.connect_timeout_s,
+            "request_timeout_s": cfg.timeout_s,
+            "retries": cfg.retry_429,  # only of 429s, only when asked (--retry-429)
+            "redirects": "not followed",
+            "verify_tls": cfg.verify_tls,
+            "connection_reuse": cfg.connection_reuse,
+            "http_version": "1.1",
+            "retry_429": cfg.retry_429,
+            "retry_429_max_wait_s": cfg.retry_429_max_wait_s,
+            "rate_cap": self_.cap.describe() if self_.cap else None,
+        }
+
+    async def _attempt(self, spec: Any, record: Any, gate: asyncio.Event | None = None) -> None:
+        """One HTTP exchange for ``spec`` (see :meth:`send`)."""
+        self_: Any = self
+        assert self_._session is not None, "open() first"
+        cfg = self_.config
+        headers = self_._headers
+        if cfg.request_id_prefix is not None:
+            headers = dict(headers)
+            headers["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
+        body = orjson.dumps(self_.build_body(spec))
+        timeout_s = cfg.timeout_s
+        if gate is not None:  # prepared ahead: the total deadline runs from the scheduled time
+            timeout_s += max(record.scheduled_ns - now_ns(), 0) / 1e9
+        await http_attempt(
+            self_._session,
+            self_._url,
+            body if gate is None else GatedPayload(body, gate, content_type="application/json"),
+            headers,
+            record,
+            timeout_s=timeout_s,
+            redact=self_.redactor,
+            read_ok=self_._read_stream if cfg.stream else self_._read_body,
+        )

@@ -1,0 +1,216 @@
+"""The client session: a connection pool with timing hooks, and the network baseline.
+
+* :func:`open_session`: an aiohttp session whose trace hooks stamp on each
+  :class:`~loadgen.types.RequestRecord` when its headers went out, whether its
+  connection was new or reused, and a new connection's DNS, TCP connect and TLS
+  times (:class:`TimedConnector` splits TCP from TLS).
+* :data:`current_record`: the record being sent by this task (set by the endpoint
+  around each request, read by :class:`TimedConnector`).
+* :func:`network_baseline`: where the endpoint is and how far (resolve + bare connects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import socket
+import ssl
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from loadgen.clock import now_ns
+from loadgen.types import RequestRecord
+
+current_record: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
+    "loadgen_current_record", default=None
+)
+"""The record of the request this task is sending (read by :class:`TimedConnector`)."""
+
+
+def _first_attempt(rec: Any) -> bool:
+    return isinstance(rec, RequestRecord) and not rec.attempts
+
+
+class TimedConnector(aiohttp.TCPConnector):
+    """A TCPConnector that splits a new connection's set-up into TCP connect and TLS.
+
+    The protocol factory is called by the event loop once the socket is connected
+    and before the TLS handshake starts; ``create_connection`` returns once the
+    handshake is done. Both moments land on the record being sent (a context
+    variable set by the endpoint around each request).
+    """
+
+    async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        rec = current_record.get()
+        if not args or not _first_attempt(rec):
+            return await super()._wrap_create_connection(*args, **kwargs)
+        factory = args[0]
+        mark: list[int] = []
+
+        def timed_factory() -> Any:
+            mark.append(now_ns())
+            return factory()
+
+        t0 = now_ns()
+        result = await super()._wrap_create_connection(timed_factory, *args[1:], **kwargs)
+        t2 = now_ns()
+        t1 = mark[-1] if mark else t2
+        assert rec is not None
+        rec.tcp_connect_ns = t1 - t0
+        rec.tls_ns = (t2 - t1) if kwargs.get("ssl") else None
+        return result
+
+
+async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord) and rec.sent_ns is None:
+        rec.sent_ns = now_ns()
+
+
+async def _on_chunk_sent(session: Any, ctx: Any, params: Any) -> None:
+    """``sent_ns`` is when the request's bytes are handed to the socket: aiohttp buffers the
+    headers (``_on_headers_sent`` stamps that, the time for a request without a body) and
+    writes them with the body's first chunk from a task of its own, which in a burst runs
+    only after every other ready task; the first chunk's time is the true send."""
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord) and not getattr(ctx, "body_started", False):
+        ctx.body_started = True
+        rec.sent_ns = now_ns()
+
+
+async def _on_conn_start(session: Any, ctx: Any, params: Any) -> None:
+    ctx.conn_start_ns = now_ns()
+
+
+async def _on_conn_end(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    start = getattr(ctx, "conn_start_ns", None)
+    if _first_attempt(rec) and start is not None:
+        end = now_ns()
+        rec.connect_ns = end - start
+        rec.connect_late_ns = max(0, end - max(start, rec.scheduled_ns))
+        rec.connection_reused = False
+
+
+async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if _first_attempt(rec):
+        rec.connection_reused = True
+
+
+async def _on_queued(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord):
+        rec.pool_queued = True
+
+
+async def _on_dns_start(session: Any, ctx: Any, params: Any) -> None:
+    ctx.dns_start_ns = now_ns()
+
+
+async def _on_dns_end(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    start = getattr(ctx, "dns_start_ns", None)
+    if _first_attempt(rec) and start is not None:
+        rec.dns_ns = now_ns() - start
+
+
+async def _on_dns_hit(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if _first_attempt(rec) and rec.dns_ns is None:
+        rec.dns_ns = 0
+
+
+CONNECTION_REUSE = ("keep-alive", "none")
+
+
+def open_session(
+    *,
+    pool_limit: int,
+    connect_timeout_s: float,
+    verify_tls: bool = True,
+    ca_file: str | None = None,
+    connection_reuse: str = "keep-alive",
+) -> aiohttp.ClientSession:
+    """An aiohttp session set for load testing (call inside the running loop).
+
+    A pool of ``pool_limit`` connections (never the library's cap of 100), a connect
+    timeout and no total timeout (the endpoint sets a per-request deadline), the
+    timing hooks of this module, and ``connection_reuse`` ``"keep-alive"`` (pooled
+    connections) or ``"none"`` (a new connection for every request, closed after
+    it: every request pays DNS, TCP and TLS). ``ca_file`` adds a trusted CA bundle
+    (a private or self-signed certificate); ``verify_tls=False`` trusts anything.
+    """
+    if connection_reuse not in CONNECTION_REUSE:
+        raise ValueError(f"connection_reuse must be one of {CONNECTION_REUSE}")
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(_on_headers_sent)
+    trace.on_request_chunk_sent.append(_on_chunk_sent)
+    trace.on_connection_create_start.append(_on_conn_start)
+    trace.on_connection_create_end.append(_on_conn_end)
+    trace.on_connection_reuseconn.append(_on_reuse)
+    trace.on_connection_queued_start.append(_on_queued)
+    trace.on_dns_resolvehost_start.append(_on_dns_start)
+    trace.on_dns_resolvehost_end.append(_on_dns_end)
+    trace.on_dns_cache_hit.append(_on_dns_hit)
+    ssl_ctx: ssl.SSLContext | bool
+    if not verify_tls:
+        ssl_ctx = False
+    elif ca_file:
+        ssl_ctx = ssl.create_default_context(cafile=ca_file)
+    else:
+        ssl_ctx = True
+    connector = TimedConnector(
+        limit=pool_limit,
+        limit_per_host=0,
+        ssl=ssl_ctx,
+        ttl_dns_cache=300,
+        enable_cleanup_closed=False,
+        force_close=connection_reuse == "none",
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_connect=connect_timeout_s),
+        trace_configs=[trace],
+        auto_decompress=True,
+        skip_auto_headers=("User-Agent",),
+        headers={"User-Agent": "loadgen"},
+    )
+
+
+async def network_baseline(url: str, *, connects: int = 3, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Where the endpoint is and how far: its resolved addresses and a few bare TCP connects.
+
+    Returns ``{"host", "port", "resolved_addresses", "dns_ms", "tcp_connect_ms": [...],
+    "tcp_connect_ms_min"}``; on failure an ``"error"`` key says why (never raises).
+    Every connect is closed at once without sending a byte.
+    """
+    p = urlsplit(url)
+    host = p.hostname or ""
+    port = p.port or (443 if p.scheme == "https" else 80)
+    out: dict[str, Any] = {"host": host, "port": port}
+    loop = asyncio.get_running_loop()
+    try:
+        t0 = now_ns()
+        infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout_s)
+        out["dns_ms"] = (now_ns() - t0) / 1e6
+        addrs: list[str] = []
+        for info in infos:
+            a = str(info[4][0])
+            if a not in addrs:
+                addrs.append(a)
+        out["resolved_addresses"] = addrs
+        times = []
+        for _ in range(connects):
+            t0 = now_ns()
+            _, writer = await asyncio.wait_for(asyncio.open_connection(addrs[0], port), timeout_s)
+            times.append((now_ns() - t0) / 1e6)
+            writer.transport.abort()
+        out["tcp_connect_ms"] = times
+        out["tcp_connect_ms_min"] = min(times) if times else None
+    except (TimeoutError, OSError, IndexError) as exc:
+        out["error"] = type(exc).__name__
+    return out
+

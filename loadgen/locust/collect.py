@@ -1,0 +1,270 @@
+"""The master's (or single process's) aggregation of one Locust test: the ``loadgen run`` path.
+
+Records reach the master as plain lists (:func:`pack_record` on a worker,
+:func:`unpack_record` here, with the worker's clock mapped onto ours through the
+anchors of :func:`clock_anchor`); :class:`LocustCollector` aggregates them exactly
+as ``loadgen run`` does and, at the end, writes ``result.json`` (the ``loadgen run``
+schema plus a ``locust`` section), ``requests.jsonl``, ``histograms.hlog`` and
+``worker_histograms.json``. Not :class:`loadgen.workers.Collector`, which collects
+the worker processes of ``loadgen run --workers``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import socket
+from array import array
+from pathlib import Path
+from typing import Any
+
+import gevent
+
+from loadgen.clock import now_ns, wall_anchor
+from loadgen.histograms import LatencyHistogram
+from loadgen.locust.client import client_settings
+from loadgen.measure import build_result, raise_fd_limit
+from loadgen.metrics import RequestMetrics, compute
+from loadgen.recordlog import RecordWriter, write_hlog, write_json
+from loadgen.redact import Redactor
+from loadgen.results import LATENCY_METRICS, Aggregator, summarize_hdr
+from loadgen.runner import ClientStats, RunOutcome
+from loadgen.runplan import LoadConfig
+from loadgen.types import RequestRecord, TokenEvent
+
+# --------------------------------------------------------------------------- records on the wire
+
+_FIELDS = [f.name for f in dataclasses.fields(RequestRecord) if f.name != "events"]
+_TIMES = ("scheduled_ns", "sent_ns", "end_ns", "response_headers_ns")
+
+
+def pack_record(rec: RequestRecord) -> list[Any]:
+    """A record as plain lists (msgpack-able), for a worker -> master message."""
+    return [[getattr(rec, f) for f in _FIELDS], [[e.t_ns, e.text, e.answer, e.usage_completion_tokens] for e in rec.events]]
+
+
+def unpack_record(obj: list[Any], shift_ns: int = 0) -> RequestRecord:
+    """Inverse of :func:`pack_record`; ``shift_ns`` maps the worker's clock onto the master's."""
+    fields, evs = obj
+    rec = RequestRecord(**dict(zip(_FIELDS, fields)))
+    if shift_ns:
+        for name in _TIMES:
+            v = getattr(rec, name)
+            if v is not None:
+                setattr(rec, name, v + shift_ns)
+        for a in rec.attempts or ():
+            for k in ("sent_ns", "end_ns", "response_headers_ns"):
+                if a.get(k) is not None:
+                    a[k] += shift_ns
+    rec.events = [TokenEvent(t + shift_ns, txt, ans, use) for t, txt, ans, use in evs]
+    return rec
+
+
+def clock_anchor() -> dict[str, Any]:
+    """This process's monotonic and wall clocks read together, with its host: sent with a worker's records."""
+    mono, wall = wall_anchor()
+    return {"host": socket.gethostname(), "mono_ns": mono, "wall_ns": wall}
+
+
+def clock_shift(anchor: dict[str, Any]) -> int:
+    """Offset from a worker's monotonic clock to ours: 0 on the same host, else via wall clocks."""
+    if anchor["host"] == socket.gethostname():
+        return 0
+    mono, wall = wall_anchor()
+    return (anchor["wall_ns"] - anchor["mono_ns"]) - (wall - mono)
+
+
+# --------------------------------------------------------------------------- master side
+
+
+class LocustCollector:
+    """One test's aggregation on the master (or single process): the ``loadgen run`` path.
+
+    Records arrive once each (``add``/``add_packed``); ``finalize`` writes
+    ``result.json``, ``requests.jsonl`` (written as records arrive),
+    ``histograms.hlog`` and ``worker_histograms.json``.
+    """
+
+    def __init__(self, env: Any, cfg: dict[str, Any], plan: dict[str, Any], out_dir: Path, workers: list[str]) -> None:
+        self.env, self.cfg, self.plan, self.out_dir = env, cfg, plan, out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.started_at = dt.datetime.now(dt.UTC)
+        self.t0_ns = plan["t0_mono_ns"]
+        self.t0_wall_ns = plan["t0_wall_ns"]
+        self.agg = Aggregator()
+        self.tokenizer = None
+        if cfg["workload"].get("tokenizer"):
+            from loadgen.workload.tokenizer import load_tokenizer
+
+            self.tokenizer = load_tokenizer(cfg["workload"]["tokenizer"])
+        self.fh = open(out_dir / "requests.jsonl", "wb")
+        self.writer = RecordWriter(
+            self.fh, self.t0_ns, save_text=cfg["save_text"], token_lists=cfg["token_lists"], redactor=Redactor()
+        )
+        self.expected = list(workers)  # worker ids that were handed a shard
+        self.finals: dict[str, dict[str, Any]] = {}
+        self.received: dict[str, int] = {}
+        self.result: dict[str, Any] | None = None
+        self.sent_sched: list[int] = []  # [count, first, last] scheduled_ns of sent requests
+        self._rows: tuple[int, list[dict[str, Any]]] | None = None
+
+    def add(self, rec: RequestRecord, m: RequestMetrics | None = None) -> None:
+        if m is None:
+            m = compute(rec, self.tokenizer, self.cfg["origin"])
+        self.agg.add(rec, m)
+        self.writer.write(rec, m)
+        if rec.sent_ns is not None:
+            ss = self.sent_sched
+            if not ss:
+                ss.extend((0, rec.scheduled_ns, rec.scheduled_ns))
+            ss[0] += 1
+            ss[1] = min(ss[1], rec.scheduled_ns)
+            ss[2] = max(ss[2], rec.scheduled_ns)
+
+    def add_packed(self, worker: str, data: dict[str, Any]) -> None:
+        shift = clock_shift(data["anchor"])
+        for obj in data["records"]:
+            self.add(unpack_record(obj, shift))
+        self.received[worker] = self.received.get(worker, 0) + len(data["records"])
+
+    def wait_for_finals(self, timeout_s: float) -> None:
+        """Block (cooperatively) until every still-connected worker has sent its final report."""
+        runner = self.env.runner
+        deadline = now_ns() + int(timeout_s * 1e9)
+        while now_ns() < deadline:
+            connected = {c.id for c in runner.clients.values() if c.state != "missing"}
+            if all(w in self.finals or w not in connected for w in self.expected):
+                return
+            gevent.sleep(0.05)
+
+    def finalize(self, processes: list[dict[str, Any]], interrupted: bool) -> dict[str, Any]:
+        self.fh.close()
+        cfg = self.cfg
+        open_loop = cfg["mode"] == "open"
+        missing = [w for w in self.expected if w not in self.finals]
+        aborted = [p["aborted_reason"] for p in processes if p.get("aborted_reason")]
+        if missing:
+            aborted.append(f"{len(missing)} worker(s) sent no final report: their last records may be missing")
+        busiest = max(processes, key=lambda p: p["cpu_s"] / max(p["wall_s"], 1e-9), default=None)
+        lags = array("f")
+        for p in processes:
+            lags.frombytes(p["loop_lag_ms"])
+        client = ClientStats(
+            cpu_s=busiest["cpu_s"] if busiest else 0.0, wall_s=busiest["wall_s"] if busiest else 0.0,
+            loop_lag_ms=list(lags), open_loop=open_loop, aborted_reason="; ".join(aborted) or None,
+        )  # fmt: skip
+        if open_loop:
+            n, first, last = self.sent_sched or (0, 0, 0)
+            if n >= 2 and last > first:  # the schedule's own rate over the requests that were sent
+                client.schedule_realized_rps = (n - 1) / ((last - first) / 1e9)
+        unsent = sum(p["unsent"] for p in processes)
+        self.agg.unsent = unsent
+        outcome = RunOutcome(
+            t0_ns=self.t0_ns, t0_wall_ns=self.t0_wall_ns, interrupted=interrupted, unsent=unsent,
+            unsent_warmup=0, client=client, end_ns=now_ns(),
+        )  # fmt: skip
+        users = max(self.env.runner.target_user_count or 0, 1)
+        load = LoadConfig(rate_rps=cfg["rate"], concurrency=None if open_loop else users, origin=cfg["origin"])
+        result = build_result(
+            self.agg, outcome, load, _Described(cfg), started_at=self.started_at,
+            config_record=cfg["config_record"], fd_limit=raise_fd_limit(),
+        )  # fmt: skip
+        merged = {name: LatencyHistogram(name) for name in LATENCY_METRICS}
+        for p in processes:
+            for name, st in p["hist"].items():
+                merged[name].merge(LatencyHistogram.from_state(st))
+        result["locust"] = {
+            "mode": "open loop" if open_loop else "closed loop",
+            "arrivals": arrivals_text(cfg, self.env.runner.target_user_count),
+            "locust_version": __import__("locust").__version__,
+            "stop_timeout_s": self.env.stop_timeout,
+            "users": self.env.runner.target_user_count,
+            "processes": len(processes),
+            "workers": [
+                {"id": w, "records_received": self.received.get(w, 0), "final_report": w in self.finals,
+                 "hist_counts": {k: v["count"] for k, v in self.finals[w]["hist"].items()} if w in self.finals else None}
+                for w in self.expected
+            ],  # fmt: skip
+            "merged_worker_histograms_ms": {k: summarize_hdr(h) for k, h in merged.items()},
+            "locust_stats_at_stop": _locust_stats(self.env),
+            "note": "latency_ms comes from loadgen's records; Locust's own table rounds response times "
+            "(to 10 ms above 100 ms, to 100 ms above 1 s) and is kept here for comparison only",
+        }
+        if open_loop:
+            result["locust"]["schedule"] = {
+                "rate_rps": cfg["rate"], "arrival": "trace" if cfg["workload"].get("trace") else cfg["arrival"],
+                "dispatched": sum(p["dispatched"] for p in processes), "unsent": unsent,
+                "not_reached_at_stop": sum(p["not_reached"] for p in processes),
+                "max_concurrency_per_process": cfg["max_concurrency"],
+                "inflight_cap_waits": sum(p["cap_waits"] for p in processes),
+            }  # fmt: skip
+        write_json(self.out_dir / "result.json", result)
+        write_hlog(self.out_dir / "histograms.hlog", self.agg, outcome)
+        hists = {w: self.finals[w]["hist"] for w in self.finals} if self.finals else {"local": p["hist"] for p in processes}  # noqa: B035 - one local process
+        write_json(
+            self.out_dir / "worker_histograms.json",
+            {"unit": "us", "encoding": "HdrHistogram V2 base64", "workers": hists},
+        )
+        self.result = result
+        return result
+
+    def live_rows(self) -> list[dict[str, Any]]:
+        """The web UI's loadgen table (recomputed at most once a second)."""
+        now = now_ns()
+        if self._rows is not None and now - self._rows[0] < 1_000_000_000:
+            return self._rows[1]
+        lat = self.agg.latency_ms() if self.result is None else self.result["latency_ms"]
+        rows = [_row(label, lat[key]) for key, label in _ROWS]
+        c = self.agg.counts()
+        kinds = ", ".join(f"{k} {v}" for k, v in c["errors_by_kind"].items())
+        rows.append({"metric": f"requests: {c['completed']} ok, {c['failed']} failed" + (f" ({kinds})" if kinds else "")})
+        if self.result is not None:
+            v = self.result["validity"]
+            bad = ", ".join(c["name"] for c in v["checks"] if c["group"] == "generator" and not c["ok"])
+            verdict = "VALID" if v["valid"] else f"INVALID ({bad})"
+            rows.append({"metric": f"result: {verdict}, written to {self.out_dir / 'result.json'}"})
+        self._rows = (now, rows)
+        return rows
+
+
+_ROWS = (("ttft", "TTFT"), ("itl", "ITL (per token, HDR)"), ("inter_chunk", "inter-chunk (HDR)"),
+         ("tpot", "TPOT"), ("e2e", "E2E"), ("schedule_lag", "schedule lag"))  # fmt: skip
+
+
+def _row(label: str, d: dict[str, Any]) -> dict[str, Any]:
+    def f(v: Any) -> str:
+        return "" if v is None else f"{v:.2f}"
+
+    return {"metric": label, "count": d["count"], **{k: f(d.get(k)) for k in ("mean", "p50", "p90", "p99", "p999", "max")}}
+
+
+class _Described:
+    """The endpoint as ``build_result`` wants it: the pre-flight's description, this client's settings."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.desc = {**cfg["describe"], "client": client_settings(cfg)}
+
+    def describe(self) -> dict[str, Any]:
+        return self.desc
+
+
+def _locust_stats(env: Any) -> list[dict[str, Any]]:
+    out = []
+    for (name, method), e in sorted(env.runner.stats.entries.items()):
+        out.append({
+            "type": method, "name": name, "requests": e.num_requests, "failures": e.num_failures,
+            "avg_ms": e.avg_response_time, "median_ms": e.median_response_time,
+            "p95_ms": e.get_response_time_percentile(0.95), "p99_ms": e.get_response_time_percentile(0.99),
+            "max_ms": e.max_response_time,
+        })  # fmt: skip
+    return out
+
+
+def arrivals_text(cfg: dict[str, Any], users: int | None) -> str:
+    if cfg["mode"] == "open":
+        src = "a trace" if cfg["workload"].get("trace") else f"{cfg['arrival']} arrivals at {cfg['rate']:g} req/s"
+        return (f"open loop: {src}, independent of responses; latency from the scheduled time; "
+                f"one dispatcher per process, at most {cfg['max_concurrency']} in flight per process; "
+                "Locust users idle")  # fmt: skip
+    return (f"closed loop: {users if users is not None else 'N'} Locust users, each sends its next request when "
+            "the last ends (Locust's default); latency from the send")  # fmt: skip

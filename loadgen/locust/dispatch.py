@@ -1,0 +1,291 @@
+"""One process's load in a Locust test: the client, the workload, open-loop dispatch, records.
+
+Closed loop (the default): each Locust user calls :meth:`LoadProcess.closed_loop_request`,
+one request at a time. Open loop (``--rate``): users idle; one dispatcher greenlet
+per process sleeps until ``t0 + offset`` of each entry of this process's shard
+(absolute deadlines) and spawns one greenlet per request, at most
+``max_concurrency`` in flight. Finished records go to the local collector (single
+process) or are shipped to the master (a worker) every 0.5 s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import resource
+import socket
+from array import array
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.lock
+from greenlet import GreenletExit
+
+from loadgen.clock import now_ns, wall_anchor
+from loadgen.endpoints.http import fail
+from loadgen.locust.client import GeventClient, Prepared
+from loadgen.locust.collect import clock_anchor, pack_record
+from loadgen.metrics import RequestMetrics, compute
+from loadgen.results import Aggregator
+from loadgen.types import RequestRecord, RequestSpec
+from loadgen.workload.arrivals import arrival_offsets_ns
+from loadgen.workload.replay import loop_offsets, replay_offsets
+from loadgen.workload.spec import Workload, WorkloadOptions
+
+SPIN_NS = 1_000_000  # the last 1 ms before a deadline is spent yielding, not sleeping
+ABORT_LAG_NS = 1_000_000_000
+SHIP_INTERVAL_S = 0.5
+LOOP_PROBE_S = 0.005
+
+
+def workload_options(cfg: dict[str, Any], salt: str) -> WorkloadOptions:
+    return WorkloadOptions(**{**cfg["workload"], "api": cfg["api"], "salt": salt})
+
+
+class LoadProcess:
+    """This process's part of one test: the client, the workload, open-loop dispatch, records.
+
+    ``sink(rec, m)`` receives every finished record (single process); on a worker
+    records are packed into ``outbox`` for the master instead.
+    """
+
+    def __init__(self, env: Any, plan: dict[str, Any], sink: Callable[[RequestRecord, RequestMetrics], None] | None) -> None:
+        cfg = self.cfg = plan["config"]
+        self.env = env
+        self.plan = plan
+        self.shard, self.shards = plan["shard"], plan["shards"]
+        self.sink = sink
+        self.workload = Workload(workload_options(cfg, plan["salt"]))
+        self.tokenizer = self.workload.tokenizer
+        self.client = GeventClient(cfg, plan["run_id"])
+        self.hist = Aggregator()  # this process's own histograms (shipped encoded)
+        self.outbox: list[list[Any]] = []
+        self.counter = itertools.count()
+        self.stop_event = gevent.event.Event()
+        self.inflight: dict[int, gevent.Greenlet] = {}
+        self.aborted_reason: str | None = None
+        self.dispatched = self.unsent = self.not_reached = self.cap_waits = 0
+        self.stop_ns: int | None = None
+        self.loop_lag_ms = array("f")
+        self.t0_ns = local_t0_ns(plan)
+        self.ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        self.w0 = now_ns()
+        self.greenlets = [gevent.spawn(self._loop_monitor)]
+        self._rest: Iterator[tuple[int, int, Callable[[], RequestSpec]]] | None = None
+        if cfg["mode"] == "open":
+            self.cap = gevent.lock.BoundedSemaphore(cfg["max_concurrency"])
+            self.greenlets.append(gevent.spawn(self._dispatch))
+        if sink is None:
+            self.greenlets.append(gevent.spawn(self._ship_loop))
+
+    # -- one request ------------------------------------------------------------------
+
+    def request(self, prepared: Prepared, scheduled_ns: int, queued: bool = False) -> None:
+        """Send one prepared request and finish its record; a kill records it as ``cancelled``."""
+        spec = prepared[0]
+        rec = RequestRecord(
+            index=spec.index, phase="measure", scheduled_ns=scheduled_ns,
+            requested_input_tokens=spec.requested_input_tokens, requested_output_tokens=spec.requested_output_tokens,
+            prefix_group=spec.prefix_group, session_id=spec.session_id, pool_queued=queued,
+        )  # fmt: skip
+        try:
+            self.client.send(prepared, rec)
+        except GreenletExit:
+            rec.status, rec.error_kind = "error", "cancelled"
+            rec.error_detail = "in flight when the test stopped, after the stop timeout"
+            rec.end_ns = now_ns()
+            self.finish(rec)
+            raise
+        except Exception as exc:  # a bug must not lose the record
+            fail(rec, rec.error_kind or "protocol", f"internal error: {type(exc).__name__}: {exc}")
+        self.finish(rec)
+
+    def finish(self, rec: RequestRecord) -> None:
+        m = compute(rec, self.tokenizer, self.cfg["origin"])
+        self.hist.add(rec, m)
+        fire_request_events(self.env, rec, m, self.client.path)
+        if self.sink is not None:
+            self.sink(rec, m)
+        else:
+            self.outbox.append(pack_record(rec))
+
+    def closed_loop_request(self) -> None:
+        i = self.shard + self.shards * next(self.counter)
+        prepared = self.client.prepare(self.workload.spec(i))
+        self.request(prepared, now_ns())  # the user sends once its request is ready
+
+    # -- open loop ----------------------------------------------------------------------
+
+    def _entries(self) -> Iterator[tuple[int, int, Callable[[], RequestSpec]]]:
+        """(offset_ns, index, spec builder) of this shard, in schedule order; specs built lazily.
+
+        The offsets are those of :meth:`Workload.schedule` (arrival process, or a trace's
+        replay plan); specs are built one ahead of their send, not all before t0.
+        """
+        cfg, wl = self.cfg, self.workload
+        o = wl.opts
+        duration = cfg["duration_s"] if cfg["requests"] is None else None
+        if wl.trace is not None:
+            target = o.trace_rate_rps if o.trace_rate_rps is not None else cfg["rate"]
+            plan = replay_offsets(wl.trace, spread=o.trace_spread, time_scale=o.trace_time_scale, rate_rps=target)
+            until = None if duration is None else round(duration * 1e9)
+            offs, rows = loop_offsets(plan, count=cfg["requests"], until_ns=until, loop=o.trace_loop)
+            n = max(len(wl.trace), 1)
+            for i in range(self.shard, len(offs), self.shards):
+                yield int(offs[i]), i, partial(wl.spec, i, int(rows[i]), i // n)
+            return
+        offsets = arrival_offsets_ns(
+            cfg["arrival"], cfg["rate"], count=cfg["requests"], duration_s=duration,
+            seed=o.seed, burstiness=cfg["burstiness"],
+        )  # fmt: skip
+        for i in range(self.shard, len(offsets), self.shards):
+            yield offsets[i], i, partial(wl.spec, i)
+
+    def _dispatch(self) -> None:
+        entries = self._entries()
+        t0 = self.t0_ns
+        prepare = self.client.prepare
+        item = next(entries, None)
+        ready = prepare(item[2]()) if item else None  # built ahead of its deadline
+        while item is not None and ready is not None:
+            off, idx, _ = item
+            deadline = t0 + off
+            gevent_sleep_until(deadline, self.stop_event)
+            if self.stop_event.is_set():
+                break
+            late = now_ns() - deadline
+            if late > ABORT_LAG_NS:
+                self.aborted_reason = (
+                    f"the dispatcher fell {late / 1e9:.2f} s behind its schedule at request {idx}; it stopped sending"
+                )
+                break
+            queued = not self.cap.acquire(blocking=False)
+            if queued:  # the in-flight cap is exhausted: a client limit, the run is INVALID
+                self.cap_waits += 1
+                got = False
+                while not got and not self.stop_event.is_set():
+                    got = self.cap.acquire(timeout=0.05)
+                if not got:
+                    break
+            self.dispatched += 1
+            self.inflight[idx] = gevent.spawn(self._one, ready, deadline, queued)
+            gevent.sleep(0)  # let it send before the next request is built
+            item = next(entries, None)
+            ready = prepare(item[2]()) if item else None
+        self._rest = entries if item is None else itertools.chain([item], entries)
+
+    def _one(self, prepared: Prepared, deadline: int, queued: bool) -> None:
+        try:
+            self.request(prepared, deadline, queued)
+        finally:
+            self.cap.release()
+            self.inflight.pop(prepared[0].index, None)
+
+    # -- stop and report ----------------------------------------------------------------
+
+    def stop(self, stop_timeout_s: float) -> None:
+        """Stop sending; in-flight open-loop requests get ``stop_timeout_s``, then are cancelled."""
+        self.stop_ns = now_ns()
+        self.stop_event.set()
+        if self.cfg["mode"] == "open":
+            self.greenlets[1].join(timeout=5)
+            if self._rest is not None:
+                for off, _, _ in self._rest:
+                    if self.t0_ns + off <= self.stop_ns:
+                        self.unsent += 1
+                    else:
+                        self.not_reached += 1
+            pending = list(self.inflight.values())
+            if pending:
+                gevent.joinall(pending, timeout=stop_timeout_s)
+                gevent.killall([g for g in pending if not g.dead], block=True, timeout=10)
+
+    def report(self) -> dict[str, Any]:
+        """What the master needs besides the records: counts, client facts, encoded histograms."""
+        for g in self.greenlets[:1]:
+            g.kill(block=False)
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return {
+            "requests": self.hist.requests,
+            "hist": {name: h.to_state() for name, h in self.hist.hist.items()},
+            "cpu_s": (ru.ru_utime - self.ru0.ru_utime) + (ru.ru_stime - self.ru0.ru_stime),
+            "wall_s": (now_ns() - self.w0) / 1e9,
+            "loop_lag_ms": self.loop_lag_ms.tobytes(),
+            "aborted_reason": self.aborted_reason,
+            "dispatched": self.dispatched,
+            "unsent": self.unsent,
+            "not_reached": self.not_reached,
+            "cap_waits": self.cap_waits,
+            "anchor": clock_anchor(),
+        }
+
+    def ship(self, final: bool = False) -> None:
+        runner = self.env.runner
+        if self.outbox:
+            batch, self.outbox = self.outbox, []
+            runner.send_message("loadgen_records", {"records": batch, "anchor": clock_anchor()})
+        if final:
+            runner.send_message("loadgen_final", self.report())
+
+    def _ship_loop(self) -> None:
+        while not self.stop_event.is_set():
+            self.stop_event.wait(SHIP_INTERVAL_S)
+            if not self.stop_event.is_set():
+                self.ship()
+
+    def _loop_monitor(self) -> None:
+        lags = self.loop_lag_ms
+        while len(lags) < 2_000_000:
+            t = now_ns()
+            gevent.sleep(LOOP_PROBE_S)
+            lags.append(max((now_ns() - t) / 1e6 - LOOP_PROBE_S * 1e3, 0.0))
+
+
+def gevent_sleep_until(deadline_ns: int, stop: gevent.event.Event) -> None:
+    """Sleep this greenlet until an absolute deadline (never a relative interval); wakes early on a stop.
+
+    The gevent twin of :func:`loadgen.clock.sleep_until`, which cannot serve here:
+    it is a coroutine for an asyncio loop, and a greenlet on gevent's hub cannot
+    await. Waits on ``stop`` while the deadline is far, then sleeps to ``SPIN_NS``
+    before it and yields for the rest, so a send is never early nor a timer late.
+    """
+    delay = deadline_ns - now_ns()
+    if delay > 20_000_000:
+        if stop.wait((delay - SPIN_NS) / 1e9):
+            return
+        delay = deadline_ns - now_ns()
+    if delay > SPIN_NS:
+        gevent.sleep((delay - SPIN_NS) / 1e9)
+    while now_ns() < deadline_ns:
+        gevent.sleep(0)
+
+
+def local_t0_ns(plan: dict[str, Any]) -> int:
+    """The plan's t0 on this process's monotonic clock (the same clock on the same host)."""
+    if plan["host"] == socket.gethostname():
+        return plan["t0_mono_ns"]
+    mono, wall = wall_anchor()
+    return plan["t0_wall_ns"] - wall + mono
+
+
+def fire_request_events(env: Any, rec: RequestRecord, m: RequestMetrics, name: str) -> None:
+    """Locust rows: E2E per request (failures by error kind), TTFT and TPOT per sample."""
+    fire = env.events.request.fire
+    if not rec.ok:
+        kind = rec.error_kind or "unknown"
+        if rec.http_status is not None and kind == "http_error":
+            kind = f"http_error: HTTP {rec.http_status}"
+        fire(request_type="E2E", name=name, response_time=(m.error_e2e_ns or 0) / 1e6, response_length=0,
+             exception=kind, context={})  # fmt: skip
+        return
+    if m.e2e_ns is None:
+        fire(request_type="E2E", name=name, response_time=0.0, response_length=0, exception="zero_output", context={})
+        return
+    fire(request_type="E2E", name=name, response_time=m.e2e_ns / 1e6, response_length=m.output_tokens,
+         exception=None, context={})  # fmt: skip
+    if m.ttft_ns is not None:
+        fire(request_type="TTFT", name=name, response_time=m.ttft_ns / 1e6, response_length=0, exception=None, context={})
+    if m.tpot_ns is not None:
+        fire(request_type="TPOT", name=name, response_time=m.tpot_ns / 1e6, response_length=0, exception=None, context={})

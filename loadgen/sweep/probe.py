@@ -1,0 +1,395 @@
+"""A probe: one sustained run at one offered load, judged on binomial verdicts with early stop.
+
+A probe is one sustained open-loop run at one rate (warm-up, then at least
+``probe_duration_s`` and at least the requests needed to decide the percentile).
+Verdict per per-request target (TTFT, time to first answer token, TPOT, E2E):
+count the requests over the threshold (failures and zero-output count as over);
+PASS when the one-sided Clopper-Pearson upper bound of the exceedance fraction is
+within 1 - percentile at the chosen confidence, FAIL when the lower bound is past
+it, else extend the probe (up to ``max_extensions`` more segments) and then
+decide on the point estimate, marked ``low_confidence``. This is the binomial
+test MLPerf LoadGen's early stopping uses for its latency bound. ITL is per token
+(tokens within a request are correlated): judged as the run verdict of the last
+segment (the pooled per-token percentile at the target's own percentile), with no
+confidence bound. The rules themselves live in :mod:`loadgen.slo`.
+
+Early stop: once FAIL is certain (known exceedances, including requests in flight
+longer than the threshold without their first token — or their end, for E2E —
+exceed what the largest possible probe could absorb), the probe stops and cancels
+what is in flight; in-flight requests still under the threshold are *censored*
+(excluded from the denominator). Both counts are reported.
+
+Only the generator checks of a probe's validity make it ``invalid``. A probe whose
+requests mostly end rate-limited (HTTP 429, more than half of those not cancelled)
+is ``rate_limited``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from loadgen.clock import now_ns
+from loadgen.endpoints.base import Endpoint
+from loadgen.measure import measure
+from loadgen.metrics import RequestMetrics
+from loadgen.runner import Runner
+from loadgen.runplan import LoadConfig
+from loadgen.slo import (
+    MISS,
+    SLOTarget,
+    TargetJudge,
+    exceeds,
+    fail_count,
+    itl_probe_verdict,
+    judge_counts,
+    judged_per_request,
+    probe_target_verdict,
+    proves_fail,
+    request_value,
+)
+from loadgen.sweep.config import SweepConfig
+from loadgen.types import RequestRecord
+from loadgen.validity import RATE_LIMIT_DOMINATED
+
+# Failures that are the server's whatever the generator's timing (not: connect, which a saturated
+# client can cause too; cancelled, the probe's own early stop; client_limit).
+_SERVER_ERRORS = ("timeout", "rate_limited", "http_error", "incomplete_stream", "stream_error", "protocol")
+
+
+class ProbeJudge:
+    """Counts exceedances as records arrive and watches in-flight requests for early stop."""
+
+    def __init__(self, slos: list[SLOTarget], n_cap: int, confidence: float) -> None:
+        self.targets = [TargetJudge(t) for t in slos]
+        self.n_cap = n_cap
+        self.confidence = confidence
+        self.runner: Runner | None = None
+        self.stopped_early = False
+        self.censored = 0
+        # exceedances out of n_cap that make FAIL certain, computed once: certain_fail() runs every
+        # 100 ms on the event loop that sends the requests and must not evaluate binomial bounds there
+        self.fail_k = {
+            tj.target.label: fail_count(n_cap, tj.target, confidence)
+            for tj in self.targets
+            if tj.target.metric not in ("itl", "tpot")
+        }
+
+    def on_summary(self, s: Any) -> None:
+        """Count a request shipped by a worker process (no early stop across processes)."""
+        if s.phase != "measure":
+            return
+        if s.error_kind == "cancelled":
+            self.censored += 1
+            for tj in self.targets:
+                if judged_per_request(tj.target):
+                    tj.censored += 1
+            return
+        for i, tj in enumerate(self.targets):
+            t = tj.target
+            if not judged_per_request(t):
+                continue
+            tj.n += 1
+            if exceeds(t, s.slo_values[i] if (s.ok and not s.zero_output) else MISS):
+                tj.k += 1
+                if not s.ok and s.error_kind in _SERVER_ERRORS:
+                    tj.server_errors += 1
+
+    def on_record(self, rec: RequestRecord | None, m: RequestMetrics | None) -> None:
+        if rec is None or m is None:  # worker mode: counted in on_summary
+            return
+        if rec.phase != "measure":
+            return
+        cancelled = rec.error_kind == "cancelled"
+        censored = False
+        for tj in self.targets:
+            t = tj.target
+            if not judged_per_request(t):
+                continue
+            if cancelled:
+                if self._inflight_over(rec, t, rec.end_ns or now_ns()):
+                    tj.n += 1
+                    tj.k += 1
+                elif self._known_under(rec, t):
+                    tj.n += 1  # measured before the stop, and it conforms: not censored
+                else:
+                    tj.censored += 1
+                    censored = True
+                continue
+            tj.n += 1
+            if exceeds(t, request_value(t, m) if (rec.ok and not m.zero_output) else MISS):
+                tj.k += 1
+                if not rec.ok and rec.error_kind in _SERVER_ERRORS:
+                    tj.server_errors += 1
+        if censored:
+            self.censored += 1
+
+    @staticmethod
+    def _known_under(rec: RequestRecord, t: SLOTarget) -> bool:
+        """Was ``t``'s value already measured when ``rec`` was cancelled (and, not being over, conforming)?"""
+        if t.metric == "ttft":
+            return bool(rec.events)
+        if t.metric == "time_to_first_answer_token":
+            return any(e.answer for e in rec.events)
+        return False
+
+    @staticmethod
+    def _inflight_over(rec: RequestRecord, t: SLOTarget, now: int) -> bool:
+        """Is an unfinished request already certain to exceed ``t``?"""
+        age = now - rec.scheduled_ns
+        if t.metric == "ttft":
+            if rec.events:
+                return exceeds(t, rec.events[0].t_ns - rec.scheduled_ns)
+            return exceeds(t, age)
+        if t.metric == "time_to_first_answer_token":
+            first = next((e for e in rec.events if e.answer), None)
+            if first is not None:
+                return exceeds(t, first.t_ns - rec.scheduled_ns)
+            return exceeds(t, age)
+        if t.metric == "e2e":
+            return exceeds(t, age)
+        return False
+
+    def certain_fail(self) -> bool:
+        """True when the probe would FAIL even if every remaining request conformed."""
+        inflight = list(self.runner.inflight_records.values()) if self.runner else []
+        now = now_ns()
+        for tj in self.targets:
+            t = tj.target
+            if t.metric in ("itl", "tpot"):
+                continue
+            k = tj.k + sum(1 for r in inflight if r.phase == "measure" and self._inflight_over(r, t, now))
+            if k >= self.fail_k[t.label]:
+                return True
+        return False
+
+    def fails_on_server_errors(self) -> bool:
+        """True when the server's errors alone make a target FAIL (out of ``n_cap`` after an early
+        stop): a generator that lagged cannot have caused HTTP errors, so that verdict stands."""
+        for tj in self.targets:
+            if not judged_per_request(tj.target):
+                continue
+            n = self.n_cap if self.stopped_early else tj.n
+            if proves_fail(tj.server_errors, n, tj.target, self.confidence):
+                return True
+        return False
+
+    async def watch(self, period_s: float = 0.1) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            if self.runner is not None and self.certain_fail():
+                self.stopped_early = True
+                self.runner.request_stop(interrupted=False, cancel_inflight=True)
+                return
+
+
+@dataclass
+class Probe:
+    offered_rps: float
+    verdict: str
+    low_confidence: bool
+    exceedance_fraction: dict[str, float | None]
+    confidence_bounds: dict[str, list[float]]
+    censored: int
+    duration_s: float
+    stopped_early: bool
+    latency_ms: dict[str, Any]
+    achieved_send_rps: float | None
+    request_rps: float | None
+    output_tps: float | None
+    total_tps: float | None
+    goodput_rps: float | None
+    dir: str
+    segments: int = 1
+    reasons: list[str] = field(default_factory=list)
+    concurrency: int | None = None
+    validity_detail: list[str] = field(default_factory=list)
+    rate_limited_fraction: float | None = None
+    prefix_cache_reset: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+async def run_probe(
+    endpoint: Endpoint,
+    base: LoadConfig,
+    scfg: SweepConfig,
+    rate: float,
+    out_dir: Path,
+    *,
+    index: int,
+    config_record: dict[str, Any],
+    redactor: Any = None,
+    on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
+    concurrency: int | None = None,
+    runner_hook: Callable[[Runner], None] | None = None,
+    workers: int = 1,
+    server_observer: Any = None,
+    cluster: Any = None,
+) -> Probe:
+    """One probe at ``rate`` req/s (or closed loop at ``concurrency``), extended while undecided."""
+    need = scfg.needed_requests()
+    per_segment = max(need, math.ceil(rate * scfg.probe_duration_s)) if concurrency is None else None
+    n_cap = (per_segment or need) * (1 + scfg.max_extensions)
+    judge = ProbeJudge(scfg.slos, n_cap, scfg.confidence)
+    segments = 0
+    results: list[dict[str, Any]] = []
+    total_duration = 0.0
+    while True:
+        seg_dir = out_dir if segments == 0 else out_dir / f"extension-{segments}"
+        if concurrency is None:
+            load = replace(
+                base,
+                rate_rps=rate,
+                concurrency=None,
+                requests=per_segment,
+                duration_s=None,
+                # the warm-up rides on the same arrival process before the measured requests
+                warmup_requests=math.ceil(scfg.warmup_s() * rate) if segments == 0 else 0,
+                warmup_s=0.0,
+                seed=base.seed + 1000 * index + segments,
+                salt=f"p{index}s{segments}-",
+                slos=scfg.slos,
+                # a trace window is rescaled to the probe's rate and looped if it runs out
+                workload=replace(base.workload, trace_loop=True)
+                if base.workload is not None and base.has_trace
+                else base.workload,
+            )
+        else:
+            load = replace(
+                base,
+                rate_rps=None,
+                concurrency=concurrency,
+                requests=None,
+                duration_s=scfg.probe_duration_s,
+                warmup_requests=0,
+                warmup_s=scfg.warmup_s() if segments == 0 else 0.0,
+                seed=base.seed + 1000 * index + segments,
+                salt=f"c{index}s{segments}-",
+                slos=scfg.slos,
+                max_concurrency=None,
+            )
+
+        def hook(r: Runner) -> None:
+            judge.runner = r
+            if runner_hook is not None:
+                runner_hook(r)
+
+        def rec_cb(rec: RequestRecord, m: RequestMetrics) -> None:
+            judge.on_record(rec, m)
+            if on_record is not None:
+                on_record(rec, m)
+
+        watcher = asyncio.create_task(judge.watch())
+        try:
+            run = await measure(
+                endpoint,
+                load,
+                seg_dir,
+                config_record={**config_record, "probe": index, "offered_rps": rate, "segment": segments},
+                redactor=redactor,
+                on_record=rec_cb,
+                install_signal_handlers=False,
+                runner_hook=hook,
+                workers=workers,
+                on_summary=judge.on_summary,
+                server_observer=server_observer,
+                cluster=cluster,
+            )
+        finally:
+            watcher.cancel()
+        results.append(run.result)
+        total_duration += run.result["duration_s"]
+        segments += 1
+        if not run.result["validity"]["valid"] or judge.stopped_early:
+            break
+        verdicts = [
+            judge_counts(tj.k, tj.n, tj.target, scfg.confidence)[0] for tj in judge.targets if judged_per_request(tj.target)
+        ]
+        if "fail" in verdicts or all(v == "pass" for v in verdicts) or segments > scfg.max_extensions:
+            break
+        if concurrency is not None:
+            break
+    return _finish_probe(judge, scfg, results, rate, out_dir, total_duration, segments, concurrency)
+
+
+def _finish_probe(
+    judge: ProbeJudge,
+    scfg: SweepConfig,
+    results: list[dict[str, Any]],
+    rate: float,
+    out_dir: Path,
+    duration: float,
+    segments: int,
+    concurrency: int | None,
+) -> Probe:
+    first = results[0]
+    last = results[-1]
+    invalid = [r for r in results if not r["validity"]["valid"]]
+    ef: dict[str, float | None] = {}
+    cb: dict[str, list[float]] = {}
+    reasons: list[str] = []
+    verdict = "pass"
+    low_conf = False
+    for tj in judge.targets:
+        t = tj.target
+        if not judged_per_request(t):
+            ok, v_ms = itl_probe_verdict(t, last.get("slo"))
+            ef[t.label] = None
+            cb[t.label] = []
+            reasons.append(f"{t.label}: pooled per-token value {v_ms} ms (no confidence bound)")
+            if not ok:
+                verdict = "fail"
+            continue
+        v, low, frac, lo, hi = probe_target_verdict(tj, scfg.confidence, judge.stopped_early)
+        low_conf |= low
+        ef[t.label] = frac
+        cb[t.label] = [lo, hi]
+        reasons.append(f"{t.label}: {tj.k} of {tj.n} over ({v}; bounds {lo:.4f}..{hi:.4f})")
+        if v == "fail":
+            verdict = "fail"
+    validity_detail: list[str] = []
+    if invalid:
+        if judge.fails_on_server_errors():
+            verdict = "fail"
+            reasons.append("FAIL on the server's errors alone, whatever the generator's lag (see validity)")
+        else:
+            verdict = "invalid"
+        for r in invalid:
+            validity_detail += [c["detail"] for c in r["validity"]["checks"] if not c["ok"] and c["group"] == "generator"]
+    counts = [r.get("counts") or {} for r in results]
+    limited = sum((c.get("errors_by_kind") or {}).get("rate_limited", 0) for c in counts)
+    decided = sum((c.get("requests") or 0) - (c.get("errors_by_kind") or {}).get("cancelled", 0) for c in counts)
+    rl_frac = limited / decided if decided else None
+    if verdict != "invalid" and rl_frac is not None and rl_frac > RATE_LIMIT_DOMINATED:
+        verdict = "rate_limited"
+        reasons.append(f"{limited} of {decided} requests answered 429: the provider's quota, not the server's latency")
+    thr = first["throughput"]
+    lat = {t.metric: first["latency_ms"].get(t.metric) for t in scfg.slos}
+    return Probe(
+        offered_rps=rate,
+        verdict=verdict,
+        low_confidence=low_conf,
+        exceedance_fraction=ef,
+        confidence_bounds=cb,
+        censored=judge.censored,
+        duration_s=duration,
+        stopped_early=judge.stopped_early,
+        latency_ms=lat,
+        achieved_send_rps=thr["achieved_send_rps"],
+        request_rps=thr["request_rps"],
+        output_tps=thr["output_tps"],
+        total_tps=thr["total_tps"],
+        goodput_rps=thr["goodput_rps"],
+        dir=out_dir.name,  # relative to the sweep's directory, so results can be moved
+        segments=segments,
+        reasons=reasons,
+        concurrency=concurrency,
+        validity_detail=validity_detail,
+        rate_limited_fraction=rl_frac,
+    )

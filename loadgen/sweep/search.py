@@ -1,0 +1,356 @@
+"""SLO search: the highest offered load whose probes meet every SLO target.
+
+Calibrate, bracket, bisect:
+
+1. A short closed-loop calibration run estimates capacity X (completed req/s).
+2. The first probe runs at max(r_min, X/2), where r_min is the rate that reaches the
+   minimum request count within the probe duration. Rates double until a probe
+   FAILs (or halve until one PASSes).
+3. Bisection at the geometric midpoint of the last PASS and the first FAIL until
+   (fail - pass) / pass <= precision.
+
+Each probe is :func:`loadgen.sweep.probe.run_probe`. A probe ``invalid`` on the
+generator's checks stops the search, which reports that the client limited it ("at
+least R req/s"); a ``rate_limited`` probe stops it too and reports the provider's quota
+as the limit (``limited_by: rate_limit``), not as the server's latency.
+
+Price at the answer: with ``--cost-per-hour``, cost_per_hour / (tokens/s * 3600) * 1e6;
+with per-token prices, (input_tps * p_in + output_tps * p_out) / output_tps per million
+output tokens (see :mod:`loadgen.pricing`); each also per successful request at the SLO.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from loadgen.endpoints.base import Endpoint
+from loadgen.measure import measure
+from loadgen.metrics import RequestMetrics
+from loadgen.pricing import answer_cost
+from loadgen.runner import Runner
+from loadgen.runplan import LoadConfig
+from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
+from loadgen.sweep.probe import Probe, run_probe
+from loadgen.types import RequestRecord
+
+
+@dataclass
+class SweepOutcome:
+    result: dict[str, Any]
+    probes: list[Probe]
+    exit_code: int
+
+
+class Sweep:
+    """Runs the search (or a concurrency sweep) against one opened endpoint."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        base: LoadConfig,
+        scfg: SweepConfig,
+        out_dir: Path,
+        *,
+        config_record: dict[str, Any],
+        redactor: Any = None,
+        progress: Callable[[str], None] | None = None,
+        on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
+        server_observer: Any = None,
+        cluster: Any = None,
+    ) -> None:
+        self.server_observer = server_observer
+        self.cluster = cluster  # a connected loadgen.cluster.Cluster: probes run on its actors
+        self.endpoint = endpoint
+        self.base = base
+        self.scfg = scfg
+        self.out_dir = out_dir
+        self.config_record = config_record
+        self.redactor = redactor
+        self.progress = progress or (lambda s: None)
+        self.on_record = on_record
+        self.probes: list[Probe] = []
+        self.calibration: dict[str, Any] | None = None
+        self.interrupted = False
+        self.rate_limited_at: float | None = None  # the rate (or concurrency) where 429s took over
+
+    async def _probe(self, rate: float, concurrency: int | None = None) -> Probe:
+        idx = len(self.probes) + 1
+        name = f"probe-{idx:02d}-" + (f"c{concurrency}" if concurrency else f"{rate:.3f}rps")
+        label = f"concurrency {concurrency}" if concurrency else f"{rate:.3f} req/s"
+        self.progress(f"probe {idx}: {label} ...")
+        reset = None
+        if self.server_observer is not None:
+            # a warm prefix cache must not flatter later probes
+            reset = await self.server_observer.reset_prefix_cache()
+        p = await run_probe(
+            self.endpoint,
+            self.base,
+            self.scfg,
+            rate,
+            self.out_dir / name,
+            index=idx,
+            config_record=self.config_record,
+            redactor=self.redactor,
+            on_record=self.on_record,
+            concurrency=concurrency,
+            runner_hook=self._set_runner,
+            workers=self.scfg.workers,
+            server_observer=self.server_observer,
+            cluster=self.cluster,
+        )
+        p.prefix_cache_reset = reset
+        self.probes.append(p)
+        extra = " (stopped early)" if p.stopped_early else ""
+        self.progress(f"probe {idx}: {label}: {p.verdict.upper()}{extra}; " + "; ".join(p.reasons))
+        return p
+
+    def _set_runner(self, r: Runner) -> None:
+        self.current_runner = r
+        if self.interrupted:
+            r.request_stop(True)
+
+    def interrupt(self) -> None:
+        """Stop the search: the probe in progress drains and the sweep reports what it has."""
+        self.interrupted = True
+        r = getattr(self, "current_runner", None)
+        if r is not None:
+            r.request_stop(True)
+
+    async def _verdict_at(self, rate: float) -> str:
+        verdicts = []
+        for _ in range(max(self.scfg.repeats, 1)):
+            p = await self._probe(rate)
+            verdicts.append(p.verdict)
+            if p.verdict != "pass":
+                break
+        if "invalid" in verdicts:
+            return "invalid"
+        if "rate_limited" in verdicts:
+            return "rate_limited"
+        return "pass" if all(v == "pass" for v in verdicts) else "fail"
+
+    async def calibrate(self) -> float | None:
+        """Closed-loop burst to estimate capacity (completed req/s)."""
+        if self.scfg.calibration_s <= 0:
+            return None
+        self.progress(f"calibration: {self.scfg.calibration_concurrency} concurrent users for {self.scfg.calibration_s:g} s ...")
+        load = replace(
+            self.base,
+            rate_rps=None,
+            concurrency=self.scfg.calibration_concurrency,
+            requests=None,
+            duration_s=self.scfg.calibration_s,
+            warmup_requests=0,
+            warmup_s=0.0,
+            max_concurrency=None,
+            salt="cal-",
+            slos=[],
+        )
+        run = await measure(
+            self.endpoint,
+            load,
+            self.out_dir / "calibration",
+            config_record={**self.config_record, "calibration": True},
+            redactor=self.redactor,
+            install_signal_handlers=False,
+            runner_hook=self._set_runner,
+        )
+        x = run.result["throughput"]["request_rps"]
+        self.calibration = {
+            "concurrency": self.scfg.calibration_concurrency,
+            "duration_s": run.result["duration_s"],
+            "request_rps": x,
+            "dir": "calibration",
+        }
+        self.progress(f"calibration: about {x or 0:.2f} req/s completed")
+        return x
+
+    async def search(self) -> SweepOutcome:
+        s = self.scfg
+        cap = await self.calibrate()
+        if s.start_rate_rps:
+            r = s.start_rate_rps
+        elif cap:
+            r = cap / 2
+        else:
+            # the rate that reaches the minimum request count within the probe duration
+            r = s.needed_requests() / s.probe_duration_s
+        if s.max_rate_rps:
+            r = min(r, s.max_rate_rps)
+        r_min = s.min_rate_rps or r / 64
+        last_pass: float | None = None
+        first_fail: float | None = None
+        limited_by: str | None = None
+        while len(self.probes) < s.max_probes and not self.interrupted:
+            v = await self._verdict_at(r)
+            if self.interrupted:
+                break
+            if v == "invalid":
+                limited_by = "client"
+                break
+            if v == "rate_limited":
+                limited_by = "rate_limit"
+                self.rate_limited_at = r
+                break
+            if v == "pass":
+                last_pass = r if last_pass is None else max(last_pass, r)
+                if first_fail is None:
+                    if s.max_rate_rps and r >= s.max_rate_rps:
+                        limited_by = "max_rate"
+                        break
+                    r = r * 2
+                    if s.max_rate_rps:
+                        r = min(r, s.max_rate_rps)
+                    continue
+            else:
+                first_fail = r if first_fail is None else min(first_fail, r)
+                if last_pass is None:
+                    if r <= r_min * 1.0001:
+                        break  # even the lowest decidable rate fails
+                    r = max(r / 2, r_min)
+                    continue
+            if last_pass is not None and first_fail is not None:
+                if (first_fail - last_pass) / last_pass <= s.precision:
+                    break
+                r = math.sqrt(last_pass * first_fail)
+        return self._outcome(last_pass, first_fail, limited_by)
+
+    async def concurrency_sweep(self) -> SweepOutcome:
+        for c in self.scfg.concurrency_levels or []:
+            if self.interrupted:
+                break
+            p = await self._probe(0.0, concurrency=c)
+            if p.verdict == "invalid":
+                break
+            if p.verdict == "rate_limited":
+                self.rate_limited_at = p.concurrency
+                break
+        passing = [p for p in self.probes if p.verdict == "pass"]
+        best = max(passing, key=lambda p: p.concurrency or 0) if passing else None
+        out = self._outcome(None, None, "rate_limit" if self.rate_limited_at else None, best_probe=best)
+        out.result["interactivity"] = self._interactivity()
+        return out
+
+    def _interactivity(self) -> list[dict[str, Any]]:
+        rows = []
+        for p in self.probes:
+            tpot = None
+            try:
+                import orjson
+
+                res = orjson.loads((self.out_dir / p.dir / "result.json").read_bytes())
+                tpot = res["latency_ms"]["tpot"]["p50"]
+            except Exception:
+                pass
+            per_user = (1000.0 / tpot) if tpot else None
+            total = p.output_tps
+            rows.append(
+                {
+                    "concurrency": p.concurrency,
+                    "per_user_output_tps": per_user,
+                    "output_tps": total,
+                    "output_tps_per_accelerator": (total / self.scfg.accelerators)
+                    if (total is not None and self.scfg.accelerators)
+                    else None,
+                    "meets_slo": p.verdict == "pass",
+                }
+            )
+        return rows
+
+    def _outcome(
+        self, last_pass: float | None, first_fail: float | None, limited_by: str | None, best_probe: Probe | None = None
+    ) -> SweepOutcome:
+        s = self.scfg
+        at = best_probe
+        if at is None and last_pass is not None:
+            at = next(p for p in reversed(self.probes) if p.offered_rps == last_pass and p.verdict == "pass")
+        out_tps = at.output_tps if at else None
+        tot_tps = at.total_tps if at else None
+        in_tps = (tot_tps - out_tps) if (tot_tps is not None and out_tps is not None) else None
+        priced = answer_cost(
+            prices=s.prices, cost_per_hour_usd=s.cost_per_hour_usd, input_tps=in_tps, output_tps=out_tps,
+            goodput_rps=at.goodput_rps if at else None,
+        )
+        token_per_m_out = priced["token_priced_cost_per_million_output_tokens_usd"]
+        answer = {
+            "max_rate_rps": last_pass,
+            "bracket_rps": [last_pass, first_fail],
+            "request_rps": at.request_rps if at else None,
+            "output_tps": out_tps,
+            "total_tps": tot_tps,
+            "goodput_rps": at.goodput_rps if at else None,
+            "cost_per_million_output_tokens_usd": cost_per_million(s.cost_per_hour_usd, out_tps)
+            if s.cost_per_hour_usd
+            else token_per_m_out,
+            "cost_per_million_total_tokens_usd": cost_per_million(s.cost_per_hour_usd, tot_tps)
+            if s.cost_per_hour_usd
+            else (token_per_m_out * out_tps / tot_tps if (token_per_m_out is not None and tot_tps) else None),
+            "cost_per_successful_request_usd": priced["hourly_cost_per_successful_request_usd"]
+            if s.cost_per_hour_usd
+            else priced["token_priced_cost_per_successful_request_usd"],
+            "pricing": "per_hour" if s.cost_per_hour_usd else ("per_token" if s.prices is not None else None),
+            **({k: v for k, v in priced.items() if k.startswith("token_priced")} if s.prices is not None else {}),
+            "output_tps_per_accelerator": (out_tps / s.accelerators) if (out_tps and s.accelerators) else None,
+            "limited_by": limited_by,
+            "concurrency": at.concurrency if at else None,
+        }
+        if limited_by == "rate_limit":
+            answer["rate_limited_at"] = self.rate_limited_at
+        flags = non_monotonic(self.probes)
+        result = {
+            "schema_version": SWEEP_SCHEMA_VERSION,
+            "slo": [
+                {"target": t.label, "metric": t.metric, "percentile": t.percentile, "threshold_ms": t.threshold_ns / 1e6}
+                for t in s.slos
+            ],
+            "settings": {
+                "probe_duration_s": s.probe_duration_s,
+                "probe_warmup_s": s.warmup_s(),
+                "confidence": s.confidence,
+                "precision": s.precision,
+                "repeats": s.repeats,
+                "max_rate_rps": s.max_rate_rps,
+                "min_requests_per_probe": s.needed_requests(),
+                "max_extensions": s.max_extensions,
+                "cost_per_hour_usd": s.cost_per_hour_usd,
+                "prices": s.prices.describe() if s.prices is not None else None,
+                "accelerators": s.accelerators,
+            },
+            "calibration": self.calibration,
+            "answer": answer,
+            "non_monotonic": flags,
+            "probe_time_s": sum(p.duration_s for p in self.probes),
+            "probes": [p.to_json() for p in self.probes],
+            "interrupted": self.interrupted,
+        }
+        if self.interrupted:
+            code = 130
+        elif limited_by == "client":
+            code = 5
+        elif last_pass is None and best_probe is None:
+            code = 1
+        else:
+            code = 0
+        return SweepOutcome(result, self.probes, code)
+
+
+def cost_per_million(cost_per_hour_usd: float | None, tokens_per_s: float | None) -> float | None:
+    """USD per million tokens at a sustained rate: cost_per_hour / (tokens_per_s * 3600) * 1e6."""
+    if not cost_per_hour_usd or not tokens_per_s:
+        return None
+    return cost_per_hour_usd / (tokens_per_s * 3600.0) * 1e6
+
+
+def non_monotonic(probes: list[Probe]) -> list[str]:
+    """Rates that FAILed below a rate that PASSed (or mixed verdicts at one rate)."""
+    flags = []
+    open_loop = [p for p in probes if p.concurrency is None and p.verdict in ("pass", "fail")]
+    passes = [p.offered_rps for p in open_loop if p.verdict == "pass"]
+    for p in open_loop:
+        if p.verdict == "fail" and any(r >= p.offered_rps for r in passes):
+            flags.append(f"{p.offered_rps:.3f} req/s failed although a rate at or above it passed")
+    return flags

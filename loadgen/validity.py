@@ -1,0 +1,201 @@
+"""Client-timing validity of a run: could the generator keep to its schedule?
+
+Not an SLO verdict (those live in :mod:`loadgen.slo`): these checks say whether a
+run's numbers are the server's at all. :func:`validity` reads an aggregator's counts
+(:class:`loadgen.results.Aggregator`, through the :class:`RunCounts` protocol) and the
+client's own statistics (:class:`loadgen.runner.ClientStats`) against
+:class:`ValidityBounds`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from loadgen.runner import ClientStats
+from loadgen.samples import SampleLog
+
+RATE_LIMIT_DOMINATED = 0.5
+"""A run whose requests end rate-limited more often than this is ``limited_by: rate_limit``."""
+
+
+@dataclass
+class ValidityBounds:
+    """Bounds of the validity checks (MLPerf LoadGen style)."""
+
+    max_schedule_lag_p99_ms: float = 5.0
+    send_rate_tolerance: float = 0.01
+    max_client_cpu: float = 0.95
+    max_loop_lag_p99_ms: float = 10.0
+    min_requests: int = 100
+    min_duration_s: float = 10.0
+    max_error_rate: float = 0.01
+
+
+
+class RunCounts(Protocol):
+    """What the validity checks read of a run's aggregate (an :class:`~loadgen.results.Aggregator`)."""
+
+    generator_lag: SampleLog
+    errors_by_kind: dict[str, int]
+    pool_queued: int
+    requests: int
+    completed: int
+    failed: int
+    length_checked: int
+    length_mismatch: int
+    buffered: int
+    throttled: int
+    rate_limited_attempts: int
+
+    @property
+    def duration_s(self) -> float: ...
+
+    def throughput(self) -> dict[str, Any]: ...
+
+
+def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dict[str, Any]:
+    """The run's validity checks (``result.json`` ``validity``), one line per check with its reason.
+
+    Generator checks (group ``generator``): failing any makes the run INVALID
+    (``limited_by: client``): the client could not keep to the schedule, so its
+    latencies are not the server's. Measurement checks (group ``measurement``) are
+    warnings. ``limited_by: rate_limit`` when more than :data:`RATE_LIMIT_DOMINATED`
+    of the requests ended rate-limited. MLPerf LoadGen style (``Result is: VALID``).
+    """
+    checks: list[dict[str, Any]] = []
+
+    def check(name: str, group: str, ok: bool, detail: str) -> None:
+        checks.append({"name": name, "group": group, "ok": bool(ok), "detail": detail})
+
+    # generator checks: failing any makes the run INVALID (limited_by: client)
+    if client.aborted_reason:
+        check("generator_kept_up", "generator", False, client.aborted_reason)
+    if client.open_loop:
+        lag = np.percentile(np.asarray(agg.generator_lag), 99) / 1e6 if len(agg.generator_lag) else 0.0
+        check(
+            "schedule_lag_p99",
+            "generator",
+            lag <= bounds.max_schedule_lag_p99_ms,
+            f"p99 schedule lag {lag:.3f} ms (excluding connection set-up after the scheduled time) <= {bounds.max_schedule_lag_p99_ms:g} ms",
+        )
+        ach = agg.throughput()["achieved_send_rps"]
+        want = client.schedule_realized_rps
+        if ach is not None and want:
+            err = abs(ach - want) / want
+            check(
+                "send_rate",
+                "generator",
+                err <= bounds.send_rate_tolerance,
+                f"achieved send rate {ach:.3f} req/s vs the schedule's realized {want:.3f} req/s "
+                f"({err * 100:.2f} % off, bound {bounds.send_rate_tolerance * 100:g} %)",
+            )
+    cpu = client.cpu_s / client.wall_s if client.wall_s > 0 else 0.0
+    if client.worker_cpu_fractions:
+        busiest = max(client.worker_cpu_fractions)
+        check(
+            "client_cpu",
+            "generator",
+            busiest <= bounds.max_client_cpu,
+            f"busiest of {len(client.worker_cpu_fractions)} worker processes used {busiest * 100:.1f} % "
+            f"of one core (bound {bounds.max_client_cpu * 100:g} %)",
+        )
+    else:
+        check(
+            "client_cpu",
+            "generator",
+            cpu <= bounds.max_client_cpu,
+            f"client process CPU {cpu * 100:.1f} % of one core (bound {bounds.max_client_cpu * 100:g} %)",
+        )
+    if client.worker_failures:
+        check("workers", "generator", False, "; ".join(client.worker_failures))
+    ll = None
+    if client.loop_lag_ms:
+        ll = float(np.percentile(np.asarray(client.loop_lag_ms), 99))
+        check(
+            "event_loop_lag_p99",
+            "generator",
+            ll <= bounds.max_loop_lag_p99_ms,
+            f"p99 event-loop lag {ll:.3f} ms (bound {bounds.max_loop_lag_p99_ms:g} ms)",
+        )
+    cl = agg.errors_by_kind.get("client_limit", 0)
+    check(
+        "client_resources",
+        "generator",
+        cl == 0 and agg.pool_queued == 0,
+        f"{cl} requests hit a descriptor limit, {agg.pool_queued} waited for a pool slot",
+    )
+    # measurement checks: warnings, not client limits
+    check(
+        "min_requests",
+        "measurement",
+        agg.requests >= bounds.min_requests,
+        f"{agg.requests} measured requests (minimum {bounds.min_requests})",
+    )
+    check(
+        "min_duration",
+        "measurement",
+        agg.duration_s >= bounds.min_duration_s,
+        f"{agg.duration_s:.2f} s measured (minimum {bounds.min_duration_s:g} s)",
+    )
+    er = agg.failed / agg.requests if agg.requests else 0.0
+    check(
+        "error_rate",
+        "measurement",
+        er <= bounds.max_error_rate,
+        f"{agg.failed} of {agg.requests} requests failed ({er * 100:.2f} %, bound {bounds.max_error_rate * 100:g} %)",
+    )
+    if agg.length_checked:
+        check(
+            "output_lengths",
+            "measurement",
+            agg.length_mismatch == 0,
+            f"{agg.length_mismatch} of {agg.length_checked} completed requests delivered a different "
+            "output length than requested (does the server honour ignore_eos/min_tokens?)",
+        )
+    if agg.buffered:
+        check(
+            "streaming_not_buffered",
+            "measurement",
+            False,
+            f"{agg.buffered} of {agg.completed} completed requests arrived in one read (a buffering "
+            "proxy?): their TTFT equals their E2E and their TPOT/ITL are not measurable",
+        )
+    if agg.throttled:
+        check(
+            "offered_load_not_capped",
+            "measurement",
+            False,
+            f"{agg.throttled} of {agg.requests} requests waited for the client's own --max-rpm/--max-tpm "
+            "cap: the load sent is not the offered load (the wait counts in their latency)",
+        )
+    rl = agg.errors_by_kind.get("rate_limited", 0)
+    if rl or agg.rate_limited_attempts:
+        check(
+            "rate_limits",
+            "measurement",
+            False,
+            f"{rl} of {agg.requests} requests ended rate-limited (HTTP 429), {agg.rate_limited_attempts} "
+            "attempts answered 429 in all: the provider's quota, not the server's latency",
+        )
+    gen_ok = all(c["ok"] for c in checks if c["group"] == "generator")
+    out: dict[str, Any] = {
+        "valid": gen_ok,
+        "limited_by": None if gen_ok else "client",
+        "checks": checks,
+        "warnings": [c["detail"] for c in checks if c["group"] == "measurement" and not c["ok"]],
+        "client_cpu_fraction": cpu,
+        "loop_lag_p99_ms": ll,
+    }
+    if gen_ok and agg.requests and rl / agg.requests > RATE_LIMIT_DOMINATED:
+        out["limited_by"] = "rate_limit"
+    if agg.throttled:
+        out["offered_load"] = "capped by the client (--max-rpm/--max-tpm)"
+    if not gen_ok:
+        out["remedy"] = (
+            "the load generator could not keep to the schedule: lower the rate, use --workers, "
+            "or run the client on a machine with more free CPU"
+        )
+    return out
