@@ -35,7 +35,7 @@ _EXPORTS = {
     "Endpoint": "loadgen.endpoints.base",
     "LoadConfig": "loadgen.runplan",
     "LoadgenError": "loadgen.errors",
-    "MeasuredRun": "loadgen.measure",
+    "MeasuredRun": "loadgen.measurement",
     "RequestRecord": "loadgen.types",
     "RequestSpec": "loadgen.types",
     "SLOTarget": "loadgen.slo",
@@ -45,17 +45,34 @@ _EXPORTS = {
     "ValidityBounds": "loadgen.validity",
     "WorkloadOptions": "loadgen.workload.spec",
     "make_endpoint": "loadgen.endpoints.providers",
-    "measure": "loadgen.measure",
+    "measure": "loadgen.measurement",
     "parse_slo": "loadgen.slo",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "Endpoint",
+    "LoadConfig",
+    "LoadgenError",
+    "MeasuredRun",
+    "RequestRecord",
+    "RequestSpec",
+    "SLOTarget",
+    "Sweep",
+    "SweepConfig",
+    "SweepOutcome",
+    "ValidityBounds",
+    "WorkloadOptions",
+    "__version__",
+    "make_endpoint",
+    "measure",
+    "parse_slo",
+]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loadgen.endpoints.base import Endpoint
     from loadgen.endpoints.providers import make_endpoint
     from loadgen.errors import LoadgenError
-    from loadgen.measure import MeasuredRun, measure
+    from loadgen.measurement import MeasuredRun, measure
     from loadgen.runplan import LoadConfig
     from loadgen.slo import SLOTarget, parse_slo
     from loadgen.sweep import Sweep, SweepConfig, SweepOutcome

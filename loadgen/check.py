@@ -214,7 +214,7 @@ async def collect(
             t0 = loop.time()
 
             async def at(i: int, q: Prompt) -> dict[str, Any]:
-                await asyncio.sleep(max(0.0, t0 + i / settings.rate_rps - loop.time()))  # type: ignore[operator]
+                await asyncio.sleep(max(0.0, t0 + i / settings.rate_rps - loop.time()))  # type: ignore[operator]  # rate_rps is set on this path (checked by the caller)
                 return await one(q)
 
             rest = await asyncio.gather(*(at(i, q) for i, q in enumerate(prompts[1:])))

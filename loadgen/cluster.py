@@ -33,6 +33,7 @@ actors (first: stop sending and drain; second: cancel in-flight requests).
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import signal
@@ -223,6 +224,11 @@ class _WorkerActor:
 def _actor_class(ray: Any) -> Any:
     # threaded actor: take/clock/stop are answered while the worker body runs in its own thread
     return ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)(_WorkerActor)
+
+
+def _remote_clock_ns(ray: Any, actor: Any) -> int:
+    """One reading of an actor's wall clock (ns), within 10 s."""
+    return int(ray.get(actor.clock.remote(), timeout=10))
 
 
 def ping(clock: Callable[[], int], samples: int = PINGS, local: Callable[[], int] = time.time_ns) -> dict[str, float]:
@@ -430,7 +436,7 @@ class Cluster:
             # clock offsets, then one wall-clock t0 for all
             for w in list(live):
                 try:
-                    skew[w] = ping(lambda a=actors[w]: ray.get(a.clock.remote(), timeout=10))
+                    skew[w] = ping(functools.partial(_remote_clock_ns, ray, actors[w]))
                 except Exception as exc:
                     col.fail(w, f"lost while measuring its clock: {type(exc).__name__}")
                     failed.add(w)

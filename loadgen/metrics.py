@@ -140,8 +140,8 @@ def tokens_per_event(
         ks = []
         prev = 0
         for e in events:
-            ks.append(e.usage_completion_tokens - prev)  # type: ignore[operator]
-            prev = e.usage_completion_tokens  # type: ignore[assignment]
+            ks.append(e.usage_completion_tokens - prev)  # type: ignore[operator]  # every usage_completion_tokens was checked non-None above
+            prev = e.usage_completion_tokens  # type: ignore[assignment]  # every usage_completion_tokens was checked non-None above
         if sum(ks) == output_tokens and all(k >= 1 for k in ks):
             return ks, False
     if tokenizer is not None:

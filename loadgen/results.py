@@ -31,11 +31,9 @@ import numpy as np
 
 from loadgen.histograms import LatencyHistogram
 from loadgen.metrics import RequestMetrics
-from loadgen.runner import ClientStats
 from loadgen.samples import SampleLog, SpillFile
 from loadgen.slo import MISS, SLOTarget, exceeds, request_value, run_target_verdict
 from loadgen.types import RequestRecord
-from loadgen.validity import ValidityBounds, validity
 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
 PER_REQUEST_METRICS = ("ttft", "time_to_first_answer_token", "tpot", "e2e", "schedule_lag", "error_e2e")
@@ -316,9 +314,6 @@ class Aggregator:
             "note": "failed and zero-output requests count as non-conforming; thresholds inclusive",
         }
 
-    def validity(self, client: ClientStats, bounds: ValidityBounds) -> dict[str, Any]:
-        """The run's validity checks: :func:`loadgen.validity.validity`."""
-        return validity(self, client, bounds)
 
     def provider_result(self, t0_ns: int | None = None) -> dict[str, Any]:
         """Quota, client-cap and network facts of the run (empty parts left out).

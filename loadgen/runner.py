@@ -31,7 +31,7 @@ import resource
 import signal
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -65,7 +65,7 @@ class ClientStats:
 
     cpu_s: float = 0.0
     wall_s: float = 0.0
-    loop_lag_ms: list[float] = field(default_factory=list)
+    loop_lag_ms: Sequence[float] = field(default_factory=list)  # the runner keeps an array("d")
     schedule_realized_rps: float | None = None  # the schedule's own rate over the measured sends
     open_loop: bool = True
     aborted_reason: str | None = None  # the generator gave up (fell too far behind)
@@ -202,8 +202,8 @@ class Runner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await sink_task
             self._flush_done()
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+            for signum in installed:
+                loop.remove_signal_handler(signum)
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         end = now_ns()
         client = ClientStats(
@@ -436,7 +436,7 @@ class Runner:
     ) -> None:
         rec = RequestRecord(
             index=spec.index,
-            phase=phase,  # type: ignore[arg-type]
+            phase=phase,  # type: ignore[arg-type]  # phase is "warmup" or "measured"
             scheduled_ns=scheduled_ns,
             requested_input_tokens=spec.requested_input_tokens,
             requested_output_tokens=spec.requested_output_tokens,
@@ -518,14 +518,14 @@ class Runner:
 
         # build each user's first request before t0, so all users start together
         first = plan.concurrency if plan.max_requests is None else min(plan.concurrency, plan.max_requests)
-        prebuilt = {k: plan.make_spec(index_of(k)) for k in range(first)}  # type: ignore[misc]
+        prebuilt = {k: plan.make_spec(index_of(k)) for k in range(first)}
 
         async def user() -> None:
             while not self._stop.is_set():
                 k = next(counter)
                 if plan.max_requests is not None and k >= plan.max_requests:
                     return
-                spec = prebuilt.pop(k, None) or plan.make_spec(index_of(k))  # type: ignore[misc]
+                spec = prebuilt.pop(k, None) or plan.make_spec(index_of(k))  # type: ignore[misc]  # make_spec is set for closed-loop plans
                 now = now_ns()
                 if end_ns is not None and now >= end_ns:
                     return
@@ -540,10 +540,10 @@ class Runner:
         users = [asyncio.create_task(user()) for _ in range(plan.concurrency)]
         self._users = users
         assert self._stop_fut is not None
-        pending = set(users)
+        pending: set[asyncio.Future[None]] = set(users)
         while pending and not self._stop.is_set():
             _, pending = await asyncio.wait(pending | {self._stop_fut}, return_when=asyncio.FIRST_COMPLETED)
-            pending.discard(self._stop_fut)  # type: ignore[arg-type]
+            pending.discard(self._stop_fut)
 
     async def _drain(self) -> None:
         """Wait for in-flight requests; after a stop, at most ``drain_grace_s``, then cancel."""

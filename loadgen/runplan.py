@@ -4,7 +4,7 @@
 runtime state). ``build_workload`` loads what it names (trace, data set, tokenizer);
 ``build_plan`` turns it into the runner's :class:`~loadgen.runner.RunPlan`: the open-loop
 schedule (send times fixed before t0) or the closed-loop user plan. Used by one measured
-run (:mod:`loadgen.measure`) and by every worker process (:mod:`loadgen.workers`).
+run (:mod:`loadgen.measurement`) and by every worker process (:mod:`loadgen.workers`).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ class Schedule:
             return Schedule(self.offsets_ns[k], self.warm[k], self._spec_at, self._positions[k])
         if k < 0:
             k += len(self)
-        return ScheduledRequest(self.offset_ns(k), self.spec(k), self.phase(k))  # type: ignore[arg-type]
+        return ScheduledRequest(self.offset_ns(k), self.spec(k), self.phase(k))  # type: ignore[arg-type]  # phase() returns the Literal values as str
 
     def __iter__(self) -> Iterator[ScheduledRequest]:
         for k in range(len(self)):

@@ -109,8 +109,8 @@ def series(lines: Iterable[dict[str, Any]] | Path, origin: str = "scheduled", in
         if t is None:
             continue
         o, e = t
-        o_lo, o_hi = (o, o) if o_lo is None else (min(o_lo, o), max(o_hi, o))  # type: ignore[type-var]
-        e_lo, e_hi = (e, e) if e_lo is None else (min(e_lo, e), max(e_hi, e))  # type: ignore[type-var]
+        o_lo, o_hi = (o, o) if o_lo is None else (min(o_lo, o), max(o_hi, o))  # type: ignore[type-var]  # o_hi/e_hi are set whenever o_lo/e_lo are
+        e_lo, e_hi = (e, e) if e_lo is None else (min(e_lo, e), max(e_hi, e))  # type: ignore[type-var]  # o_hi/e_hi are set whenever o_lo/e_lo are
     if o_lo is None or o_hi is None or e_lo is None or e_hi is None or e_hi <= o_lo:
         return None
     start, end = o_lo, e_hi

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
-from loadgen.measure import MeasuredRun, measure
+from loadgen.measurement import MeasuredRun, measure
 from loadgen.runplan import LoadConfig
 from loadgen.sim.launch import SimProcess
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import LoadConfig, SimProcess, read_jsonl, tmpdir
 
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
-from loadgen.measure import measure
+from loadgen.measurement import measure
 
 BOUND_MS = 5.0
 

@@ -6,7 +6,7 @@ Usage (``scripts/soak`` sets up the environment)::
     scripts/soak --minutes 480 --rate 500 --max-rss-mib 512   # the 8-hour run
     scripts/soak --minutes 2.5 --rate 150 --warmup-s 30      # about what CI runs
 
-The client runs in this process through the library (``loadgen.measure.measure`` with
+The client runs in this process through the library (``loadgen.measurement.measure`` with
 an ``OpenAIEndpoint``), so its resident memory, descriptors and asyncio tasks can be
 sampled while it runs (every ``--sample-s``). The simulated endpoint is a separate
 process (``loadgen.sim``) on 127.0.0.1 with a small probability of each fault (429,
@@ -76,7 +76,7 @@ async def soak(*, minutes: float, rate: float, warmup_s: float, fault_p: float =
                timeout_s: float = 5.0, progress: Any = None) -> dict[str, Any]:
     """Run the soak and return its figures (see the module docstring)."""
     from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
-    from loadgen.measure import measure
+    from loadgen.measurement import measure
     from loadgen.runplan import LoadConfig
     from loadgen.sim.launch import SimProcess
 

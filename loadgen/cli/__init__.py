@@ -36,7 +36,7 @@ from loadgen.sim.command import sim_command
 from loadgen.workload.command import trace_group
 
 if TYPE_CHECKING:
-    from loadgen.measure import MeasuredRun
+    from loadgen.measurement import MeasuredRun
     from loadgen.sweep import SweepOutcome
 
 __all__ = [

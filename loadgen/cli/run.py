@@ -1,6 +1,6 @@
 """``loadgen run``: one sustained run, open loop (``--rate``) or closed loop (``--concurrency``).
 
-The command returns the :class:`~loadgen.measure.MeasuredRun` (or None for ``--dry-run``);
+The command returns the :class:`~loadgen.measurement.MeasuredRun` (or None for ``--dry-run``);
 :func:`loadgen.cli.run_exit_code` turns its verdict into the exit code.
 """
 
@@ -29,7 +29,7 @@ from loadgen.recordlog import default_out_dir
 from loadgen.redact import Redactor
 
 if TYPE_CHECKING:
-    from loadgen.measure import MeasuredRun
+    from loadgen.measurement import MeasuredRun
     from loadgen.runplan import LoadConfig
 
 __all__ = ["run_cmd"]
@@ -48,7 +48,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
     """The run (its verdict goes to :func:`loadgen.cli.run_exit_code`); None for --dry-run."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from loadgen.measure import measure
+    from loadgen.measurement import measure
     from loadgen.report.console import render_run
 
     load = build_load_config(kw)

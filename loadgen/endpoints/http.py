@@ -373,7 +373,7 @@ class HTTPSendMixin(EndpointBase):
 
     def _open_session(self) -> aiohttp.ClientSession:
         """The HTTP session for ``config`` (see :func:`open_session`); call inside the loop."""
-        cfg = self.config  # type: ignore[attr-defined]
+        cfg = self.config  # type: ignore[attr-defined]  # every endpoint using the mixin has a config
         return open_session(
             pool_limit=cfg.pool_limit,
             connect_timeout_s=cfg.connect_timeout_s,

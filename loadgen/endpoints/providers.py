@@ -193,7 +193,7 @@ def make_endpoint(
         fields.setdefault("accepted", dict(MANAGED_ACCEPTED))
         if api == "chat":
             fields["max_tokens_field"] = "max_completion_tokens"
-    cfg_o = OpenAIConfig(base_url=url, api=api, model=model, api_key=api_key, **fields)  # type: ignore[arg-type]
+    cfg_o = OpenAIConfig(base_url=url, api=api, model=model, api_key=api_key, **fields)  # type: ignore[arg-type]  # fields hold only OpenAIConfig optional fields
     return OpenAIEndpoint(cfg_o, redactor)
 
 

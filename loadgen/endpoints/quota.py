@@ -16,11 +16,19 @@ import datetime as dt
 import email.utils
 import re
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from loadgen.types import RequestSpec
 
+
+class Headers(Protocol):
+    """Response headers as every client library gives them: aiohttp's CIMultiDict, a dict,
+    ``http.client.HTTPMessage`` (the Locust client)."""
+
+    def get(self, name: str, /) -> str | None: ...
+
+    def items(self) -> Iterable[tuple[str, str]]: ...
 
 def _http_date_s(text: str) -> float | None:
     """Seconds since the epoch of an HTTP date (IMF-fixdate, RFC 850 or asctime; UTC)."""
@@ -70,7 +78,7 @@ def parse_retry_after(
     return max(when - ref, 0.0)
 
 
-def _get(headers: Mapping[str, str], name: str) -> str | None:
+def _get(headers: Headers, name: str) -> str | None:
     v = headers.get(name)
     if v is None and not hasattr(headers, "getall"):  # a plain dict: match case-insensitively
         low = name.lower()
@@ -80,7 +88,7 @@ def _get(headers: Mapping[str, str], name: str) -> str | None:
     return v
 
 
-def retry_after_from_headers(headers: Mapping[str, str]) -> float | None:
+def retry_after_from_headers(headers: Headers) -> float | None:
     """:func:`parse_retry_after` over a response's headers (any capitalisation)."""
     ms = _get(headers, "retry-after-ms") or _get(headers, "x-ms-retry-after-ms")
     return parse_retry_after(_get(headers, "retry-after"), _get(headers, "date"), retry_after_ms=ms)
@@ -138,7 +146,7 @@ _OPENAI_RL = re.compile(r"^x-ratelimit-(limit|remaining|reset)-([a-z0-9-]+)$")
 _ANTHROPIC_RL = re.compile(r"^anthropic-ratelimit-([a-z0-9-]+)-(limit|remaining|reset)$")
 
 
-def parse_ratelimit_headers(headers: Mapping[str, str]) -> dict[str, float] | None:
+def parse_ratelimit_headers(headers: Headers) -> dict[str, float] | None:
     """The quota state a response reports, or None when it reports none.
 
     Reads ``x-ratelimit-{limit,remaining,reset}-{requests,tokens,...}`` (OpenAI,

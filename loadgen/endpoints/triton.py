@@ -235,18 +235,18 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
         cfg = self.config
         out: list[tuple[str, str, Any]] = [(cfg.text_input, "BYTES", spec.prompt)]
         if self._has(cfg.stream_input):
-            out.append((cfg.stream_input, "BOOL", True))  # type: ignore[arg-type]
+            out.append((cfg.stream_input, "BOOL", True))  # type: ignore[arg-type]  # the value column holds str, bool or int
         if self._has(cfg.sampling_parameters_input):
-            out.append((cfg.sampling_parameters_input, "BYTES", orjson.dumps(self._sampling(spec)).decode()))  # type: ignore[arg-type]
+            out.append((cfg.sampling_parameters_input, "BYTES", orjson.dumps(self._sampling(spec)).decode()))  # type: ignore[arg-type]  # the value column holds str, bool or int
         if self._has(cfg.max_tokens_input) and spec.requested_output_tokens is not None:
             dt = _datatype(self.inputs.get(cfg.max_tokens_input or ""), "INT32")
-            out.append((cfg.max_tokens_input, dt, int(spec.requested_output_tokens)))  # type: ignore[arg-type]
+            out.append((cfg.max_tokens_input, dt, int(spec.requested_output_tokens)))  # type: ignore[arg-type]  # the value column holds str, bool or int
         for name in (
             cfg.exclude_input_input, cfg.return_num_output_tokens_input,
             cfg.return_num_input_tokens_input, cfg.return_finish_reason_input,
         ):  # fmt: skip
             if self._has(name):
-                out.append((name, "BOOL", True))  # type: ignore[arg-type]
+                out.append((name, "BOOL", True))  # type: ignore[arg-type]  # the value column holds str, bool or int
         return out
 
     def http_body(self, spec: RequestSpec) -> dict[str, Any]:

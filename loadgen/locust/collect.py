@@ -23,7 +23,7 @@ import gevent
 from loadgen.clock import now_ns, wall_anchor
 from loadgen.histograms import LatencyHistogram
 from loadgen.locust.client import client_settings
-from loadgen.measure import build_result, raise_fd_limit
+from loadgen.measurement import build_result, raise_fd_limit
 from loadgen.metrics import RequestMetrics, compute
 from loadgen.recordlog import RecordWriter, write_hlog, write_json
 from loadgen.redact import Redactor

@@ -82,7 +82,7 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     gc_quiet(True)
     runner = environment.runner
     lead = LEAD_IN_NS if S.role == "local" else LEAD_IN_NS + 1_000_000_000
-    cfg = schedule_span(environment, S.config, lead)  # type: ignore[arg-type]
+    cfg = schedule_span(environment, S.config, lead)  # type: ignore[arg-type]  # S.config is set at test start
     if S.role == "local":
         plan = new_plan(cfg, lead)
         S.collector = LocustCollector(environment, cfg, plan, out_dir(cfg), [])

@@ -252,7 +252,7 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
                 del nums[k]
                 warnings.append(f"{k}: {label} is 0 (tokens arrived together in multi-token chunks); not ranked on it")
         if ranked and better and len(nums) >= 2 and len(set(nums.values())) > 1:  # a tie for all: no best
-            best = (max if better == "high" else min)(nums, key=nums.get)  # type: ignore[arg-type]
+            best = (max if better == "high" else min)(nums, key=nums.get)  # type: ignore[arg-type]  # dict.get as the key function
         rows.append({"key": key, "label": label, "values": vals, "best": best})
     warnings += [f"{s.label} drifts over its run: {s.drift['reason']}" for s in systems if s.drift.get("verdict") == "drifting"]
     return {

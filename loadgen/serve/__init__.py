@@ -16,10 +16,9 @@ interpreter is named by ``server_python`` / ``--server-python`` or
 
 from loadgen.serve.launch import SERVER_KINDS, launch, server_process
 from loadgen.serve.observe import ServerObserver
-from loadgen.serve.process import EXIT_SERVER_START, ServerProcess, ServerStartError, free_port
+from loadgen.serve.process import ServerProcess, ServerStartError, free_port
 
 __all__ = [
-    "EXIT_SERVER_START",
     "SERVER_KINDS",
     "ServerObserver",
     "ServerProcess",

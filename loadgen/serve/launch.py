@@ -74,4 +74,4 @@ def launch(kind: str, **kw: object) -> ServerProcess:
     Raises :class:`loadgen.serve.ServerStartError` (exit 4 in the CLI) when the server
     exits or is not ready in time, after stopping its whole process group.
     """
-    return server_process(kind, **kw).start()  # type: ignore[arg-type]
+    return server_process(kind, **kw).start()  # type: ignore[arg-type]  # kind is checked by server_process at run time

@@ -313,7 +313,7 @@ class EnergyMeter:
         while not self._stop.is_set():
             p = [self._nvml.power_mw(h) for h in self._handles]
             if all(x is not None for x in p) and len(self._samples) < self.MAX_SAMPLES:
-                self._samples.append((time.monotonic() - self._t0, sum(p) / 1000.0))  # type: ignore[arg-type]
+                self._samples.append((time.monotonic() - self._t0, sum(p) / 1000.0))  # type: ignore[arg-type]  # every reading was checked non-None just above
             self._stop.wait(self.period_s)
 
     def stop(self) -> dict[str, Any]:

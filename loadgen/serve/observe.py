@@ -29,9 +29,9 @@ from typing import Any
 import aiohttp
 
 from loadgen.serve import prom
-from loadgen.serve.server_facts import server_conditions
 from loadgen.serve.nvml import NVML, EnergyMeter, NVMLUnavailable, gpus_for_pids
 from loadgen.serve.process import ServerProcess, group_members
+from loadgen.serve.server_facts import server_conditions
 
 __all__ = ["ServerObserver"]
 

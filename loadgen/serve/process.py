@@ -39,9 +39,8 @@ from typing import Any
 
 from loadgen.errors import LoadgenError
 
-__all__ = ["EXIT_SERVER_START", "ServerProcess", "ServerStartError", "free_port", "group_alive", "group_members"]
+__all__ = ["ServerProcess", "ServerStartError", "free_port", "group_alive", "group_members"]
 
-EXIT_SERVER_START = 4
 """Exit code of the CLI when a server launched by loadgen fails to start."""
 
 _POLL_S = 0.25

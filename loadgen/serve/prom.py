@@ -191,7 +191,7 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 
 
 def vllm_summary(
-    before: Scrape, after: Scrape, samples: list[Scrape] = (), model: str | None = None  # type: ignore[assignment]
+    before: Scrape, after: Scrape, samples: list[Scrape] = (), model: str | None = None  # type: ignore[assignment]  # an empty tuple default, never mutated
 ) -> dict[str, Any]:
     """The vLLM figures of one run: counter deltas and gauge peaks (see the module docstring).
 
@@ -243,7 +243,7 @@ def _has_label(s: Scrape, name: str, label: str, value: str) -> bool:
 
 
 def triton_summary(
-    before: Scrape, after: Scrape, samples: list[Scrape] = (), model: str | None = None  # type: ignore[assignment]
+    before: Scrape, after: Scrape, samples: list[Scrape] = (), model: str | None = None  # type: ignore[assignment]  # an empty tuple default, never mutated
 ) -> dict[str, Any]:
     """The Triton figures of one run: inference counts, queue and compute time (per request, ms),
     pending-request peak, and GPU energy when Triton exports it. vLLM-backend series

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         import uvloop
     except ImportError:
         return None
-    return uvloop.new_event_loop  # type: ignore[no-any-return]
+    return uvloop.new_event_loop
 
 
 def _write_port_file(path: str, port: int) -> None:
@@ -72,7 +73,7 @@ async def _serve(
         try:
             shown = f"[{host}]" if ":" in host else host
             click.echo(f"loadgen-sim listening on http://{shown}:{bound}")
-            click.get_text_stream("stdout").flush()
+            sys.stdout.flush()
             if port_file:
                 _write_port_file(port_file, bound)
             await stop.wait()

@@ -84,7 +84,7 @@ def sim_version() -> str:
     try:
         import loadgen
 
-        return str(loadgen.__version__)  # type: ignore[attr-defined]
+        return str(loadgen.__version__)
     except Exception:
         return "0.1.0"
 

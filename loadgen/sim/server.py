@@ -151,7 +151,7 @@ class SimServer:
         self._runner = runner
         server = site._server
         assert server is not None
-        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]  # aiohttp types _server as AbstractServer; it is an asyncio Server
         return self.port
 
     async def stop(self) -> None:
@@ -190,7 +190,7 @@ class SimServer:
         queues = self._queues
         while True:
             for em in model.advance(now_ns()):
-                q = queues.get(em.req_id)  # type: ignore[call-overload]
+                q = queues.get(em.req_id)  # type: ignore[call-overload]  # req_id is the int the server submitted
                 if q is not None:
                     q.put_nowait(em)
             deadline_ns = model.next_event_ns()

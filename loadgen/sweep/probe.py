@@ -35,7 +35,7 @@ from typing import Any
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.base import Endpoint
-from loadgen.measure import measure
+from loadgen.measurement import measure
 from loadgen.metrics import RequestMetrics
 from loadgen.runner import Runner
 from loadgen.runplan import LoadConfig

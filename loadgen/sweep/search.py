@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.endpoints.base import Endpoint
-from loadgen.measure import measure
+from loadgen.measurement import measure
 from loadgen.metrics import RequestMetrics
 from loadgen.pricing import answer_cost
 from loadgen.runner import Runner
@@ -42,7 +42,6 @@ from loadgen.types import RequestRecord
 class SweepOutcome:
     result: dict[str, Any]
     probes: list[Probe]
-    exit_code: int
 
 
 class Sweep:
@@ -327,15 +326,7 @@ class Sweep:
             "probes": [p.to_json() for p in self.probes],
             "interrupted": self.interrupted,
         }
-        if self.interrupted:
-            code = 130
-        elif limited_by == "client":
-            code = 5
-        elif last_pass is None and best_probe is None:
-            code = 1
-        else:
-            code = 0
-        return SweepOutcome(result, self.probes, code)
+        return SweepOutcome(result, self.probes)
 
 
 def cost_per_million(cost_per_hour_usd: float | None, tokens_per_s: float | None) -> float | None:

@@ -81,8 +81,8 @@ def arrival_offsets_array(
     parts: list[np.ndarray] = []
     t = 0.0
     first = True
-    limit = duration_s * 1e9  # type: ignore[operator]
-    batch = max(int(rate_rps * duration_s * 1.2) + 16, 16)  # type: ignore[operator]
+    limit = duration_s * 1e9  # type: ignore[operator]  # duration_s is set when count is None (checked above)
+    batch = max(int(rate_rps * duration_s * 1.2) + 16, 16)  # type: ignore[operator]  # duration_s is set when count is None (checked above)
     while True:
         gaps = _gaps(kind, rate_rps, batch, rng, burstiness) * 1e9
         if first:

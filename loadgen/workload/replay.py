@@ -133,7 +133,7 @@ def loop_offsets(
     if count is not None:
         reps = -(-count // n)
     else:
-        reps = int(until_ns // plan.period_ns) + 1  # type: ignore[operator]
+        reps = int(until_ns // plan.period_ns) + 1  # type: ignore[operator]  # period_ns is set when the replay loops by time
     if reps * n > 50_000_000:
         raise ConfigError(f"looping would schedule {reps * n} requests; choose a shorter run")
     k = np.repeat(np.arange(reps, dtype=np.int64), n)

@@ -355,7 +355,7 @@ class Workload:
             rate_rps=rate_rps, arrival=arrival, burstiness=burstiness, requests=requests,
             duration_s=duration_s, warmup_requests=warmup_requests, warmup_s=warmup_s,
         ):  # fmt: skip
-            out.append(ScheduledRequest(p.offset_ns, self.spec_for(p), p.phase))  # type: ignore[arg-type]
+            out.append(ScheduledRequest(p.offset_ns, self.spec_for(p), p.phase))  # type: ignore[arg-type]  # phase is "warmup" or "measured"
             self.content_tokens[p.index] = self._last_content
         return out
 

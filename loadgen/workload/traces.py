@@ -118,7 +118,7 @@ def _open(path: str) -> Iterator[IO[bytes]]:
     with open(path, "rb", buffering=1 << 20) as fh:
         if fh.peek(2)[:2] == b"\x1f\x8b":  # type: ignore[attr-defined]  # open(..., "rb", buffering) is a BufferedReader, typed BinaryIO
             with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
-                yield gz  # type: ignore[misc]
+                yield gz  # type: ignore[misc]  # GzipFile is a binary stream
         else:
             yield fh
 

@@ -5,7 +5,7 @@ Servers: the simulated endpoint (``loadgen.sim``), or the fault server of
 server playing a behavior per request or as a proxy in front of a server (added
 latency, one byte per send, a freeze, a down period, TLS termination).
 
-The client runs in this process through the library (``loadgen.measure.measure``
+The client runs in this process through the library (``loadgen.measurement.measure``
 with an ``OpenAIEndpoint``), so descriptors and tasks can be counted before and
 after (``check_run``). For every row: no crash, no hang (the run ends within its
 deadline), every scheduled request accounted for exactly once (a record, or

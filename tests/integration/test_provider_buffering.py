@@ -16,7 +16,7 @@ from typing import Any
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.providers import make_endpoint
-from loadgen.measure import measure
+from loadgen.measurement import measure
 from loadgen.metrics import compute
 from loadgen.runplan import LoadConfig
 from loadgen.sim.launch import SimProcess

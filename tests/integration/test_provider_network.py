@@ -19,7 +19,7 @@ import pytest
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.providers import make_endpoint
-from loadgen.measure import measure
+from loadgen.measurement import measure
 from loadgen.metrics import compute
 from loadgen.results import network_ns
 from loadgen.runplan import LoadConfig

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
-from loadgen.measure import measure
+from loadgen.measurement import measure
 from loadgen.runplan import LoadConfig
 from loadgen.serve import ServerObserver, ServerProcess, launch
 from loadgen.serve.process import group_alive

@@ -8,7 +8,7 @@ function is still an arrow). The rules:
 2. Arrows point down: a module imports only modules on its own floor or below (FLOORS).
 3. Nothing below ``cli/`` imports ``cli``; nothing imports ``locust/``.
 4. Only the network rooms open sockets (SOCKET_ROOMS).
-5. ``measure``, ``workers`` and ``sweep`` import no concrete endpoint.
+5. ``measurement``, ``workers`` and ``sweep`` import no concrete endpoint.
 6. No module over 600 lines.
 
 ALLOWED lists today's known violations; it may only shrink, and is empty when the
@@ -40,7 +40,7 @@ FLOORS: dict[str, int] = {
     # the same run spread over processes or machines (a worker runs the same runner)
     "loadgen.workers": 3, "loadgen.cluster": 3,
     # one measured run (here, or spread by workers / cluster)
-    "loadgen.measure": 4,
+    "loadgen.measurement": 4,
     # searches, checks, reports
     "loadgen.sweep": 5, "loadgen.check": 5, "loadgen.report": 5,
     # the top floor and the leaf
@@ -58,7 +58,7 @@ SOCKET_PATTERN = re.compile(
 )
 CONCRETE_ENDPOINTS = ("loadgen.endpoints.openai", "loadgen.endpoints.anthropic", "loadgen.endpoints.triton",
                       "loadgen.endpoints.triton_grpc")
-NO_CONCRETE_ENDPOINT = ("loadgen.measure", "loadgen.workers", "loadgen.sweep")
+NO_CONCRETE_ENDPOINT = ("loadgen.measurement", "loadgen.workers", "loadgen.sweep")
 
 # today's known violations: (rule, module[, target]). Shrinks only; empty at the end of the redesign.
 ALLOWED: set[tuple[str, ...]] = set()
@@ -281,8 +281,8 @@ def test_each_check_finds_a_planted_violation() -> None:
         ("loadgen.a", "loadgen.b", "loadgen.c")
     ]
     assert circles({"loadgen.a": {"loadgen.b"}, "loadgen.b": set()}) == []
-    assert upward({"loadgen.runner": {"loadgen.measure"}}) == [("loadgen.runner", "loadgen.measure")]
-    assert upward({"loadgen.measure": {"loadgen.runner"}}) == []
+    assert upward({"loadgen.runner": {"loadgen.measurement"}}) == [("loadgen.runner", "loadgen.measurement")]
+    assert upward({"loadgen.measurement": {"loadgen.runner"}}) == []
     assert into_top_or_leaf({"loadgen.check": {"loadgen.cli.run"}, "loadgen.cli.run": {"loadgen.locust.dispatch"}}) == [
         ("cli", "loadgen.check", "loadgen.cli.run"),
         ("locust", "loadgen.cli.run", "loadgen.locust.dispatch"),

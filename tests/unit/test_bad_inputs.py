@@ -1,6 +1,6 @@
 """A corpus of malformed server input, each case asserting the exact error kind.
 
-Every case is one request of a real ``loadgen.measure.measure`` run in this process
+Every case is one request of a real ``loadgen.measurement.measure`` run in this process
 (``OpenAIEndpoint``, aiohttp) against a raw HTTP/1.1 server on 127.0.0.1 in its own
 process (``tests/fixtures/fault_proxy.py``) that writes the case's bytes as given:
 

@@ -22,7 +22,7 @@ from loadgen.recordlog import record_line
 from loadgen.results import Aggregator, ratelimit_series
 from loadgen.runner import ClientStats
 from loadgen.types import RequestRecord, RequestSpec, TokenEvent
-from loadgen.validity import ValidityBounds
+from loadgen.validity import ValidityBounds, validity
 
 MS = 1_000_000
 DATE = "Wed, 21 Oct 2015 07:28:00 GMT"
@@ -293,7 +293,7 @@ def test_aggregator_rate_limit_series_and_counts() -> None:
     assert rl["series"]["t_s"] == [0.001, 0.059, 0.101, 0.201, 0.301]
     assert rl["series"]["remaining_requests"] == [10, 0, 9, 8, 7]
     assert rl["series"]["reset_requests_s"] == [6.0, None, 6.0, 6.0, 6.0]
-    v = agg.validity(ClientStats(), ValidityBounds(min_requests=1, min_duration_s=0))
+    v = validity(agg, ClientStats(), ValidityBounds(min_requests=1, min_duration_s=0))
     assert "rate_limits" in {c["name"] for c in v["checks"]} and v["limited_by"] is None
 
 
@@ -305,7 +305,7 @@ def test_rate_limit_dominated_run_is_limited_by_rate_limit() -> None:
         agg.add(r, compute(r))
     r = _ok(5, 0)
     agg.add(r, compute(r))
-    v = agg.validity(ClientStats(), ValidityBounds(min_requests=1, min_duration_s=0))
+    v = validity(agg, ClientStats(), ValidityBounds(min_requests=1, min_duration_s=0))
     assert v["valid"] and v["limited_by"] == "rate_limit"
 
 
@@ -325,7 +325,7 @@ def test_throttled_run_says_so_and_its_lag_is_not_the_generators() -> None:
         r.events = [TokenEvent(205 * MS, "a"), TokenEvent(208 * MS, "b")]
         r.end_ns = 210 * MS
         agg.add(r, compute(r))
-    v = agg.validity(ClientStats(), ValidityBounds(min_requests=1, min_duration_s=0))
+    v = validity(agg, ClientStats(), ValidityBounds(min_requests=1, min_duration_s=0))
     checks = {c["name"]: c for c in v["checks"]}
     assert checks["schedule_lag_p99"]["ok"] and v["valid"]
     assert checks["offered_load_not_capped"]["ok"] is False and "capped" in v["offered_load"]
@@ -340,10 +340,10 @@ def test_loop_lag_p99_is_reported_and_bounded() -> None:
         r = _ok(i, 0)
         agg.add(r, compute(r))
     lags = [0.1] * 98 + [30.0, 30.0]
-    v = agg.validity(ClientStats(loop_lag_ms=lags), ValidityBounds(min_requests=1, min_duration_s=0))
+    v = validity(agg, ClientStats(loop_lag_ms=lags), ValidityBounds(min_requests=1, min_duration_s=0))
     assert v["loop_lag_p99_ms"] == pytest.approx(30.0)  # rank 98.01 of 0..99 lies between the two 30s
     assert not v["valid"] and v["limited_by"] == "client"
-    v = agg.validity(ClientStats(), ValidityBounds(min_requests=1, min_duration_s=0))
+    v = validity(agg, ClientStats(), ValidityBounds(min_requests=1, min_duration_s=0))
     assert v["loop_lag_p99_ms"] is None and v["valid"]
 
 
@@ -370,7 +370,7 @@ def test_only_the_connect_after_the_scheduled_time_excuses_schedule_lag() -> Non
             r = _ok(i, i * 100 * MS, connect_ns=18 * MS, connect_late_ns=late_part)
             r.sent_ns = r.scheduled_ns + 10 * MS
             agg.add(r, compute(r))
-        v = agg.validity(ClientStats(open_loop=True, schedule_realized_rps=agg.throughput()["achieved_send_rps"]),
+        v = validity(agg, ClientStats(open_loop=True, schedule_realized_rps=agg.throughput()["achieved_send_rps"]),
                          ValidityBounds(min_requests=1, min_duration_s=0))
         lag = next(c for c in v["checks"] if c["name"] == "schedule_lag_p99")
         assert lag["ok"] is valid, lag["detail"]

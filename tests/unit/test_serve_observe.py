@@ -9,9 +9,9 @@ from typing import Any
 
 from aiohttp import web
 
-from loadgen.serve.server_facts import package_versions, parse_engine_log, server_conditions
 from loadgen.serve.observe import ServerObserver
 from loadgen.serve.process import ServerProcess
+from loadgen.serve.server_facts import package_versions, parse_engine_log, server_conditions
 
 ENGINE_LINE = (
     "(EngineCore pid=25386) INFO 11-30 10:48:49 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "

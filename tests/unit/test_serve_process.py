@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.cli import EXIT_SERVER_START
 from loadgen.serve.process import (
-    EXIT_SERVER_START,
     ServerProcess,
     ServerStartError,
     free_port,

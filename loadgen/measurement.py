@@ -13,7 +13,7 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from loadgen import __version__
 from loadgen.clock import now_ns
@@ -27,6 +27,7 @@ from loadgen.results import Aggregator
 from loadgen.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan
 from loadgen.runplan import LoadConfig, build_plan, build_workload
 from loadgen.types import RequestRecord
+from loadgen.validity import validity as run_validity
 from loadgen.workers import run_workers
 from loadgen.workload.prompts import new_salt
 
@@ -175,18 +176,24 @@ async def _run_here(
     return await runner.run()
 
 
+class Described(Protocol):
+    """What ``build_result`` needs of the endpoint: its description for ``conditions.endpoint``."""
+
+    def describe(self) -> dict[str, Any]: ...
+
+
 def build_result(
     agg: Aggregator,
     outcome: RunOutcome,
     cfg: LoadConfig,
-    endpoint: Endpoint,
+    endpoint: Described,
     *,
     started_at: dt.datetime,
     config_record: dict[str, Any],
     fd_limit: tuple[int, int],
 ) -> dict[str, Any]:
     """The ``result.json`` body (schema_version 1)."""
-    validity = agg.validity(outcome.client, cfg.bounds)
+    validity = run_validity(agg, outcome.client, cfg.bounds)
     cond = client_conditions()
     cond["endpoint"] = endpoint.describe()
     cond["open_file_limit"] = {"soft": fd_limit[0], "hard": fd_limit[1]}
