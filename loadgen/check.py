@@ -173,8 +173,15 @@ async def collect(
     from loadgen.errors import ConfigError
     from loadgen.redact import Redactor, redact_url, split_url_secrets
 
-    redact = Redactor([*split_url_secrets(base_url)[1], *(p for v in (headers or {}).values() for p in (v, *v.split()[-1:]) if len(p) >= 8)])
-    async with aiohttp.ClientSession(timeout=timeout, headers=headers or {}, connector=aiohttp.TCPConnector(limit=0)) as http:
+    redact = Redactor(
+        [
+            *split_url_secrets(base_url)[1],
+            *(p for v in (headers or {}).values() for p in (v, *v.split()[-1:]) if len(p) >= 8),
+        ]
+    )
+    async with aiohttp.ClientSession(
+        timeout=timeout, headers=headers or {}, connector=aiohttp.TCPConnector(limit=0)
+    ) as http:
         model = settings.model
         if model is None:
             try:
@@ -190,7 +197,9 @@ async def collect(
             t = time.perf_counter_ns()
             try:
                 for _ in range(2):
-                    async with http.post(path, json=_payload(settings, model, q.prompt, use_ids), allow_redirects=False) as r:
+                    async with http.post(
+                        path, json=_payload(settings, model, q.prompt, use_ids), allow_redirects=False
+                    ) as r:
                         body = await r.read()
                         if r.status == 400 and use_ids:
                             use_ids = False  # the server does not know return_token_ids: text only
@@ -221,7 +230,11 @@ async def collect(
             outputs = [first, *rest]
         else:
             outputs = [await one(q) for q in prompts]
-    return {"model": model, "token_ids": use_ids and any(o["token_ids"] is not None for o in outputs), "outputs": outputs}
+    return {
+        "model": model,
+        "token_ids": use_ids and any(o["token_ids"] is not None for o in outputs),
+        "outputs": outputs,
+    }
 
 
 # ---------------------------------------------------------------- scoring
@@ -285,7 +298,7 @@ def agreement(candidate: dict[str, Any], reference: dict[str, Any], tokenizer: A
         cseq = _seq(o, unit, tokenizer)
         nc = _length(o, cseq)
         len_c += nc
-        ft += (cseq[:1] == rseq[:1])
+        ft += cseq[:1] == rseq[:1]
         em += cseq == rseq
         common = lcp(cseq, rseq)
         lcp_sum += common
@@ -333,7 +346,9 @@ def accuracy(outputs: list[dict[str, Any]], prompts: list[Prompt]) -> dict[str, 
     graded = [q for q in prompts if q.answers]
     if not graded:
         return None
-    correct = sum(1 for q in graded if not by_id[q.id].get("error") and is_correct(by_id[q.id]["text"], q.answers or ()))
+    correct = sum(
+        1 for q in graded if not by_id[q.id].get("error") and is_correct(by_id[q.id]["text"], q.answers or ())
+    )
     return {"questions": len(graded), "correct": correct, "accuracy": correct / len(graded),
             "rule": "an accepted answer occurs as a whole-word sequence in the normalised output"}  # fmt: skip
 
@@ -358,8 +373,12 @@ def check_document(
         "started_at": dt.datetime.now(dt.UTC).isoformat(),
         "endpoint": {"url": redact_url(base_url), "api": settings.api, "model": collected["model"]},
         "settings": {
-            "temperature": settings.temperature, "seed": settings.seed, "max_tokens": settings.max_tokens,
-            "rate_rps": settings.rate_rps, "prompts_file": prompts_file, "prompts_sha256": sha,
+            "temperature": settings.temperature,
+            "seed": settings.seed,
+            "max_tokens": settings.max_tokens,
+            "rate_rps": settings.rate_rps,
+            "prompts_file": prompts_file,
+            "prompts_sha256": sha,
             "load": f"open loop at {settings.rate_rps:g} req/s" if settings.rate_rps else "one request at a time",
         },  # fmt: skip
         "token_ids": collected["token_ids"],
@@ -433,7 +452,9 @@ def run_check(
         from dataclasses import replace
 
         rs = replace(s, rate_rps=None)
-        ref_doc = check_document(reference, prompts, pf, rs, asyncio.run(collect(reference, prompts, rs, headers)), answers=answers)
+        ref_doc = check_document(
+            reference, prompts, pf, rs, asyncio.run(collect(reference, prompts, rs, headers)), answers=answers
+        )
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "reference-check.json").write_bytes(orjson.dumps(ref_doc, option=orjson.OPT_INDENT_2))
@@ -445,7 +466,11 @@ def run_check(
         ref_source = str(reference)
     doc = check_document(endpoint, prompts, pf, s, asyncio.run(collect(endpoint, prompts, s, headers)), answers=answers)
     if ref_doc is not None:
-        doc["reference"] = {"source": ref_source, "endpoint": ref_doc.get("endpoint"), "settings": ref_doc.get("settings")}
+        doc["reference"] = {
+            "source": ref_source,
+            "endpoint": ref_doc.get("endpoint"),
+            "settings": ref_doc.get("settings"),
+        }
         doc["agreement"] = agreement(doc, ref_doc, tokenizer)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -94,14 +94,18 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as exc:
-        raise ConfigError(f"--cluster {address!r}: nothing listens there ({exc.strerror or exc}); is the Ray head up?") from None
+        raise ConfigError(
+            f"--cluster {address!r}: nothing listens there ({exc.strerror or exc}); is the Ray head up?"
+        ) from None
 
 
 def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ConfigError("--cluster needs Ray: pip install 'loadgen[cluster]' (on the driver and every node)") from None
+        raise ConfigError(
+            "--cluster needs Ray: pip install 'loadgen[cluster]' (on the driver and every node)"
+        ) from None
     return ray
 
 
@@ -125,7 +129,12 @@ class _WorkerActor:
         import ray
 
         ctx = ray.get_runtime_context()
-        return {"host": socket.gethostname(), "ip": ray.util.get_node_ip_address(), "node_id": ctx.get_node_id(), "pid": os.getpid()}
+        return {
+            "host": socket.gethostname(),
+            "ip": ray.util.get_node_ip_address(),
+            "node_id": ctx.get_node_id(),
+            "pid": os.getpid(),
+        }
 
     def clock(self) -> int:
         return time.time_ns()
@@ -170,8 +179,15 @@ class _WorkerActor:
                 with asyncio.Runner(loop_factory=factory) as r:
                     r.run(
                         worker_body(
-                            w, n, ep_cfg, redactor, load, send, self._in.get,
-                            install_signal_handlers=False, on_runner=on_runner,
+                            w,
+                            n,
+                            ep_cfg,
+                            redactor,
+                            load,
+                            send,
+                            self._in.get,
+                            install_signal_handlers=False,
+                            on_runner=on_runner,
                         )
                     )
             except BaseException as exc:  # reported to the driver, which counts this shard as unsent
@@ -284,7 +300,10 @@ class Cluster:
         def init() -> None:
             try:
                 self.ray.init(
-                    address=self.address, runtime_env=runtime_env, log_to_driver=False, logging_level="ERROR",
+                    address=self.address,
+                    runtime_env=runtime_env,
+                    log_to_driver=False,
+                    logging_level="ERROR",
                     namespace="loadgen",
                 )
                 box["ok"] = True
@@ -466,7 +485,10 @@ class Cluster:
                     try:
                         msgs = ray.get(ref, timeout=10)
                     except Exception as exc:
-                        col.fail(w, f"died: {type(exc).__name__}: {redactor(str(exc)).splitlines()[0][:300] if str(exc) else ''}")
+                        col.fail(
+                            w,
+                            f"died: {type(exc).__name__}: {redactor(str(exc)).splitlines()[0][:300] if str(exc) else ''}",
+                        )
                         failed.add(w)
                         continue
                     finished = False
@@ -496,7 +518,13 @@ class Cluster:
         return outcome, self.last_conditions
 
     def _conditions(
-        self, n: int, info: dict[int, dict], ready: dict[int, tuple], skew: dict[int, dict], t0_wall: int, redactor: Redactor
+        self,
+        n: int,
+        info: dict[int, dict],
+        ready: dict[int, tuple],
+        skew: dict[int, dict],
+        t0_wall: int,
+        redactor: Redactor,
     ) -> dict[str, Any]:
         actors = []
         for w in range(n):

@@ -74,9 +74,7 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN_ESTIMATE)
 
 
-def count_output_tokens(
-    record: RequestRecord, tokenizer: TokenCounter | None = None
-) -> tuple[int, bool]:
+def count_output_tokens(record: RequestRecord, tokenizer: TokenCounter | None = None) -> tuple[int, bool]:
     """Return ``(output_tokens, estimated)`` for a record (see module docstring)."""
     if record.completion_tokens is not None:
         return record.completion_tokens, False

@@ -55,14 +55,18 @@ def token_prices(
     """Prices from the CLI options; None when none is given. Raises ConfigError when only one side is."""
     if input_per_million is None and output_per_million is None:
         if cached_input_per_million is not None:
-            raise ConfigError("--price-cached-input-per-million needs --price-input-per-million and --price-output-per-million")
+            raise ConfigError(
+                "--price-cached-input-per-million needs --price-input-per-million and --price-output-per-million"
+            )
         return None
     if input_per_million is None or output_per_million is None:
         raise ConfigError("give both --price-input-per-million and --price-output-per-million")
     return TokenPrices(input_per_million, output_per_million, cached_input_per_million)
 
 
-def request_cost_usd(prices: TokenPrices, input_tokens: float, output_tokens: float, cached_input_tokens: float = 0) -> float:
+def request_cost_usd(
+    prices: TokenPrices, input_tokens: float, output_tokens: float, cached_input_tokens: float = 0
+) -> float:
     """((I - C) * p_in + C * p_cached + O * p_out) / 1e6 (see the module docstring)."""
     cached = min(max(cached_input_tokens, 0), max(input_tokens, 0))
     p_cached = prices.cached_input_per_million_usd

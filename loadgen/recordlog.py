@@ -95,8 +95,13 @@ def _provider_keys(d: dict[str, Any], rec: RequestRecord, t0_ns: int) -> None:
     """
     d["connection_reused"] = rec.connection_reused
     dns, tcp, tls, headers, ttft_sent = network_ns(rec)
-    for key, v in (("dns_ms", dns), ("tcp_connect_ms", tcp), ("tls_ms", tls),
-                   ("time_to_headers_ms", headers), ("ttft_from_sent_ms", ttft_sent)):
+    for key, v in (
+        ("dns_ms", dns),
+        ("tcp_connect_ms", tcp),
+        ("tls_ms", tls),
+        ("time_to_headers_ms", headers),
+        ("ttft_from_sent_ms", ttft_sent),
+    ):
         if v is not None:
             d[key] = _ms(v)
     if rec.buffered:
@@ -162,9 +167,7 @@ def write_hlog(path: Path, agg: Aggregator, outcome: RunOutcome) -> None:
     for name, h in agg.hist.items():
         if h.hist.get_total_count() == 0:
             continue
-        lines.append(
-            f"Tag={name},{0.0:.3f},{end_s - start_s:.3f},{h.hist.get_max_value() / 1e6:.3f},{h.encode()}"
-        )
+        lines.append(f"Tag={name},{0.0:.3f},{end_s - start_s:.3f},{h.hist.get_max_value() / 1e6:.3f},{h.encode()}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

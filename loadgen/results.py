@@ -38,7 +38,16 @@ from loadgen.types import RequestRecord
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
 PER_REQUEST_METRICS = ("ttft", "time_to_first_answer_token", "tpot", "e2e", "schedule_lag", "error_e2e")
 PER_TOKEN_METRICS = ("itl", "inter_chunk")
-LATENCY_METRICS = ("ttft", "time_to_first_answer_token", "itl", "inter_chunk", "tpot", "e2e", "schedule_lag", "error_e2e")
+LATENCY_METRICS = (
+    "ttft",
+    "time_to_first_answer_token",
+    "itl",
+    "inter_chunk",
+    "tpot",
+    "e2e",
+    "schedule_lag",
+    "error_e2e",
+)
 NETWORK_METRICS = ("dns", "tcp_connect", "tls", "time_to_headers", "ttft_from_sent")
 """Per-request network timings kept apart from the latency metrics (see :func:`network_ns`)."""
 RATELIMIT_SERIES_POINTS = 1000
@@ -313,7 +322,6 @@ class Aggregator:
             "goodput_rps": (self.conforming / self.duration_s) if self.duration_s > 0 else None,
             "note": "failed and zero-output requests count as non-conforming; thresholds inclusive",
         }
-
 
     def provider_result(self, t0_ns: int | None = None) -> dict[str, Any]:
         """Quota, client-cap and network facts of the run (empty parts left out).

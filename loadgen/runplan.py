@@ -120,5 +120,3 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
         warmup_s=cfg.warmup_s,
         drain_grace_s=cfg.drain_grace_s,
     )
-
-

@@ -106,9 +106,7 @@ class SSEDecoder:
         for line in lines:
             if not line:
                 if self._data:
-                    events.append(
-                        SSEEvent("\n".join(self._data), self._event or "message", self._id, self._retry)
-                    )
+                    events.append(SSEEvent("\n".join(self._data), self._event or "message", self._id, self._retry))
                 self._data = []
                 self._event = ""
                 self._retry = None

@@ -17,10 +17,7 @@ def _log_binom_pmf(i: int, n: int, p: float) -> float:
         return 0.0 if i == 0 else -math.inf
     if p >= 1.0:
         return 0.0 if i == n else -math.inf
-    return (
-        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-        + i * math.log(p) + (n - i) * math.log1p(-p)
-    )
+    return math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (n - i) * math.log1p(-p)
 
 
 def binom_cdf(k: int, n: int, p: float) -> float:

@@ -96,7 +96,9 @@ class _Bin:
         }
 
 
-def series(lines: Iterable[dict[str, Any]] | Path, origin: str = "scheduled", intervals: int = INTERVALS) -> dict[str, Any] | None:
+def series(
+    lines: Iterable[dict[str, Any]] | Path, origin: str = "scheduled", intervals: int = INTERVALS
+) -> dict[str, Any] | None:
     """The time series of one run's request lines (or its ``requests.jsonl`` path).
 
     ``lines`` may be iterated twice (a path is re-read). Returns None when no measured

@@ -34,7 +34,6 @@ class ValidityBounds:
     max_error_rate: float = 0.01
 
 
-
 class RunCounts(Protocol):
     """What the validity checks read of a run's aggregate (an :class:`~loadgen.results.Aggregator`)."""
 

@@ -56,9 +56,7 @@ def shard_plan(plan: RunPlan, w: int, n: int) -> RunPlan:
     if plan.max_requests is not None:
         max_req = plan.max_requests // n + (1 if w < plan.max_requests % n else 0)
     warm = plan.warmup_requests // n + (1 if w < plan.warmup_requests % n else 0)
-    return replace(
-        plan, concurrency=users, max_requests=max_req, warmup_requests=warm, index_start=w, index_stride=n
-    )
+    return replace(plan, concurrency=users, max_requests=max_req, warmup_requests=warm, index_start=w, index_stride=n)
 
 
 def auto_workers() -> int:
@@ -309,7 +307,9 @@ def run_workers(
     conns: list[Connection] = []
     for w in range(n):
         a, b = ctx.Pipe(duplex=True)
-        p = ctx.Process(target=_worker_main, args=(w, n, ep_cfg, redactor, load, b), daemon=True, name=f"loadgen-worker-{w}")
+        p = ctx.Process(
+            target=_worker_main, args=(w, n, ep_cfg, redactor, load, b), daemon=True, name=f"loadgen-worker-{w}"
+        )
         p.start()
         b.close()
         procs.append(p)

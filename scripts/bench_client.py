@@ -37,12 +37,32 @@ def level(c: int, workers: int, tokens: int, itl_ms: float, duration_s: float, p
     d = Path(tempfile.mkdtemp(prefix=f"bench-client-c{c}-w{workers}-"))
     truth_path = d / "truth.jsonl"
     sim_cpus, client_cpus = cpu_split(workers, pin)
-    with SimProcess(["--slots", "4096", "--ttft-ms", "10", "--itl-ms", str(itl_ms), "--truth-log", str(truth_path), *sim_cpus]) as sim:
+    with SimProcess(
+        ["--slots", "4096", "--ttft-ms", "10", "--itl-ms", str(itl_ms), "--truth-log", str(truth_path), *sim_cpus]
+    ) as sim:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         cmd = [
-            sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url, "--concurrency", str(c),
-            "--duration", f"{duration_s}s", "--warmup", "2s", "--input-tokens", "16", "--output-tokens", str(tokens),
-            "--workers", str(workers), "--out", str(d / "run"), *client_cpus,
+            sys.executable,
+            "-m",
+            "loadgen.cli",
+            "run",
+            "--endpoint",
+            sim.url,
+            "--concurrency",
+            str(c),
+            "--duration",
+            f"{duration_s}s",
+            "--warmup",
+            "2s",
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            str(tokens),
+            "--workers",
+            str(workers),
+            "--out",
+            str(d / "run"),
+            *client_cpus,
         ]
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=duration_s * 4 + 120)
@@ -90,18 +110,25 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--itl-ms", type=float, default=5.0)
     ap.add_argument("--duration", type=float, default=8.0)
-    ap.add_argument("--pin", action="store_true", help="client and simulator on separate CPUs (when there is a CPU per worker plus one)")
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="client and simulator on separate CPUs (when there is a CPU per worker plus one)",
+    )
     a = ap.parse_args()
     for w in [int(x) for x in a.workers.split(",")]:
         print(f"\n== {w} worker(s): {a.tokens} tokens per stream at {a.itl_ms} ms ITL")
-        print(f"{'streams':>8s} {'out tok/s':>10s} {'TTFT p50 err':>13s} {'ITL p99 err':>12s} {'paired p99':>11s} {'CPU cores':>10s} {'RSS MiB':>8s} {'valid':>6s} {'loop p99':>9s}")
+        print(
+            f"{'streams':>8s} {'out tok/s':>10s} {'TTFT p50 err':>13s} {'ITL p99 err':>12s} {'paired p99':>11s} {'CPU cores':>10s} {'RSS MiB':>8s} {'valid':>6s} {'loop p99':>9s}"
+        )
         honest = None
         for c in [int(x) for x in a.levels.split(",")]:
             r = level(c, w, a.tokens, a.itl_ms, a.duration, a.pin)
             ok = abs(r["ttft_p50_err_ms"]) <= 2 and r["itl_p99_err_ms"] <= 2
             print(
                 f"{c:8d} {r['output_tps']:10.0f} {r['ttft_p50_err_ms']:13.3f} {r['itl_p99_err_ms']:12.3f} {r['itl_paired_p99_ms']:11.3f} "
-                f"{r['client_cpu_cores']:10.2f} {r['peak_rss_mib']:8.0f} {bool(r['valid'])!s:>6s} {r['loop_lag_p99_ms']:9.2f}" + ("" if ok else "  <- over 2 ms")
+                f"{r['client_cpu_cores']:10.2f} {r['peak_rss_mib']:8.0f} {bool(r['valid'])!s:>6s} {r['loop_lag_p99_ms']:9.2f}"
+                + ("" if ok else "  <- over 2 ms")
             )
             if ok:
                 honest = r["output_tps"]

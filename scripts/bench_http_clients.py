@@ -54,7 +54,9 @@ async def with_httpx(url: str, n: int, conc: int, tokens: int) -> int:
         async def one() -> None:
             nonlocal events
             async with sem:
-                async with c.stream("POST", url, content=BODY % tokens, headers={"Content-Type": "application/json"}) as r:
+                async with c.stream(
+                    "POST", url, content=BODY % tokens, headers={"Content-Type": "application/json"}
+                ) as r:
                     async for chunk in r.aiter_raw():
                         events += chunk.count(b"\n\n")
 
@@ -71,7 +73,12 @@ def main() -> int:
     rows = []
     with SimProcess(["--slots", "1024", "--ttft-ms", "1", "--itl-ms", "2"]) as sim:
         url = sim.url + "/v1/completions"
-        for name, fn in (("aiohttp", with_aiohttp), ("httpx", with_httpx), ("aiohttp", with_aiohttp), ("httpx", with_httpx)):
+        for name, fn in (
+            ("aiohttp", with_aiohttp),
+            ("httpx", with_httpx),
+            ("aiohttp", with_aiohttp),
+            ("httpx", with_httpx),
+        ):
             c0, t0 = cpu(), time.perf_counter()
             ev = asyncio.run(fn(url, a.requests, a.concurrency, a.tokens))
             rows.append((name, ev, cpu() - c0, time.perf_counter() - t0))

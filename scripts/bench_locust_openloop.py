@@ -34,7 +34,9 @@ USERS = 7
 
 
 def run(mode: str, duration_s: int, out: Path) -> dict[str, object]:
-    args = ["--rate", str(RATE), "--arrival", "constant", "-u", "0"] if mode == "open" else ["-u", str(USERS), "-r", "100"]
+    args = (
+        ["--rate", str(RATE), "--arrival", "constant", "-u", "0"] if mode == "open" else ["-u", str(USERS), "-r", "100"]
+    )
     with SimProcess(SLOW) as sim:
         cmd = [sys.executable, "-m", "loadgen.cli", "locust", "--endpoint", sim.url, "--input-tokens", "32",
                "--output-tokens", "32", "--out", str(out), "--headless", "-t", f"{duration_s}s",

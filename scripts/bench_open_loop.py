@@ -26,11 +26,15 @@ def one(arrival: str, rate: float, duration_s: float) -> dict[str, object]:
     d = tmpdir(f"bench-open-{arrival}-")
     truth_path = d / "truth.jsonl"
     with SimProcess(SIM + ["--truth-log", str(truth_path)]) as sim:
-        load = LoadConfig(rate_rps=rate, arrival=arrival, duration_s=duration_s, input_tokens=16, output_tokens=8, seed=1)
+        load = LoadConfig(
+            rate_rps=rate, arrival=arrival, duration_s=duration_s, input_tokens=16, output_tokens=8, seed=1
+        )
         run = run_against(sim.url, load, d / "run", prefix=arrival[:1])
     res = run.result
     truth = sorted(
-        t["arrival_ns"] for t in read_jsonl(truth_path) if t.get("request_id", "") and t["request_id"].startswith(arrival[:1] + "-")
+        t["arrival_ns"]
+        for t in read_jsonl(truth_path)
+        if t.get("request_id", "") and t["request_id"].startswith(arrival[:1] + "-")
     )
     gaps = np.diff(np.asarray(truth, dtype=np.float64))
     cv = float(gaps.std() / gaps.mean()) if len(gaps) > 1 else float("nan")
@@ -59,7 +63,12 @@ def overload(rate: float) -> dict[str, object]:
         run = run_against(sim.url, load, d / "run")
     v = run.result["validity"]
     failed = [c["detail"] for c in v["checks"] if not c["ok"] and c["group"] == "generator"]
-    return {"valid": v["valid"], "limited_by": v["limited_by"], "reasons": failed, "unsent": run.result["counts"]["unsent"]}
+    return {
+        "valid": v["valid"],
+        "limited_by": v["limited_by"],
+        "reasons": failed,
+        "unsent": run.result["counts"]["unsent"],
+    }
 
 
 def main() -> int:
@@ -73,10 +82,17 @@ def main() -> int:
     print(f"{'':22s}" + "".join(f"{r['arrival']:>14s}" for r in rows))
     for k in keys[1:]:
         print(f"{k:22s}" + "".join(f"{r[k]:14.3f}" if isinstance(r[k], float) else f"{str(r[k]):>14s}" for r in rows))
-    ok = all(r["send_rate_err_pct"] <= 1 and r["lag_p99_ms"] <= 2 for r in rows) and abs(rows[1]["server_cv"] - 1) <= 0.05
-    print(f"bars: send rate within 1 %, p99 schedule lag <= 2 ms, Poisson CV within 0.05 of 1: {'PASS' if ok else 'FAIL'}")
+    ok = (
+        all(r["send_rate_err_pct"] <= 1 and r["lag_p99_ms"] <= 2 for r in rows)
+        and abs(rows[1]["server_cv"] - 1) <= 0.05
+    )
+    print(
+        f"bars: send rate within 1 %, p99 schedule lag <= 2 ms, Poisson CV within 0.05 of 1: {'PASS' if ok else 'FAIL'}"
+    )
     o = overload(a.overload_rate)
-    print(f"\nasking for {a.overload_rate:,.0f} req/s: valid={o['valid']} limited_by={o['limited_by']} unsent={o['unsent']}")
+    print(
+        f"\nasking for {a.overload_rate:,.0f} req/s: valid={o['valid']} limited_by={o['limited_by']} unsent={o['unsent']}"
+    )
     for r in o["reasons"]:
         print(f"  - {r}")
     ok2 = o["valid"] is False and o["limited_by"] == "client"

@@ -66,10 +66,22 @@ class Profile:
 
 
 PROFILES = {
-    "sharp": Profile(SimParams(slots=128, ttft_ms=2, itl_ms=100), "--slots 128 --ttft-ms 2 --itl-ms 100",
-                     16, 16, "ttft:p90<=300ms", 128),
-    "fast": Profile(SimParams(slots=64, ttft_ms=5, itl_ms=5, itl_per_seq_ms=0.5),
-                    "--slots 64 --ttft-ms 5 --itl-ms 5 --itl-per-seq-ms 0.5", 16, 16, "ttft:p90<=50ms", 64),
+    "sharp": Profile(
+        SimParams(slots=128, ttft_ms=2, itl_ms=100),
+        "--slots 128 --ttft-ms 2 --itl-ms 100",
+        16,
+        16,
+        "ttft:p90<=300ms",
+        128,
+    ),
+    "fast": Profile(
+        SimParams(slots=64, ttft_ms=5, itl_ms=5, itl_per_seq_ms=0.5),
+        "--slots 64 --ttft-ms 5 --itl-ms 5 --itl-per-seq-ms 0.5",
+        16,
+        16,
+        "ttft:p90<=50ms",
+        64,
+    ),
 }
 
 CONFIDENCE = 0.95
@@ -88,8 +100,16 @@ def probe_shape(rate: float, target: SLOTarget, probe_s: float) -> tuple[int, in
 def virtual_pct(pr: Profile, target: SLOTarget, rate: float, *, warm: int, meas: int, seed: int) -> float:
     """The target's percentile (ns) on the virtual clock for warm + meas requests, the first warm skipped."""
     n = warm + meas
-    return percentile_at(pr.params, rate, target, input_tokens=pr.input_tokens, output_tokens=pr.output_tokens,
-                         requests=n, seed=seed, warmup_fraction=(warm + 0.5) / n)
+    return percentile_at(
+        pr.params,
+        rate,
+        target,
+        input_tokens=pr.input_tokens,
+        output_tokens=pr.output_tokens,
+        requests=n,
+        seed=seed,
+        warmup_fraction=(warm + 0.5) / n,
+    )
 
 
 def ref_rate(pr: Profile, target: SLOTarget, *, warm: int, meas: int, seed: int, rel: float = 0.002) -> float:
@@ -126,35 +146,76 @@ def references(pr: Profile, target: SLOTarget, probe_s: float, ref_seeds: int) -
 # --------------------------------------------------------------------------- real runs
 
 
-def spot_check(pr: Profile, target: SLOTarget, rate: float, duration_s: float, seed: int,
-               lag_bound_ms: float | None) -> dict[str, Any]:
+def spot_check(
+    pr: Profile, target: SLOTarget, rate: float, duration_s: float, seed: int, lag_bound_ms: float | None
+) -> dict[str, Any]:
     warm, meas = probe_shape(rate, target, duration_s)
     d = tmpdir("bench-sweep-spot-")
     with SimProcess(pr.sim_args.split()) as sim:
-        load = LoadConfig(rate_rps=rate, requests=meas, warmup_requests=warm, seed=seed,
-                          input_tokens=pr.input_tokens, output_tokens=pr.output_tokens, slos=[target])
+        load = LoadConfig(
+            rate_rps=rate,
+            requests=meas,
+            warmup_requests=warm,
+            seed=seed,
+            input_tokens=pr.input_tokens,
+            output_tokens=pr.output_tokens,
+            slos=[target],
+        )
         if lag_bound_ms is not None:
-            load.bounds = replace(load.bounds, max_schedule_lag_p99_ms=lag_bound_ms,
-                                  max_loop_lag_p99_ms=max(lag_bound_ms, load.bounds.max_loop_lag_p99_ms))
+            load.bounds = replace(
+                load.bounds,
+                max_schedule_lag_p99_ms=lag_bound_ms,
+                max_loop_lag_p99_ms=max(lag_bound_ms, load.bounds.max_loop_lag_p99_ms),
+            )
         run = run_against(sim.url, load, d, prefix=f"spot{seed}")
     recs = [r for r in read_jsonl(d / "requests.jsonl") if r["phase"] == "measure"]
     vals = [r["ttft_ms"] if r["status"] == "ok" and r["ttft_ms"] is not None else math.inf for r in recs]
     measured = pct(vals, target.percentile) if all(math.isfinite(v) for v in vals) else math.inf
     virtual = virtual_pct(pr, target, rate, warm=warm, meas=meas, seed=seed) / 1e6
-    return {"rate": rate, "requests": meas, "measured_ms": measured, "virtual_ms": virtual,
-            "valid": run.result["validity"]["valid"]}
+    return {
+        "rate": rate,
+        "requests": meas,
+        "measured_ms": measured,
+        "virtual_ms": virtual,
+        "valid": run.result["validity"]["valid"],
+    }
 
 
 def run_sweep(pr: Profile, args: argparse.Namespace, seed: int, out: Path) -> tuple[int, dict[str, Any], float]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    bounds = [] if args.lag_bound_ms is None else ["--max-schedule-lag", f"{args.lag_bound_ms:g}ms",
-                                                   "--max-loop-lag", f"{max(args.lag_bound_ms, 10):g}ms"]
-    cmd = [sys.executable, "-m", "loadgen.cli", "sweep", *bounds, "--slo", pr.slo, "--probe-duration", f"{args.probe_duration:g}s",
-           "--calibration", f"{args.calibration:g}s", "--calibration-concurrency", str(pr.calibration_concurrency),
-           "--precision", f"{args.precision * 100:g}%", "--input-tokens", str(pr.input_tokens),
-           "--output-tokens", str(pr.output_tokens), "--seed", str(seed), "--sim-args", pr.sim_args,
-           "--out", str(out)]
+    bounds = (
+        []
+        if args.lag_bound_ms is None
+        else ["--max-schedule-lag", f"{args.lag_bound_ms:g}ms", "--max-loop-lag", f"{max(args.lag_bound_ms, 10):g}ms"]
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadgen.cli",
+        "sweep",
+        *bounds,
+        "--slo",
+        pr.slo,
+        "--probe-duration",
+        f"{args.probe_duration:g}s",
+        "--calibration",
+        f"{args.calibration:g}s",
+        "--calibration-concurrency",
+        str(pr.calibration_concurrency),
+        "--precision",
+        f"{args.precision * 100:g}%",
+        "--input-tokens",
+        str(pr.input_tokens),
+        "--output-tokens",
+        str(pr.output_tokens),
+        "--seed",
+        str(seed),
+        "--sim-args",
+        pr.sim_args,
+        "--out",
+        str(out),
+    ]
     t0 = time.monotonic()
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.sweep_timeout)
     wall = time.monotonic() - t0
@@ -183,19 +244,39 @@ def main() -> int:
     ap.add_argument("--precision", type=float, help="sweep precision as a ratio (default 0.05; --quick 0.10)")
     ap.add_argument("--seeds", help="sweep seeds (default 0,1,2; --quick 0,1)")
     ap.add_argument("--calibration", type=float, help="calibration seconds (default 5; --quick 3)")
-    ap.add_argument("--spot-rates", help="spot-check rates as fractions of the probe-length reference, '' for none "
-                    "(default 0.8,1.0; --quick 1.0)")
+    ap.add_argument(
+        "--spot-rates",
+        help="spot-check rates as fractions of the probe-length reference, '' for none (default 0.8,1.0; --quick 1.0)",
+    )
     ap.add_argument("--spot-duration", type=float, help="measured seconds per spot check (default 15; --quick 8)")
     ap.add_argument("--ref-seeds", type=int, help="seeds of the probe-length reference (default 9; --quick 5)")
-    ap.add_argument("--lag-bound-ms", type=float, default=None,
-                    help="raise the generator's schedule/loop-lag bounds (ms) for a shared machine")
+    ap.add_argument(
+        "--lag-bound-ms",
+        type=float,
+        default=None,
+        help="raise the generator's schedule/loop-lag bounds (ms) for a shared machine",
+    )
     ap.add_argument("--sweep-timeout", type=float, default=1800.0)
     ap.add_argument("--quick", action="store_true", help="the quick settings above (about 4 minutes)")
     a = ap.parse_args()
-    defaults = dict(probe_duration=30.0, precision=0.05, seeds="0,1,2", calibration=5.0, spot_rates="0.8,1.0",
-                    spot_duration=15.0, ref_seeds=9)
-    quick = dict(probe_duration=10.0, precision=0.10, seeds="0,1", calibration=3.0, spot_rates="1.0",
-                 spot_duration=8.0, ref_seeds=5)
+    defaults = dict(
+        probe_duration=30.0,
+        precision=0.05,
+        seeds="0,1,2",
+        calibration=5.0,
+        spot_rates="0.8,1.0",
+        spot_duration=15.0,
+        ref_seeds=9,
+    )
+    quick = dict(
+        probe_duration=10.0,
+        precision=0.10,
+        seeds="0,1",
+        calibration=3.0,
+        spot_rates="1.0",
+        spot_duration=8.0,
+        ref_seeds=5,
+    )
     for k, v in (quick if a.quick else defaults).items():
         if getattr(a, k) is None:
             setattr(a, k, v)
@@ -205,35 +286,45 @@ def main() -> int:
     t_start = time.monotonic()
 
     print(f"profile {a.profile}: {pr.sim_args}; {pr.input_tokens} in / {pr.output_tokens} out tokens; SLO {pr.slo}")
-    print(f"model capacity {capacity_rps(pr.params, pr.input_tokens, pr.output_tokens):.2f} req/s; "
-          f"probes {a.probe_duration:g} s, precision {a.precision * 100:g} %, seeds {seeds}"
-          + (f"; client lag bounds raised to {a.lag_bound_ms:g} ms" if a.lag_bound_ms is not None else ""))
+    print(
+        f"model capacity {capacity_rps(pr.params, pr.input_tokens, pr.output_tokens):.2f} req/s; "
+        f"probes {a.probe_duration:g} s, precision {a.precision * 100:g} %, seeds {seeds}"
+        + (f"; client lag bounds raised to {a.lag_bound_ms:g} ms" if a.lag_bound_ms is not None else "")
+    )
 
     # 1. references
     ref = references(pr, target, a.probe_duration, a.ref_seeds)
     ps = ref["per_seed"]
     print("\nreference answers (virtual clock, {:.1f} s of CPU)".format(ref["cpu_s"]))
     print(f"  steady state (20000 requests)        {ref['steady']:8.2f} req/s")
-    print(f"  at the probe length ({ref['shape'][0]} warm-up + {ref['shape'][1]} measured), median of "
-          f"{len(ps)} seeds {ref['probe']:8.2f} req/s (seeds {min(ps):.2f}..{max(ps):.2f})")
+    print(
+        f"  at the probe length ({ref['shape'][0]} warm-up + {ref['shape'][1]} measured), median of "
+        f"{len(ps)} seeds {ref['probe']:8.2f} req/s (seeds {min(ps):.2f}..{max(ps):.2f})"
+    )
 
     # 2. spot checks
     spots = []
     rates = [float(x) for x in a.spot_rates.split(",") if x.strip()]
     if rates:
         print(f"\nspot checks: p{target.percentile:g} TTFT, loadgen vs virtual clock, same arrival schedule")
-        print(f"  {'rate':>8s} {'requests':>8s} {'loadgen ms':>11s} {'virtual ms':>11s} {'diff ms':>8s} {'diff %':>7s}  valid")
+        print(
+            f"  {'rate':>8s} {'requests':>8s} {'loadgen ms':>11s} {'virtual ms':>11s} {'diff ms':>8s} {'diff %':>7s}  valid"
+        )
         for i, f in enumerate(rates):
             s = spot_check(pr, target, f * ref["probe"], a.spot_duration, seed=100 + i, lag_bound_ms=a.lag_bound_ms)
             spots.append(s)
             d = s["measured_ms"] - s["virtual_ms"]
-            print(f"  {s['rate']:8.2f} {s['requests']:8d} {s['measured_ms']:11.2f} {s['virtual_ms']:11.2f} "
-                  f"{d:8.2f} {pct_err(s['measured_ms'], s['virtual_ms']):7.1f}  {s['valid']}")
+            print(
+                f"  {s['rate']:8.2f} {s['requests']:8d} {s['measured_ms']:11.2f} {s['virtual_ms']:11.2f} "
+                f"{d:8.2f} {pct_err(s['measured_ms'], s['virtual_ms']):7.1f}  {s['valid']}"
+            )
 
     # 3. sweeps
     print(f"\nloadgen sweep, {len(seeds)} seeds")
-    print(f"  {'seed':>4s} {'exit':>4s} {'answer':>8s} {'bracket':>15s} {'vs probe-len':>12s} {'vs steady':>9s} "
-          f"{'probes':>6s} {'probe s':>8s} {'nominal':>7s} {'grid':>4s} {'grid s':>7s} {'wall s':>7s}")
+    print(
+        f"  {'seed':>4s} {'exit':>4s} {'answer':>8s} {'bracket':>15s} {'vs probe-len':>12s} {'vs steady':>9s} "
+        f"{'probes':>6s} {'probe s':>8s} {'nominal':>7s} {'grid':>4s} {'grid s':>7s} {'wall s':>7s}"
+    )
     rows = []
     base = tmpdir("bench-sweep-")
     for seed in seeds:
@@ -244,25 +335,40 @@ def main() -> int:
         n_grid = grid_probes(min(rates_probed), max(rates_probed), a.precision * ans) if ans else 0
         grid_s = n_grid * a.probe_duration
         nominal_s = sum(p.get("segments", 1) for p in res["probes"]) * a.probe_duration
-        row = {"seed": seed, "rc": rc, "answer": ans, "bracket": (lo_b, hi_b), "probes": len(res["probes"]),
-               "probe_s": res["probe_time_s"], "nominal_s": nominal_s, "grid": n_grid, "grid_s": grid_s, "wall": wall,
-               "limited_by": res["answer"]["limited_by"],
-               "verdicts": [(p["offered_rps"], p["verdict"], p["stopped_early"], p.get("segments", 1))
-                            for p in res["probes"]]}
+        row = {
+            "seed": seed,
+            "rc": rc,
+            "answer": ans,
+            "bracket": (lo_b, hi_b),
+            "probes": len(res["probes"]),
+            "probe_s": res["probe_time_s"],
+            "nominal_s": nominal_s,
+            "grid": n_grid,
+            "grid_s": grid_s,
+            "wall": wall,
+            "limited_by": res["answer"]["limited_by"],
+            "verdicts": [
+                (p["offered_rps"], p["verdict"], p["stopped_early"], p.get("segments", 1)) for p in res["probes"]
+            ],
+        }
         rows.append(row)
         if ans is None:
-            print(f"  {seed:4d} {rc:4d} {'-':>8s}  no answer (limited by {row['limited_by']}); "
-                  f"probes {row['verdicts']}")
+            print(
+                f"  {seed:4d} {rc:4d} {'-':>8s}  no answer (limited by {row['limited_by']}); probes {row['verdicts']}"
+            )
             continue
         br = f"{lo_b:.2f}..{hi_b:.2f}" if hi_b is not None else f"{lo_b:.2f}..-"
-        print(f"  {seed:4d} {rc:4d} {ans:8.2f} {br:>15s} {pct_err(ans, ref['probe']):+11.1f}% "
-              f"{pct_err(ans, ref['steady']):+8.1f}% {row['probes']:6d} {row['probe_s']:8.1f} {nominal_s:7.0f} {n_grid:4d} "
-              f"{grid_s:7.1f} {wall:7.1f}")
+        print(
+            f"  {seed:4d} {rc:4d} {ans:8.2f} {br:>15s} {pct_err(ans, ref['probe']):+11.1f}% "
+            f"{pct_err(ans, ref['steady']):+8.1f}% {row['probes']:6d} {row['probe_s']:8.1f} {nominal_s:7.0f} {n_grid:4d} "
+            f"{grid_s:7.1f} {wall:7.1f}"
+        )
         if row["limited_by"]:
             print(f"       limited by {row['limited_by']}")
     for row in rows:
-        desc = ", ".join(f"{r:.1f}:{v.upper()}{' early' if e else ''}{f' x{s}' if s > 1 else ''}"
-                         for r, v, e, s in row["verdicts"])
+        desc = ", ".join(
+            f"{r:.1f}:{v.upper()}{' early' if e else ''}{f' x{s}' if s > 1 else ''}" for r, v, e, s in row["verdicts"]
+        )
         print(f"  seed {row['seed']} probes: {desc}")
 
     # 4. summary and bars
@@ -273,14 +379,20 @@ def main() -> int:
         med = statistics.median(answers)
         spread = (max(answers) - min(answers)) / med * 100
         mids = [math.sqrt(r["bracket"][0] * r["bracket"][1]) for r in rows if r["bracket"][1]]
-        print(f"median answer {med:.2f} req/s: {pct_err(med, ref['probe']):+.1f} % vs the probe-length reference, "
-              f"{pct_err(med, ref['steady']):+.1f} % vs steady state")
+        print(
+            f"median answer {med:.2f} req/s: {pct_err(med, ref['probe']):+.1f} % vs the probe-length reference, "
+            f"{pct_err(med, ref['steady']):+.1f} % vs steady state"
+        )
         if mids:
             mm = statistics.median(mids)
-            print(f"median bracket midpoint (geometric) {mm:.2f} req/s: {pct_err(mm, ref['probe']):+.1f} % vs "
-                  f"probe-length, {pct_err(mm, ref['steady']):+.1f} % vs steady")
-        inside = all(r["bracket"][0] <= ref["probe"] * 1.05 and (r["bracket"][1] or math.inf) >= ref["probe"] * 0.95
-                     for r in rows)
+            print(
+                f"median bracket midpoint (geometric) {mm:.2f} req/s: {pct_err(mm, ref['probe']):+.1f} % vs "
+                f"probe-length, {pct_err(mm, ref['steady']):+.1f} % vs steady"
+            )
+        inside = all(
+            r["bracket"][0] <= ref["probe"] * 1.05 and (r["bracket"][1] or math.inf) >= ref["probe"] * 0.95
+            for r in rows
+        )
         print(f"every bracket contains the probe-length reference within 5 %: {'yes' if inside else 'no'}")
         each = all(abs(pct_err(x, ref["probe"])) <= 5 for x in answers)
         print(f"every seed within 5 % of the probe-length reference: {'yes' if each else 'no'}")
@@ -296,11 +408,15 @@ def main() -> int:
     tot_nominal = sum(r["nominal_s"] for r in rows)
     tot_grid = sum(r["grid_s"] for r in rows)
     bar3 = all(r["nominal_s"] < r["grid_s"] for r in rows if r["answer"] is not None) and tot_grid > 0
-    print(f"probe time: sweep {tot_sweep:.1f} s measured ({tot_nominal:.0f} s at the full probe duration, "
-          f"early stops not counted) vs evenly spaced grid {tot_grid:.0f} s over the same ranges "
-          f"(step = {a.precision * 100:g} % of the answer, {a.probe_duration:g} s per grid probe)")
-    print(f"bar: every sweep needed less probe time than its grid, even at full probe durations: "
-          f"{'PASS' if bar3 else 'FAIL'}")
+    print(
+        f"probe time: sweep {tot_sweep:.1f} s measured ({tot_nominal:.0f} s at the full probe duration, "
+        f"early stops not counted) vs evenly spaced grid {tot_grid:.0f} s over the same ranges "
+        f"(step = {a.precision * 100:g} % of the answer, {a.probe_duration:g} s per grid probe)"
+    )
+    print(
+        f"bar: every sweep needed less probe time than its grid, even at full probe durations: "
+        f"{'PASS' if bar3 else 'FAIL'}"
+    )
     if spots:
         worst = max(abs(s["measured_ms"] - s["virtual_ms"]) for s in spots)
         print(f"spot checks: largest |loadgen - virtual| p{target.percentile:g} TTFT {worst:.2f} ms")

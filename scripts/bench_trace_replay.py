@@ -40,9 +40,12 @@ def main() -> int:
     ap.add_argument("--window", default="600s")
     ap.add_argument("--time-scale", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--no-busy-poll", action="store_true",
-                    help="let the simulated endpoint sleep when idle (its arrival stamps then include the "
-                         "CPU's wake-up, up to milliseconds on a VM)")
+    ap.add_argument(
+        "--no-busy-poll",
+        action="store_true",
+        help="let the simulated endpoint sleep when idle (its arrival stamps then include the "
+        "CPU's wake-up, up to milliseconds on a VM)",
+    )
     ap.add_argument("--no-pin", action="store_true", help="let client and simulator share every CPU")
     a = ap.parse_args()
     sim_cpus, client_cpus = cpu_split(a.workers, not a.no_pin)
@@ -52,11 +55,30 @@ def main() -> int:
     sim_args = ["--slots", "1024", "--ttft-ms", "2", "--itl-ms", "2", "--truth-log", str(truth_path)]
     with SimProcess(sim_args + sim_cpus + ([] if a.no_busy_poll else ["--busy-poll"])) as sim:
         cmd = [
-            sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url, "--trace", a.trace,
-            "--trace-duration", a.window, "--time-scale", str(a.time_scale), "--output-tokens", "8",
-            "--no-token-lists", "--workers", str(a.workers), "--out", str(d / "run"), *client_cpus,
+            sys.executable,
+            "-m",
+            "loadgen.cli",
+            "run",
+            "--endpoint",
+            sim.url,
+            "--trace",
+            a.trace,
+            "--trace-duration",
+            a.window,
+            "--time-scale",
+            str(a.time_scale),
+            "--output-tokens",
+            "8",
+            "--no-token-lists",
+            "--workers",
+            str(a.workers),
+            "--out",
+            str(d / "run"),
+            *client_cpus,
         ]
-        p = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=900)
+        p = subprocess.run(
+            cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=900
+        )
         if p.returncode not in (0, 1):
             print(p.stderr[-3000:])
             return 2
@@ -81,15 +103,27 @@ def main() -> int:
     # burst depth: how many requests the trace schedules in the 2 ms before each one
     depth = np.arange(s.size) - np.searchsorted(s, s - 2.0, side="left")
     n = res["counts"]["requests"]
-    where = f"client on CPUs {client_cpus[1]}, simulator on CPU {sim_cpus[1]}" if pin else "client and simulator share the CPUs"
-    print(f"trace {a.trace}, window {a.window} at {a.time_scale:g}x, {a.workers} worker(s), {where}: {n} requests in {res['duration_s']:.1f} s "
-          f"({res['client']['schedule_realized_rps']:.1f} req/s asked), {res['counts']['failed']} failed")
-    print(f"server arrival - trace offset (ms): p50 {np.percentile(e, 50):.3f}  p90 {np.percentile(e, 90):.3f}  "
-          f"p99 {np.percentile(e, 99):.3f}  max {e.max():.3f}  (n={e.size})")
-    print(f"  = client schedule lag, deadline -> bytes to socket (ms): p50 {np.percentile(lag_ms, 50):.3f}  p99 {np.percentile(lag_ms, 99):.3f}")
+    where = (
+        f"client on CPUs {client_cpus[1]}, simulator on CPU {sim_cpus[1]}"
+        if pin
+        else "client and simulator share the CPUs"
+    )
+    print(
+        f"trace {a.trace}, window {a.window} at {a.time_scale:g}x, {a.workers} worker(s), {where}: {n} requests in {res['duration_s']:.1f} s "
+        f"({res['client']['schedule_realized_rps']:.1f} req/s asked), {res['counts']['failed']} failed"
+    )
+    print(
+        f"server arrival - trace offset (ms): p50 {np.percentile(e, 50):.3f}  p90 {np.percentile(e, 90):.3f}  "
+        f"p99 {np.percentile(e, 99):.3f}  max {e.max():.3f}  (n={e.size})"
+    )
+    print(
+        f"  = client schedule lag, deadline -> bytes to socket (ms): p50 {np.percentile(lag_ms, 50):.3f}  p99 {np.percentile(lag_ms, 99):.3f}"
+    )
     print(f"  + socket -> server read (ms): p50 {np.percentile(wire_ms, 50):.3f}  p99 {np.percentile(wire_ms, 99):.3f}")
-    print(f"trace burst depth (requests in the 2 ms before each): p50 {np.percentile(depth, 50):.0f}  "
-          f"p99 {np.percentile(depth, 99):.0f}  max {depth.max()}")
+    print(
+        f"trace burst depth (requests in the 2 ms before each): p50 {np.percentile(depth, 50):.0f}  "
+        f"p99 {np.percentile(depth, 99):.0f}  max {depth.max()}"
+    )
     print(f"client CPU {res['client']['cpu_fraction'] * 100:.1f} % of one core; run valid: {res['validity']['valid']}")
     ok = np.percentile(e, 99) <= 2.0
     print(f"bar: p99 error <= 2 ms: {'PASS' if ok else 'FAIL'}")

@@ -52,14 +52,24 @@ def _stall_hook(stall_ms: float, every_ms: float, tasks: list[asyncio.Task[None]
 
 
 def check(
-    *, streams: int = 128, tokens: int = 256, itl_ms: float = 1.0, duration_s: float = 8.0, warmup_s: float = 1.0,
-    workers: int = 1, stall_ms: float = 0.0, stall_every_ms: float = 40.0, out: Path | None = None,
+    *,
+    streams: int = 128,
+    tokens: int = 256,
+    itl_ms: float = 1.0,
+    duration_s: float = 8.0,
+    warmup_s: float = 1.0,
+    workers: int = 1,
+    stall_ms: float = 0.0,
+    stall_every_ms: float = 40.0,
+    out: Path | None = None,
 ) -> dict[str, Any]:
     """One run; reported TTFT against the truth log, the verdict and whether the invariant holds."""
     d = out or tmpdir(f"check-{streams}-streams-")
     truth_path = d / "truth.jsonl"
     prefix = "c"
-    with SimProcess(["--slots", "4096", "--ttft-ms", "10", "--itl-ms", str(itl_ms), "--truth-log", str(truth_path)]) as sim:
+    with SimProcess(
+        ["--slots", "4096", "--ttft-ms", "10", "--itl-ms", str(itl_ms), "--truth-log", str(truth_path)]
+    ) as sim:
         load = LoadConfig(
             concurrency=streams, duration_s=duration_s, warmup_s=warmup_s, input_tokens=16, output_tokens=tokens, seed=1
         )
@@ -70,7 +80,11 @@ def check(
             tasks: list[asyncio.Task[None]] = []
             try:
                 return await measure(
-                    ep, load, d / "run", install_signal_handlers=False, workers=workers,
+                    ep,
+                    load,
+                    d / "run",
+                    install_signal_handlers=False,
+                    workers=workers,
                     runner_hook=_stall_hook(stall_ms, stall_every_ms, tasks) if stall_ms > 0 else None,
                 )
             finally:
@@ -88,7 +102,9 @@ def check(
     res = run.result
     t0 = res["conditions"]["t0_monotonic_ns"]
     truth = {
-        t["request_id"]: t for t in read_jsonl(truth_path) if t.get("request_id") and t.get("first_token_ns") is not None
+        t["request_id"]: t
+        for t in read_jsonl(truth_path)
+        if t.get("request_id") and t.get("first_token_ns") is not None
     }
     rep, tru, true_itl = [], [], []
     for r in read_jsonl(d / "run" / "requests.jsonl"):
@@ -141,21 +157,33 @@ def show(row: dict[str, Any]) -> None:
     if row["stall_ms"]:
         label += f", client loop blocked {row['stall_ms']:g} ms after every {row['stall_every_ms']:g} ms (deliberate overload)"
     print(f"\n== {label}")
-    print(f"  measured requests {row['measured_requests']} (paired with the truth log: {row['paired_requests']}), "
-          f"{row['output_tps']:,.0f} output tok/s, true ITL p50 {row['true_itl_p50_ms']:.2f} ms, client CPU {row['client_cpu_fraction'] or 0:.2f} of a core")
+    print(
+        f"  measured requests {row['measured_requests']} (paired with the truth log: {row['paired_requests']}), "
+        f"{row['output_tps']:,.0f} output tok/s, true ITL p50 {row['true_itl_p50_ms']:.2f} ms, client CPU {row['client_cpu_fraction'] or 0:.2f} of a core"
+    )
     if row["output_tps"] < 0.5 * row["scenario_output_tps"]:
-        print(f"  the scenario asks ~{row['scenario_output_tps']:,.0f} tok/s: the simulated endpoint delivered "
-              f"{row['output_tps']:,.0f} (it is the bottleneck on this machine; TTFT includes its queueing)")
-    print(f"  TTFT p50: reported {row['reported_ttft_p50_ms']:.3f} ms, true {row['true_ttft_p50_ms']:.3f} ms "
-          f"(|error| {row['p50_error_ms']:.3f} ms, bound {BOUND_MS:g} ms)")
+        print(
+            f"  the scenario asks ~{row['scenario_output_tps']:,.0f} tok/s: the simulated endpoint delivered "
+            f"{row['output_tps']:,.0f} (it is the bottleneck on this machine; TTFT includes its queueing)"
+        )
+    print(
+        f"  TTFT p50: reported {row['reported_ttft_p50_ms']:.3f} ms, true {row['true_ttft_p50_ms']:.3f} ms "
+        f"(|error| {row['p50_error_ms']:.3f} ms, bound {BOUND_MS:g} ms)"
+    )
     print(f"  TTFT p99: reported {row['reported_ttft_p99_ms']:.3f} ms, true {row['true_ttft_p99_ms']:.3f} ms")
     print(f"  per-request error: p50 {row['error_p50_ms']:+.3f} ms, p99 {row['error_p99_ms']:+.3f} ms")
     verdict = "VALID" if row["valid"] else f"INVALID (limited by {row['limited_by']})"
     print(f"  Result is: {verdict}")
     for r in row["failed_generator_checks"]:
         print(f"    - {r}")
-    how = "within the bound" if row["within_bound"] else ("flagged INVALID, limited by client" if row["flagged_client"] else "SILENTLY WRONG")
-    print(f"  invariant (|p50 error| <= {BOUND_MS:g} ms or INVALID/client): {'HOLDS' if row['invariant_holds'] else 'BROKEN'} ({how})")
+    how = (
+        "within the bound"
+        if row["within_bound"]
+        else ("flagged INVALID, limited by client" if row["flagged_client"] else "SILENTLY WRONG")
+    )
+    print(
+        f"  invariant (|p50 error| <= {BOUND_MS:g} ms or INVALID/client): {'HOLDS' if row['invariant_holds'] else 'BROKEN'} ({how})"
+    )
 
 
 def main() -> int:
@@ -173,12 +201,16 @@ def main() -> int:
         rows.append(check(streams=a.streams, tokens=a.tokens, itl_ms=a.itl_ms, duration_s=a.duration, workers=w))
         show(rows[-1])
     if a.stall_ms > 0:
-        rows.append(check(streams=a.streams, tokens=a.tokens, itl_ms=a.itl_ms, duration_s=a.duration, stall_ms=a.stall_ms))
+        rows.append(
+            check(streams=a.streams, tokens=a.tokens, itl_ms=a.itl_ms, duration_s=a.duration, stall_ms=a.stall_ms)
+        )
         show(rows[-1])
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
     ok = all(r["invariant_holds"] for r in rows) and all(r["flagged_client"] for r in rows if r["stall_ms"])
-    print(f"\ninvariant held on every row{' and the overloaded client was flagged' if a.stall_ms > 0 else ''}: {'PASS' if ok else 'FAIL'}")
+    print(
+        f"\ninvariant held on every row{' and the overloaded client was flagged' if a.stall_ms > 0 else ''}: {'PASS' if ok else 'FAIL'}"
+    )
     return 0 if ok else 1
 
 

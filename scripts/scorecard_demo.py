@@ -96,10 +96,16 @@ def stop(p: subprocess.Popen[bytes]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / ("scorecard-demo-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")))
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "results" / ("scorecard-demo-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")),
+    )
     ap.add_argument("--probe-duration", default="4s")
     ap.add_argument("--skip-vllm", action="store_true", help="Only the two simulated profiles.")
-    ap.add_argument("--compare-only", action="store_true", help="Reuse the sweeps already in --out; compare and screenshot.")
+    ap.add_argument(
+        "--compare-only", action="store_true", help="Reuse the sweeps already in --out; compare and screenshot."
+    )
     a = ap.parse_args()
     out: Path = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +128,9 @@ def main() -> int:
 
         py, source = find_server_python("vllm")
         if "no --server-python" in source or not os.path.exists(py):
-            print("no vLLM environment (.venv-vllm): scripts/setup_servers vllm; only the simulated systems", flush=True)
+            print(
+                "no vLLM environment (.venv-vllm): scripts/setup_servers vllm; only the simulated systems", flush=True
+            )
         else:
             env = {"VLLM_CACHE_ROOT": str(out / "vllm-cache")}
             if (os.cpu_count() or 1) <= 4:
@@ -149,7 +157,10 @@ def compare(labels: list[str], out: Path) -> int:
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         f"--screenshot={png}", "--window-size=1400,2000", (card_dir / "scorecard.html").resolve().as_uri()],
                        check=False, timeout=120, capture_output=True)  # fmt: skip
-    print(f"scorecard: {card_dir}/scorecard.html" + (f", screenshot {png}" if png.exists() else " (no chromium: no screenshot)"))
+    print(
+        f"scorecard: {card_dir}/scorecard.html"
+        + (f", screenshot {png}" if png.exists() else " (no chromium: no screenshot)")
+    )
     return 0
 
 

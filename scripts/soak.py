@@ -50,8 +50,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 MiB = 1024 * 1024
-FAULT_FLAGS = ("--fault-429", "--fault-500", "--fault-drop", "--fault-malformed", "--fault-inband-error",
-               "--fault-stall")
+FAULT_FLAGS = (
+    "--fault-429",
+    "--fault-500",
+    "--fault-drop",
+    "--fault-malformed",
+    "--fault-inband-error",
+    "--fault-stall",
+)
 EXPECTED_KINDS = {"rate_limited", "http_error", "incomplete_stream", "protocol", "stream_error"}
 
 
@@ -71,9 +77,20 @@ def fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-async def soak(*, minutes: float, rate: float, warmup_s: float, fault_p: float = 0.002, out_dir: Path,
-               input_tokens: int = 32, output_tokens: int = 8, sample_s: float = 1.0, seed: int = 1,
-               timeout_s: float = 5.0, progress: Any = None) -> dict[str, Any]:
+async def soak(
+    *,
+    minutes: float,
+    rate: float,
+    warmup_s: float,
+    fault_p: float = 0.002,
+    out_dir: Path,
+    input_tokens: int = 32,
+    output_tokens: int = 8,
+    sample_s: float = 1.0,
+    seed: int = 1,
+    timeout_s: float = 5.0,
+    progress: Any = None,
+) -> dict[str, Any]:
     """Run the soak and return its figures (see the module docstring)."""
     from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
     from loadgen.measurement import measure
@@ -83,9 +100,17 @@ async def soak(*, minutes: float, rate: float, warmup_s: float, fault_p: float =
     total_s = minutes * 60.0
     if total_s <= warmup_s:
         raise SystemExit("--minutes must be longer than --warmup-s")
-    load = LoadConfig(rate_rps=rate, arrival="poisson", duration_s=total_s - warmup_s, warmup_s=warmup_s,
-                      input_tokens=input_tokens, output_tokens=output_tokens, seed=seed, salt="soak",
-                      drain_grace_s=10.0)
+    load = LoadConfig(
+        rate_rps=rate,
+        arrival="poisson",
+        duration_s=total_s - warmup_s,
+        warmup_s=warmup_s,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        seed=seed,
+        salt="soak",
+        drain_grace_s=10.0,
+    )
     sim_args = ["--ttft-ms", "1", "--itl-ms", "5", "--slots", "4096", "--seed", str(seed), "--stall-ms", "200"]
     for flag in FAULT_FLAGS:
         sim_args += [flag, str(fault_p)]
@@ -106,11 +131,12 @@ async def soak(*, minutes: float, rate: float, warmup_s: float, fault_p: float =
             runner = holder.get("runner")
             t0 = getattr(runner, "t0_ns", 0) if runner is not None else 0
             t = (time.perf_counter_ns() - t0) / 1e9 if t0 else -1.0
-            samples.append({"t_s": t, "rss": rss(), "fds": fds(), "tasks": len(asyncio.all_tasks()),
-                            "records": n_rec})
+            samples.append({"t_s": t, "rss": rss(), "fds": fds(), "tasks": len(asyncio.all_tasks()), "records": n_rec})
             if progress and t >= 0 and int(t) % 60 < sample_s:
-                progress(f"t={t:7.0f}s rss={rss() / MiB:7.1f} MiB fds={fds()} tasks={len(asyncio.all_tasks())} "
-                         f"records={n_rec}")
+                progress(
+                    f"t={t:7.0f}s rss={rss() / MiB:7.1f} MiB fds={fds()} tasks={len(asyncio.all_tasks())} "
+                    f"records={n_rec}"
+                )
             await asyncio.sleep(sample_s)
 
     with SimProcess(sim_args) as sim:
@@ -123,15 +149,22 @@ async def soak(*, minutes: float, rate: float, warmup_s: float, fault_p: float =
             fig["rss_after_plan_mib"] = rss() / MiB
             fig["plan_build_s"] = time.perf_counter() - wall0
 
-        ep = OpenAIEndpoint(OpenAIConfig(sim.url, model="sim-model", preflight=False, discover=False,
-                                         timeout_s=timeout_s, request_id_prefix="soak"))
+        ep = OpenAIEndpoint(
+            OpenAIConfig(
+                sim.url,
+                model="sim-model",
+                preflight=False,
+                discover=False,
+                timeout_s=timeout_s,
+                request_id_prefix="soak",
+            )
+        )
         await ep.open()
         task = asyncio.create_task(sampler())
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         wall0 = time.perf_counter()
         try:
-            m = await measure(ep, load, out_dir, install_signal_handlers=False, on_record=on_record,
-                              runner_hook=hook)
+            m = await measure(ep, load, out_dir, install_signal_handlers=False, on_record=on_record, runner_hook=hook)
         finally:
             task.cancel()
             try:
@@ -159,31 +192,39 @@ async def soak(*, minutes: float, rate: float, warmup_s: float, fault_p: float =
     w, e = after[0], after[-1]
     hours = max((e["t_s"] - w["t_s"]) / 3600.0, 1e-9)
     q = max(len(after) // 4, 1)
-    fig.update({
-        "rss_warm_mib": w["rss"] / MiB,
-        "rss_end_mib": e["rss"] / MiB,
-        "growth_mib": (e["rss"] - w["rss"]) / MiB,
-        "growth_mib_per_hour": (e["rss"] - w["rss"]) / MiB / hours,
-        "growth_bytes_per_request": (e["rss"] - w["rss"]) / max(e["records"] - w["records"], 1),
-        "slope_mib_per_hour": _slope([s["t_s"] for s in after], [s["rss"] / MiB for s in after]) * 3600.0,
-        "spilled_bytes": spilled,
-        "rss_max_after_warmup_mib": max(s["rss"] for s in after) / MiB,
-        "fds_warm": w["fds"], "fds_end": e["fds"],
-        "fds_range_after_warmup": [min(s["fds"] for s in after), max(s["fds"] for s in after)],
-        "fds_first_quarter_median": statistics.median(s["fds"] for s in after[:q]),
-        "fds_last_quarter_median": statistics.median(s["fds"] for s in after[-q:]),
-        "tasks_warm": w["tasks"], "tasks_end": e["tasks"],
-        "tasks_range_after_warmup": [min(s["tasks"] for s in after), max(s["tasks"] for s in after)],
-        "tasks_first_quarter_median": statistics.median(s["tasks"] for s in after[:q]),
-        "tasks_last_quarter_median": statistics.median(s["tasks"] for s in after[-q:]),
-        "records": n_rec, "unsent": out.unsent + out.unsent_warmup, "kinds": kinds,
-        "accounted": n_rec + out.unsent + out.unsent_warmup == fig["scheduled"],
-        "valid": m.result["validity"]["valid"], "limited_by": m.result["validity"].get("limited_by"),
-        "aborted_reason": out.client.aborted_reason,
-        "loop_lag_p99_ms": sorted(out.client.loop_lag_ms)[int(0.99 * (len(out.client.loop_lag_ms) - 1))]
-        if out.client.loop_lag_ms else None,
-        "samples": len(samples),
-    })
+    fig.update(
+        {
+            "rss_warm_mib": w["rss"] / MiB,
+            "rss_end_mib": e["rss"] / MiB,
+            "growth_mib": (e["rss"] - w["rss"]) / MiB,
+            "growth_mib_per_hour": (e["rss"] - w["rss"]) / MiB / hours,
+            "growth_bytes_per_request": (e["rss"] - w["rss"]) / max(e["records"] - w["records"], 1),
+            "slope_mib_per_hour": _slope([s["t_s"] for s in after], [s["rss"] / MiB for s in after]) * 3600.0,
+            "spilled_bytes": spilled,
+            "rss_max_after_warmup_mib": max(s["rss"] for s in after) / MiB,
+            "fds_warm": w["fds"],
+            "fds_end": e["fds"],
+            "fds_range_after_warmup": [min(s["fds"] for s in after), max(s["fds"] for s in after)],
+            "fds_first_quarter_median": statistics.median(s["fds"] for s in after[:q]),
+            "fds_last_quarter_median": statistics.median(s["fds"] for s in after[-q:]),
+            "tasks_warm": w["tasks"],
+            "tasks_end": e["tasks"],
+            "tasks_range_after_warmup": [min(s["tasks"] for s in after), max(s["tasks"] for s in after)],
+            "tasks_first_quarter_median": statistics.median(s["tasks"] for s in after[:q]),
+            "tasks_last_quarter_median": statistics.median(s["tasks"] for s in after[-q:]),
+            "records": n_rec,
+            "unsent": out.unsent + out.unsent_warmup,
+            "kinds": kinds,
+            "accounted": n_rec + out.unsent + out.unsent_warmup == fig["scheduled"],
+            "valid": m.result["validity"]["valid"],
+            "limited_by": m.result["validity"].get("limited_by"),
+            "aborted_reason": out.client.aborted_reason,
+            "loop_lag_p99_ms": sorted(out.client.loop_lag_ms)[int(0.99 * (len(out.client.loop_lag_ms) - 1))]
+            if out.client.loop_lag_ms
+            else None,
+            "samples": len(samples),
+        }
+    )
     return fig
 
 
@@ -197,8 +238,9 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
 
 
-def judge(fig: dict[str, Any], *, max_growth_mib: float, max_growth_mib_per_hour: float, max_rss_mib: float,
-          flat_slack: float) -> list[str]:
+def judge(
+    fig: dict[str, Any], *, max_growth_mib: float, max_growth_mib_per_hour: float, max_rss_mib: float, flat_slack: float
+) -> list[str]:
     """The bounds a soak must meet; returns the broken ones (empty: pass)."""
     bad = []
     if fig["growth_mib"] > max_growth_mib:
@@ -221,24 +263,26 @@ def judge(fig: dict[str, Any], *, max_growth_mib: float, max_growth_mib_per_hour
 
 
 def render(fig: dict[str, Any]) -> str:
-    return "\n".join([
-        f"soak: {fig['minutes']:g} min at {fig['rate_rps']:g} req/s (warm-up {fig['warmup_s']:g} s), "
-        f"{fig['scheduled']} scheduled, faults {fig['fault_p_each']:g} each",
-        f"memory   start {fig['rss_start_mib']:.1f} MiB, after plan {fig['rss_after_plan_mib']:.1f} MiB "
-        f"({fig['plan_build_s']:.1f} s to build), "
-        f"warm-up {fig['rss_warm_mib']:.1f} MiB, end {fig['rss_end_mib']:.1f} MiB, peak {fig['rss_peak_mib']:.1f} MiB",
-        f"growth   {fig['growth_mib']:+.2f} MiB after warm-up = {fig['growth_mib_per_hour']:+.1f} MiB/h "
-        f"({fig['growth_bytes_per_request']:+.1f} B/request; least-squares slope {fig['slope_mib_per_hour']:+.1f} MiB/h); "
-        f"samples spilled to disk {fig['spilled_bytes'] / MiB:.1f} MiB",
-        f"fds      {fig['fds_before']} before, warm-up {fig['fds_warm']}, end {fig['fds_end']}, "
-        f"range {fig['fds_range_after_warmup']}, after close {fig['fds_after_close']}",
-        f"tasks    {fig['tasks_before']} before, warm-up {fig['tasks_warm']}, end {fig['tasks_end']}, "
-        f"range {fig['tasks_range_after_warmup']}, after close {fig['tasks_after_close']}",
-        f"requests {fig['records']} recorded + {fig['unsent']} unsent (accounted: {fig['accounted']}); "
-        f"kinds {fig['kinds']}",
-        f"client   {fig['client_cpu_s']:.0f} s CPU over {fig['wall_s']:.0f} s; loop lag p99 "
-        f"{fig['loop_lag_p99_ms']} ms; valid {fig['valid']} (limited by {fig['limited_by']})",
-    ])
+    return "\n".join(
+        [
+            f"soak: {fig['minutes']:g} min at {fig['rate_rps']:g} req/s (warm-up {fig['warmup_s']:g} s), "
+            f"{fig['scheduled']} scheduled, faults {fig['fault_p_each']:g} each",
+            f"memory   start {fig['rss_start_mib']:.1f} MiB, after plan {fig['rss_after_plan_mib']:.1f} MiB "
+            f"({fig['plan_build_s']:.1f} s to build), "
+            f"warm-up {fig['rss_warm_mib']:.1f} MiB, end {fig['rss_end_mib']:.1f} MiB, peak {fig['rss_peak_mib']:.1f} MiB",
+            f"growth   {fig['growth_mib']:+.2f} MiB after warm-up = {fig['growth_mib_per_hour']:+.1f} MiB/h "
+            f"({fig['growth_bytes_per_request']:+.1f} B/request; least-squares slope {fig['slope_mib_per_hour']:+.1f} MiB/h); "
+            f"samples spilled to disk {fig['spilled_bytes'] / MiB:.1f} MiB",
+            f"fds      {fig['fds_before']} before, warm-up {fig['fds_warm']}, end {fig['fds_end']}, "
+            f"range {fig['fds_range_after_warmup']}, after close {fig['fds_after_close']}",
+            f"tasks    {fig['tasks_before']} before, warm-up {fig['tasks_warm']}, end {fig['tasks_end']}, "
+            f"range {fig['tasks_range_after_warmup']}, after close {fig['tasks_after_close']}",
+            f"requests {fig['records']} recorded + {fig['unsent']} unsent (accounted: {fig['accounted']}); "
+            f"kinds {fig['kinds']}",
+            f"client   {fig['client_cpu_s']:.0f} s CPU over {fig['wall_s']:.0f} s; loop lag p99 "
+            f"{fig['loop_lag_p99_ms']} ms; valid {fig['valid']} (limited by {fig['limited_by']})",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,11 +305,27 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     out = a.out or Path(tempfile.mkdtemp(prefix="loadgen-soak-"))
-    fig = asyncio.run(soak(minutes=a.minutes, rate=a.rate, warmup_s=a.warmup_s, fault_p=a.faults, out_dir=out,
-                           input_tokens=a.input_tokens, output_tokens=a.output_tokens, sample_s=a.sample_s,
-                           seed=a.seed, progress=lambda s: print(s, file=sys.stderr, flush=True)))
-    bad = judge(fig, max_growth_mib=a.max_growth_mib, max_growth_mib_per_hour=a.max_growth_mib_per_hour,
-                max_rss_mib=a.max_rss_mib, flat_slack=a.flat_slack)
+    fig = asyncio.run(
+        soak(
+            minutes=a.minutes,
+            rate=a.rate,
+            warmup_s=a.warmup_s,
+            fault_p=a.faults,
+            out_dir=out,
+            input_tokens=a.input_tokens,
+            output_tokens=a.output_tokens,
+            sample_s=a.sample_s,
+            seed=a.seed,
+            progress=lambda s: print(s, file=sys.stderr, flush=True),
+        )
+    )
+    bad = judge(
+        fig,
+        max_growth_mib=a.max_growth_mib,
+        max_growth_mib_per_hour=a.max_growth_mib_per_hour,
+        max_rss_mib=a.max_rss_mib,
+        flat_slack=a.flat_slack,
+    )
     fig["broken_bounds"] = bad
     print(render(fig))
     print("results in", out)

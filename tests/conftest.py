@@ -29,8 +29,9 @@ def scripted_server() -> Iterator[Callable[..., ScriptedServer]]:
     """
     started: list[ScriptedServer] = []
 
-    def make(scripts: list[dict[str, Any]] | None = None, *, crlf: bool = False,
-             thread: bool = False, **kw: Any) -> ScriptedServer:
+    def make(
+        scripts: list[dict[str, Any]] | None = None, *, crlf: bool = False, thread: bool = False, **kw: Any
+    ) -> ScriptedServer:
         srv = ScriptedServer(scripts, crlf=crlf, **kw)
         if thread:
             srv.start_in_thread()

@@ -42,7 +42,9 @@ def _num(v: Any) -> str:
               help="Tokenizer for token-level comparison when the server returns no token ids.")  # fmt: skip
 @click.option("--header", "headers", multiple=True, help="Extra HTTP header 'Name: value' (repeatable; never written).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-check/).")
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-check/)."
+)
 def check_command(**kw: Any) -> dict[str, Any]:
     """Record greedy outputs of a fixed prompt set; agreement with a reference; accuracy."""
     headers = {}

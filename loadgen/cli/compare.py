@@ -18,8 +18,12 @@ __all__ = ["compare_cmd"]
 @click.option("--force", is_flag=True, help="Rank even when the conditions differ (the scorecard says so).")
 @click.option("--check", "checks", multiple=True,
               help="check.json for each result, in order ('-' for none); default: a check.json next to the result.")  # fmt: skip
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-compare/).")
-def compare_cmd(results: tuple[str, ...], labels: tuple[str, ...], force: bool, checks: tuple[str, ...], out_dir: str | None) -> None:
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-compare/)."
+)
+def compare_cmd(
+    results: tuple[str, ...], labels: tuple[str, ...], force: bool, checks: tuple[str, ...], out_dir: str | None
+) -> None:
     """Scorecard of several sweeps or runs, ranked only where the comparison is fair."""
     from loadgen.report.compare import _fmt, load_system, scorecard, write_outputs
 
@@ -41,7 +45,10 @@ def compare_cmd(results: tuple[str, ...], labels: tuple[str, ...], force: bool, 
     for s in systems:
         t.add_column(s.label, justify="right")
     for r in card["rows"]:
-        t.add_row(r["label"], *[("* " if r["best"] == s.label else "") + _fmt(r["values"][s.label], r["key"]) for s in systems])
+        t.add_row(
+            r["label"],
+            *[("* " if r["best"] == s.label else "") + _fmt(r["values"][s.label], r["key"]) for s in systems],
+        )
     console.print(t)
     if not card["comparable"]:
         console.print("[yellow]not comparable:[/] " + "; ".join(card["reasons"]))

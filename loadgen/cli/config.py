@@ -142,7 +142,9 @@ def prices(kw: dict[str, Any]) -> TokenPrices | None:
     from loadgen.pricing import token_prices
 
     with usage_errors():
-        return token_prices(kw["price_input_per_million"], kw["price_output_per_million"], kw["price_cached_input_per_million"])
+        return token_prices(
+            kw["price_input_per_million"], kw["price_output_per_million"], kw["price_cached_input_per_million"]
+        )
 
 
 def _length_or_none(value: Any) -> int | None:
@@ -160,7 +162,9 @@ def run_estimate(kw: dict[str, Any], load: LoadConfig) -> RunEstimate:
     elif load.rate_rps is not None and load.duration_s is not None:
         n = round(load.rate_rps * (load.duration_s + load.warmup_s)) + load.warmup_requests
     note = "" if n is not None else "closed loop for a duration: the count depends on the latency"
-    return estimate_run(n, _length_or_none(kw["input_tokens"]), _length_or_none(kw["output_tokens"]), prices(kw), note=note)
+    return estimate_run(
+        n, _length_or_none(kw["input_tokens"]), _length_or_none(kw["output_tokens"]), prices(kw), note=note
+    )
 
 
 def sweep_estimate(kw: dict[str, Any], scfg: SweepConfig) -> RunEstimate:
@@ -177,7 +181,9 @@ def sweep_estimate(kw: dict[str, Any], scfg: SweepConfig) -> RunEstimate:
     else:
         n = None
         note = f"at least {per_probe} requests per probe, up to {scfg.max_probes} probes, plus calibration; give --max-rate to bound it"
-    return estimate_run(n, _length_or_none(kw["input_tokens"]), _length_or_none(kw["output_tokens"]), prices(kw), note=note)
+    return estimate_run(
+        n, _length_or_none(kw["input_tokens"]), _length_or_none(kw["output_tokens"]), prices(kw), note=note
+    )
 
 
 def build_sweep_config(kw: dict[str, Any]) -> SweepConfig:

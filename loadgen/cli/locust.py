@@ -143,7 +143,8 @@ def build_config(
         "api": kw["api"],
         "model": endpoint.config.model,
         "headers": parse_headers(kw["headers"]),
-        "api_key_env": kw["api_key_env"] or (None if embedded or not os.environ.get("OPENAI_API_KEY") else "OPENAI_API_KEY"),
+        "api_key_env": kw["api_key_env"]
+        or (None if embedded or not os.environ.get("OPENAI_API_KEY") else "OPENAI_API_KEY"),
         "extra_body": parse_extra_body(kw["extra_body"]),
         "timeout_s": duration_s(kw["timeout"], "--timeout") or 600.0,
         "connect_timeout_s": duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
@@ -232,7 +233,9 @@ def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
     "locust",
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["--help"]},
 )
-@click.option("--endpoint", help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint).")
+@click.option(
+    "--endpoint", help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint)."
+)
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
 @click.option("--model", help="Model name sent in requests (default: the first model the endpoint lists).")
 @click.option("--header", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable).")
@@ -243,17 +246,28 @@ def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
 @click.option("--no-preflight", is_flag=True, help="Skip the pre-flight request that detects optional fields.")
 @click.option("--insecure", is_flag=True, help="Do not verify TLS certificates (recorded in the result).")
 @click.option("--sim-args", default="", help="Flags for the embedded simulated endpoint, e.g. '--itl-ms 10'.")
-@click.option("--rate", type=float, help="Open loop: requests per second, independent of responses (default: closed loop).")
+@click.option(
+    "--rate", type=float, help="Open loop: requests per second, independent of responses (default: closed loop)."
+)
 @click.option("--arrival", type=click.Choice(["poisson", "constant", "gamma"]), default="poisson", show_default=True)
 @click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1.0 = Poisson).")
 @click.option("--requests", "n_requests", type=int, help="Open loop: schedule this many requests.")
 @click.option("--duration", help="Open loop: schedule this long (default: Locust's -t, else 1 h).")
-@click.option("--max-concurrency", type=int,
-              help=f"Open loop: in-flight cap per process (default {DEFAULT_MAX_INFLIGHT}); reaching it makes the run INVALID.")
-@click.option("--input-tokens", default="128", show_default=True,
-              help="Prompt length: N or a distribution (uniform:A,B, normal:M,SD, ...).")
+@click.option(
+    "--max-concurrency",
+    type=int,
+    help=f"Open loop: in-flight cap per process (default {DEFAULT_MAX_INFLIGHT}); reaching it makes the run INVALID.",
+)
+@click.option(
+    "--input-tokens",
+    default="128",
+    show_default=True,
+    help="Prompt length: N or a distribution (uniform:A,B, normal:M,SD, ...).",
+)
 @click.option("--output-tokens", default="64", show_default=True, help="Output length: N or a distribution.")
-@click.option("--output-tokens-override", is_flag=True, help="--output-tokens wins over a trace's or data set's lengths.")
+@click.option(
+    "--output-tokens-override", is_flag=True, help="--output-tokens wins over a trace's or data set's lengths."
+)
 @click.option("--trace", help="Replay a request trace (file or builtin:NAME): open loop on its timestamps.")
 @click.option("--trace-format", default="auto", show_default=True)
 @click.option("--trace-time-scale", type=float, help="Divide the trace's offsets by this factor.")
@@ -270,10 +284,13 @@ def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
 @click.option("--save-text", is_flag=True, help="Keep each request's output text in requests.jsonl.")
 @click.option("--no-token-lists", is_flag=True, help="Leave per-token ITL lists out of requests.jsonl.")
 @click.option("--latency-origin", type=click.Choice(["scheduled", "sent"]), default="scheduled", show_default=True)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Output directory (default results/<UTC time>-locust/).")
-@click.option("--web-token-env",
-              help="Environment variable with a token the web UI requires (needed for a non-loopback --web-host).")
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-locust/)."
+)
+@click.option(
+    "--web-token-env",
+    help="Environment variable with a token the web UI requires (needed for a non-loopback --web-host).",
+)
 @click.pass_context
 def locust_command(ctx: click.Context, **kw: Any) -> LocustOutcome:
     """Locust with loadgen's LLM user: UI rows for E2E, TTFT and TPOT; loadgen's result.json at the end.

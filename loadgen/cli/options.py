@@ -151,42 +151,108 @@ def parse_ratio(text: str, what: str) -> float:
 
 def common_endpoint_options(f: F) -> F:
     opts = [
-        click.option("--endpoint", help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint)."),
-        click.option("--api", type=click.Choice(["completions", "chat", "triton-http", "triton-grpc"]), default="completions", show_default=True),
+        click.option(
+            "--endpoint",
+            help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint).",
+        ),
+        click.option(
+            "--api",
+            type=click.Choice(["completions", "chat", "triton-http", "triton-grpc"]),
+            default="completions",
+            show_default=True,
+        ),
         click.option("--model", help="Model name sent in requests (default: the first model the endpoint lists)."),
         click.option("--header", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable)."),
-        click.option("--api-key-env", help="Environment variable holding the API key (default OPENAI_API_KEY when set)."),
+        click.option(
+            "--api-key-env", help="Environment variable holding the API key (default OPENAI_API_KEY when set)."
+        ),
         click.option("--timeout", "timeout", default="600s", show_default=True, help="Total per-request deadline."),
         click.option("--connect-timeout", default="10s", show_default=True),
         click.option("--extra-body", help="JSON object merged into every request body (sampling parameters, ...)."),
         click.option("--no-preflight", is_flag=True, help="Skip the pre-flight request that detects optional fields."),
         click.option("--no-stream", is_flag=True, help="Non-streaming requests (only E2E is measurable)."),
         click.option("--insecure", is_flag=True, help="Do not verify TLS certificates (recorded in the result)."),
-        click.option("--provider", type=click.Choice(["openai-compatible", "openai", "azure", "anthropic"]), default="openai-compatible", show_default=True, help="URL shape, credentials and stream format (openai/anthropic default to their public API when --endpoint is not given)."),
+        click.option(
+            "--provider",
+            type=click.Choice(["openai-compatible", "openai", "azure", "anthropic"]),
+            default="openai-compatible",
+            show_default=True,
+            help="URL shape, credentials and stream format (openai/anthropic default to their public API when --endpoint is not given).",
+        ),
         click.option("--deployment", help="Azure OpenAI deployment name."),
         click.option("--api-version", help="Azure OpenAI api-version (default 2024-10-21; 'v1' for the v1 API)."),
-        click.option("--azure-ad-token-env", help="Environment variable holding an Entra ID token (Azure, instead of an api-key)."),
+        click.option(
+            "--azure-ad-token-env",
+            help="Environment variable holding an Entra ID token (Azure, instead of an api-key).",
+        ),
         click.option("--anthropic-version", help="anthropic-version header (default 2023-06-01)."),
-        click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra trusted CA bundle (private or self-signed certificates)."),
-        click.option("--connection-reuse", type=click.Choice(["keep-alive", "none"]), default="keep-alive", show_default=True, help="none: a new connection (DNS, TCP, TLS) for every request."),
-        click.option("--network-baseline", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="Resolve the host, time a few TCP connects and a cheap request before the run (auto: for non-loopback endpoints)."),
-        click.option("--retry-429", type=click.IntRange(min=0), default=0, show_default=True, help="Retry a 429 up to N times after its advised wait (the wait counts in latency)."),
-        click.option("--max-rpm", type=float, help="Cap the client at this many requests per minute (the run is then no longer the offered load)."),
-        click.option("--max-tpm", type=float, help="Cap the client at this many tokens (prompt + max_tokens) per minute."),
-        click.option("--price-input-per-million", type=float, help="USD per million input tokens (cost per request and per million output tokens)."),
+        click.option(
+            "--ca-file",
+            type=click.Path(exists=True, dir_okay=False),
+            help="Extra trusted CA bundle (private or self-signed certificates).",
+        ),
+        click.option(
+            "--connection-reuse",
+            type=click.Choice(["keep-alive", "none"]),
+            default="keep-alive",
+            show_default=True,
+            help="none: a new connection (DNS, TCP, TLS) for every request.",
+        ),
+        click.option(
+            "--network-baseline",
+            type=click.Choice(["auto", "on", "off"]),
+            default="auto",
+            show_default=True,
+            help="Resolve the host, time a few TCP connects and a cheap request before the run (auto: for non-loopback endpoints).",
+        ),
+        click.option(
+            "--retry-429",
+            type=click.IntRange(min=0),
+            default=0,
+            show_default=True,
+            help="Retry a 429 up to N times after its advised wait (the wait counts in latency).",
+        ),
+        click.option(
+            "--max-rpm",
+            type=float,
+            help="Cap the client at this many requests per minute (the run is then no longer the offered load).",
+        ),
+        click.option(
+            "--max-tpm", type=float, help="Cap the client at this many tokens (prompt + max_tokens) per minute."
+        ),
+        click.option(
+            "--price-input-per-million",
+            type=float,
+            help="USD per million input tokens (cost per request and per million output tokens).",
+        ),
         click.option("--price-output-per-million", type=float, help="USD per million output tokens."),
-        click.option("--price-cached-input-per-million", type=float, help="USD per million cached input tokens, where the platform has a price for them."),
+        click.option(
+            "--price-cached-input-per-million",
+            type=float,
+            help="USD per million cached input tokens, where the platform has a price for them.",
+        ),
         click.option("--yes", is_flag=True, help="Do not ask before sending to a non-loopback endpoint (for scripts)."),
-        click.option("--sim-args", default="", help="Extra flags for the embedded simulated endpoint, e.g. '--itl-ms 10'."),
-        click.option("--serve", type=click.Choice(["vllm", "triton"]), help="Launch this server on the accelerator under test, measure, tear it down."),
+        click.option(
+            "--sim-args", default="", help="Extra flags for the embedded simulated endpoint, e.g. '--itl-ms 10'."
+        ),
+        click.option(
+            "--serve",
+            type=click.Choice(["vllm", "triton"]),
+            help="Launch this server on the accelerator under test, measure, tear it down.",
+        ),
         click.option("--serve-model", help="--serve vllm: model directory or name to serve."),
         click.option("--served-model-name", help="--serve vllm: the model name requests use."),
-        click.option("--server-python", help="Interpreter whose environment has the server (or LOADGEN_VLLM_PYTHON / LOADGEN_TRITON_PYTHON)."),
+        click.option(
+            "--server-python",
+            help="Interpreter whose environment has the server (or LOADGEN_VLLM_PYTHON / LOADGEN_TRITON_PYTHON).",
+        ),
         click.option("--server-port", type=int, help="Server port on 127.0.0.1 (default: a free one)."),
         click.option("--serve-args", help="Extra server options, one string (e.g. '--max-model-len 1024')."),
         click.option("--model-repository", help="--serve triton: a Triton model repository."),
         click.option("--pytriton", help="--serve triton: a PyTriton module file."),
-        click.option("--serve-timeout", default="600s", show_default=True, help="How long to wait for the server to be ready."),
+        click.option(
+            "--serve-timeout", default="600s", show_default=True, help="How long to wait for the server to be ready."
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -200,12 +266,23 @@ def run_only_options(f: F) -> F:
         click.option("--requests", "n_requests", type=int, help="Measured requests (after warm-up)."),
         click.option("--duration", help="Measured duration, e.g. 60s, 5m (default 60s when --requests is not given)."),
         click.option("--warmup", help="Warm-up: a request count (N) or a time (10s); excluded from statistics."),
-        click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms (repeatable)."),
-        click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>/)."),
-        click.option("--workers", default="1", show_default=True, help="Client processes sharing the schedule (N or auto)."),
-        click.option("--cluster", help="Ray cluster address (host:port, auto, ray://...): the --workers shards run as its actors."),
+        click.option(
+            "--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms (repeatable)."
+        ),
+        click.option(
+            "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>/)."
+        ),
+        click.option(
+            "--workers", default="1", show_default=True, help="Client processes sharing the schedule (N or auto)."
+        ),
+        click.option(
+            "--cluster",
+            help="Ray cluster address (host:port, auto, ray://...): the --workers shards run as its actors.",
+        ),
         click.option("--dry-run", is_flag=True, help="Build the schedule, write schedule.jsonl, send nothing."),
-        click.option("--cpus", help="Run the client on these CPUs only (e.g. 0 or 0-3): keeps it off a local server's cores."),
+        click.option(
+            "--cpus", help="Run the client on these CPUs only (e.g. 0 or 0-3): keeps it off a local server's cores."
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -214,32 +291,82 @@ def run_only_options(f: F) -> F:
 
 def workload_options(f: F) -> F:
     opts = [
-        click.option("--arrival", type=click.Choice(["poisson", "constant", "gamma"]), default="poisson", show_default=True),
+        click.option(
+            "--arrival", type=click.Choice(["poisson", "constant", "gamma"]), default="poisson", show_default=True
+        ),
         click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1.0 = Poisson)."),
         click.option("--max-concurrency", type=int, help="Cap on in-flight requests of an open-loop run."),
-        click.option("--input-tokens", default="128", show_default=True, help="Prompt length: N, uniform:A,B, normal:M,SD, lognormal:M,SD or empirical:FILE."),
-        click.option("--output-tokens", default="64", show_default=True, help="Output length (same forms); overrides a trace's lengths when given."),
-        click.option("--trace", help="Replay a trace's timestamps and lengths (Azure, Mooncake, BurstGPT, loadgen JSONL; builtin:NAME for a shipped excerpt)."),
-        click.option("--trace-format", type=click.Choice(["auto", "azure", "mooncake", "burstgpt", "loadgen", "jsonl"]), default="auto", show_default=True),
-        click.option("--trace-spread", type=click.Choice(["literal", "uniform"]), default="literal", show_default=True, help="Rows sharing one timestamp: sent together, or spread over the step."),
+        click.option(
+            "--input-tokens",
+            default="128",
+            show_default=True,
+            help="Prompt length: N, uniform:A,B, normal:M,SD, lognormal:M,SD or empirical:FILE.",
+        ),
+        click.option(
+            "--output-tokens",
+            default="64",
+            show_default=True,
+            help="Output length (same forms); overrides a trace's lengths when given.",
+        ),
+        click.option(
+            "--trace",
+            help="Replay a trace's timestamps and lengths (Azure, Mooncake, BurstGPT, loadgen JSONL; builtin:NAME for a shipped excerpt).",
+        ),
+        click.option(
+            "--trace-format",
+            type=click.Choice(["auto", "azure", "mooncake", "burstgpt", "loadgen", "jsonl"]),
+            default="auto",
+            show_default=True,
+        ),
+        click.option(
+            "--trace-spread",
+            type=click.Choice(["literal", "uniform"]),
+            default="literal",
+            show_default=True,
+            help="Rows sharing one timestamp: sent together, or spread over the step.",
+        ),
         click.option("--time-scale", type=float, help="Replay speed: 10 sends the trace 10x faster."),
         click.option("--trace-start", help="Start of the trace window, e.g. 10m."),
         click.option("--trace-duration", help="Length of the trace window, e.g. 10m."),
-        click.option("--loop", "trace_loop", is_flag=True, help="Repeat the trace window to fill --requests or --duration."),
+        click.option(
+            "--loop", "trace_loop", is_flag=True, help="Repeat the trace window to fill --requests or --duration."
+        ),
         click.option("--dataset", help="Prompts from a ShareGPT JSON or a loadgen JSONL file."),
         click.option("--tokenizer", help="Hugging Face tokenizer directory or tokenizer.json: exact input lengths."),
         click.option("--prompt-format", type=click.Choice(["text", "token-ids"]), default="text", show_default=True),
-        click.option("--shared-prefix-tokens", type=int, default=0, show_default=True, help="Tokens of a shared prefix per group."),
+        click.option(
+            "--shared-prefix-tokens",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Tokens of a shared prefix per group.",
+        ),
         click.option("--prefix-groups", type=int, default=1, show_default=True),
         click.option("--salt", help="Prompt salt (default: fresh per run, so caches cannot flatter a rerun)."),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--save-text", is_flag=True, help="Keep each request's output text in requests.jsonl."),
         click.option("--no-token-lists", is_flag=True, help="Leave per-token ITL lists out of requests.jsonl."),
-        click.option("--latency-origin", type=click.Choice(["scheduled", "sent"]), default="scheduled", show_default=True),
-        click.option("--drain-grace", default="30s", show_default=True, help="Time in-flight requests get after a stop."),
-        click.option("--max-schedule-lag", default="5ms", show_default=True, help="Validity: p99 schedule lag bound (generator check)."),
-        click.option("--max-loop-lag", default="10ms", show_default=True, help="Validity: p99 event-loop lag bound (generator check)."),
-        click.option("--max-error-rate", default="1%", show_default=True, help="Validity: error-rate bound (a warning)."),
+        click.option(
+            "--latency-origin", type=click.Choice(["scheduled", "sent"]), default="scheduled", show_default=True
+        ),
+        click.option(
+            "--drain-grace", default="30s", show_default=True, help="Time in-flight requests get after a stop."
+        ),
+        click.option(
+            "--max-schedule-lag",
+            default="5ms",
+            show_default=True,
+            help="Validity: p99 schedule lag bound (generator check).",
+        ),
+        click.option(
+            "--max-loop-lag",
+            default="10ms",
+            show_default=True,
+            help="Validity: p99 event-loop lag bound (generator check).",
+        ),
+        click.option(
+            "--max-error-rate", default="1%", show_default=True, help="Validity: error-rate bound (a warning)."
+        ),
     ]
     for o in reversed(opts):
         f = o(f)

@@ -36,7 +36,12 @@ __all__ = ["sweep_cmd"]
 @common_endpoint_options
 @workload_options
 @click.option("--slo-p99", help="Shorthand: p99 of --slo-metric (TTFT by default) at most this, e.g. 300ms.")
-@click.option("--slo-metric", type=click.Choice(["ttft", "e2e", "tpot", "itl", "time_to_first_answer_token"]), default="ttft", show_default=True)
+@click.option(
+    "--slo-metric",
+    type=click.Choice(["ttft", "e2e", "tpot", "itl", "time_to_first_answer_token"]),
+    default="ttft",
+    show_default=True,
+)
 @click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE (repeatable; all must hold).")
 @click.option("--probe-duration", default="60s", show_default=True, help="Minimum measured time of each probe.")
 @click.option("--probe-warmup", help="Warm-up before each probe (default 10 % of the probe, at most 5 s).")
@@ -44,7 +49,9 @@ __all__ = ["sweep_cmd"]
 @click.option("--precision", default="5%", show_default=True, help="Stop when (fail - pass) / pass is at most this.")
 @click.option("--repeats", type=int, default=1, show_default=True, help="A rate passes only if all K probes pass.")
 @click.option("--max-rate", type=float, help="Never offer more than this (req/s).")
-@click.option("--min-rate", type=float, help="Lowest rate to try (default: the rate that reaches the minimum request count).")
+@click.option(
+    "--min-rate", type=float, help="Lowest rate to try (default: the rate that reaches the minimum request count)."
+)
 @click.option("--start-rate", type=float, help="First probe's rate (default: half the calibrated capacity).")
 @click.option("--calibration", default="10s", show_default=True, help="Closed-loop calibration time (0 to skip).")
 @click.option("--calibration-concurrency", type=int, default=32, show_default=True)
@@ -52,10 +59,17 @@ __all__ = ["sweep_cmd"]
 @click.option("--cost-per-hour", type=float, help="USD per hour of the system under test (cost per million tokens).")
 @click.option("--accelerators", type=int, help="Accelerators serving the endpoint (throughput per accelerator).")
 @click.option("--concurrency-levels", help="Closed-loop sweep over these user counts, e.g. 1,2,4,8,16.")
-@click.option("--workers", default="1", show_default=True, help="Client processes per probe (N or auto); no early stop with N > 1.")
+@click.option(
+    "--workers",
+    default="1",
+    show_default=True,
+    help="Client processes per probe (N or auto); no early stop with N > 1.",
+)
 @click.option("--cluster", help="Ray cluster address: each probe's --workers shards run as its actors.")
 @click.option("--cpus", help="Run the client on these CPUs only (e.g. 0 or 0-3): keeps it off a local server's cores.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/).")
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/)."
+)
 def sweep_cmd(**kw: Any) -> SweepOutcome:
     """Find the highest offered load that still meets the SLO."""
     return _sweep(kw, Console(), Console(stderr=True, soft_wrap=True))

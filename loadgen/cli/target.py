@@ -53,7 +53,7 @@ def _start_sim(sim_args: str) -> SimProcess:
         return SimProcess(sim_args.split() if sim_args else [])  # started by __init__
     except RuntimeError as exc:
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        errors = [ln[len("Error: "):] for ln in lines if ln.startswith("Error: ")]
+        errors = [ln[len("Error: ") :] for ln in lines if ln.startswith("Error: ")]
         why = errors[-1] if errors else (lines[-1] if lines else "")
         raise click.UsageError(f"--sim-args {sim_args!r}: the simulated endpoint did not start: {why}") from None
 
@@ -126,7 +126,9 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
 
     if kw["api"].startswith("triton"):
         if kw["provider"] != "openai-compatible":
-            raise click.UsageError(f"--api {kw['api']} is Triton's protocol: it clashes with --provider {kw['provider']}")
+            raise click.UsageError(
+                f"--api {kw['api']} is Triton's protocol: it clashes with --provider {kw['provider']}"
+            )
         return _triton_endpoint(kw, endpoint_url, redactor)
     provider = kw["provider"]
     headers = parse_headers(kw["headers"])
@@ -143,7 +145,9 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
         if kw["azure_ad_token_env"]:
             bearer = os.environ.get(kw["azure_ad_token_env"])
             if bearer is None:
-                raise click.UsageError(f"--azure-ad-token-env {kw['azure_ad_token_env']}: that environment variable is not set")
+                raise click.UsageError(
+                    f"--azure-ad-token-env {kw['azure_ad_token_env']}: that environment variable is not set"
+                )
     for name, value in headers.items():
         if is_sensitive_name(name):
             redactor.add(value)
@@ -155,7 +159,9 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
         redactor.add(s)
     redactor.add(api_key)
     redactor.add(bearer)
-    baseline = {"on": True, "off": False}.get(kw["network_baseline"], not embedded and not is_loopback_url(endpoint_url))
+    baseline = {"on": True, "off": False}.get(
+        kw["network_baseline"], not embedded and not is_loopback_url(endpoint_url)
+    )
     options: dict[str, Any] = dict(
         stream=not kw["no_stream"],
         headers=headers,

@@ -322,7 +322,6 @@ class AnthropicEndpoint(HTTPSendMixin):
         body.update(cfg.extra_body)
         return body
 
-
     async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         parser = AnthropicStreamParser(record, redact=self.redactor, max_event_bytes=self.config.max_event_bytes)
         async for chunk in resp.content.iter_any():

@@ -368,7 +368,12 @@ class HTTPSendMixin(EndpointBase):
         if gate is not None:
             await gate.wait()
         await send_with_attempts(
-            self._attempt, spec, record, retry_429=cfg.retry_429, retry_max_wait_s=cfg.retry_429_max_wait_s, cap=self_.cap
+            self._attempt,
+            spec,
+            record,
+            retry_429=cfg.retry_429,
+            retry_max_wait_s=cfg.retry_429_max_wait_s,
+            cap=self_.cap,
         )
 
     def _open_session(self) -> aiohttp.ClientSession:

@@ -131,7 +131,9 @@ class OpenAIEndpoint(HTTPSendMixin):
             self._url = self._root + path + (("?" + q) if q else "")
         self.url_for_record = split_url_secrets(self._url)[0]
         self._session: aiohttp.ClientSession | None = None
-        self.accepted: dict[str, bool] = dict(config.accepted) if config.accepted else {k: True for k in OPTIONAL_FIELDS}
+        self.accepted: dict[str, bool] = (
+            dict(config.accepted) if config.accepted else {k: True for k in OPTIONAL_FIELDS}
+        )
         self.served_models: list[str] = []
         self.server_version: str | None = None
         self.max_model_len: int | None = None
@@ -143,9 +145,7 @@ class OpenAIEndpoint(HTTPSendMixin):
                 self._headers.setdefault(config.api_key_header, config.api_key)
             else:
                 self._headers.setdefault("Authorization", f"Bearer {config.api_key}")
-        self.cap = (
-            ClientRateCap(config.max_rpm, config.max_tpm) if (config.max_rpm or config.max_tpm) else None
-        )
+        self.cap = ClientRateCap(config.max_rpm, config.max_tpm) if (config.max_rpm or config.max_tpm) else None
         self.network: dict[str, Any] | None = None
         if "@" in parts.netloc and not any(k.lower() == "authorization" for k in self._headers):
             basic = aiohttp.BasicAuth(unquote(parts.username or ""), unquote(parts.password or "")).encode()
@@ -173,7 +173,9 @@ class OpenAIEndpoint(HTTPSendMixin):
             t0 = now_ns()
             try:
                 async with self._session.get(
-                    url, headers=self._headers, allow_redirects=False,
+                    url,
+                    headers=self._headers,
+                    allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout_s + 5),
                 ) as resp:
                     await resp.read()
@@ -216,7 +218,11 @@ class OpenAIEndpoint(HTTPSendMixin):
         client's cap shared (each worker enforces its part)."""
         cfg = self.config
         return replace(
-            cfg, preflight=False, discover=False, accepted=dict(self.accepted), network_baseline=False,
+            cfg,
+            preflight=False,
+            discover=False,
+            accepted=dict(self.accepted),
+            network_baseline=False,
             max_rpm=cfg.max_rpm / workers if cfg.max_rpm else None,
             max_tpm=cfg.max_tpm / workers if cfg.max_tpm else None,
         )
@@ -243,9 +249,7 @@ class OpenAIEndpoint(HTTPSendMixin):
         try:
             models = await self._get_json("/models")
         except (TimeoutError, aiohttp.ClientConnectorError, aiohttp.ClientOSError, OSError) as exc:
-            raise EndpointUnreachable(
-                f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}"
-            ) from None
+            raise EndpointUnreachable(f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}") from None
         if isinstance(models, dict):
             for m in models.get("data") or []:
                 if isinstance(m, dict) and m.get("id"):
@@ -254,9 +258,7 @@ class OpenAIEndpoint(HTTPSendMixin):
                         self.max_model_len = m["max_model_len"]
         if self.config.model is None:
             if not self.served_models:
-                raise EndpointUnreachable(
-                    f"{self.url_for_record}: no model given (--model) and /v1/models lists none"
-                )
+                raise EndpointUnreachable(f"{self.url_for_record}: no model given (--model) and /v1/models lists none")
             self.config.model = self.served_models[0]
         try:
             ver = await self._get_json("/version")
@@ -301,9 +303,7 @@ class OpenAIEndpoint(HTTPSendMixin):
                 await resp.read()
                 return resp.status
         except (aiohttp.ClientConnectorError, OSError) as exc:
-            raise EndpointUnreachable(
-                f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}"
-            ) from None
+            raise EndpointUnreachable(f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}") from None
         except (TimeoutError, aiohttp.ClientError):
             return None
 
@@ -313,9 +313,7 @@ class OpenAIEndpoint(HTTPSendMixin):
         cfg = self.config
         body: dict[str, Any] = {"model": cfg.model}
         if cfg.api == "chat":
-            body["messages"] = (
-                list(spec.messages) if spec.messages else [{"role": "user", "content": spec.prompt}]
-            )
+            body["messages"] = list(spec.messages) if spec.messages else [{"role": "user", "content": spec.prompt}]
         elif spec.prompt_token_ids is not None:
             body["prompt"] = list(spec.prompt_token_ids)  # exact input length by construction
         else:
@@ -337,7 +335,6 @@ class OpenAIEndpoint(HTTPSendMixin):
                 body["stream_options"] = opts
         body.update(cfg.extra_body)
         return body
-
 
     async def _read_body(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         raw = await resp.read()
@@ -467,7 +464,9 @@ class OpenAIStreamParser:
 
     __slots__ = ("record", "chat", "redact", "dec", "done", "failed", "_token_reads", "_last_read")
 
-    def __init__(self, record: RequestRecord, *, chat: bool, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(
+        self, record: RequestRecord, *, chat: bool, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024
+    ) -> None:
         self.record = record
         self.chat = chat
         self.redact = redact

@@ -213,4 +213,3 @@ async def network_baseline(url: str, *, connects: int = 3, timeout_s: float = 5.
     except (TimeoutError, OSError, IndexError) as exc:
         out["error"] = type(exc).__name__
     return out
-

@@ -52,9 +52,22 @@ MANAGED_ACCEPTED = {"continuous_usage_stats": False, "ignore_eos": False, "min_t
 
 # fields of OpenAIConfig / AnthropicConfig a caller may pass through make_endpoint
 _COMMON = (
-    "stream", "headers", "extra_body", "timeout_s", "connect_timeout_s", "pool_limit", "verify_tls",
-    "request_id_prefix", "max_event_bytes", "ca_file", "connection_reuse", "network_baseline",
-    "retry_429", "retry_429_max_wait_s", "max_rpm", "max_tpm",
+    "stream",
+    "headers",
+    "extra_body",
+    "timeout_s",
+    "connect_timeout_s",
+    "pool_limit",
+    "verify_tls",
+    "request_id_prefix",
+    "max_event_bytes",
+    "ca_file",
+    "connection_reuse",
+    "network_baseline",
+    "retry_429",
+    "retry_429_max_wait_s",
+    "max_rpm",
+    "max_tpm",
 )
 _OPENAI_ONLY = ("preflight", "discover", "accepted")
 

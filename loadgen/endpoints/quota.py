@@ -30,6 +30,7 @@ class Headers(Protocol):
 
     def items(self) -> Iterable[tuple[str, str]]: ...
 
+
 def _http_date_s(text: str) -> float | None:
     """Seconds since the epoch of an HTTP date (IMF-fixdate, RFC 850 or asctime; UTC)."""
     try:

@@ -131,9 +131,7 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
             },
             "header_names": sorted(redact_headers(cfg.headers)),
             "client": {
-                "library": (
-                    f"aiohttp {aiohttp.__version__}" if cfg.protocol == "http" else grpc_library()
-                ),
+                "library": (f"aiohttp {aiohttp.__version__}" if cfg.protocol == "http" else grpc_library()),
                 "pool_limit": cfg.pool_limit,
                 "streams_per_channel": cfg.streams_per_channel if cfg.protocol == "grpc" else None,
                 "channels_opened": len(self._channels) if cfg.protocol == "grpc" else None,
@@ -149,7 +147,9 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
         cfg = self.config
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=cfg.pool_limit, limit_per_host=0, ttl_dns_cache=300),
-            timeout=aiohttp.ClientTimeout(total=None, connect=cfg.connect_timeout_s, sock_connect=cfg.connect_timeout_s),
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=cfg.connect_timeout_s, sock_connect=cfg.connect_timeout_s
+            ),
             skip_auto_headers=("User-Agent",),
             headers={"User-Agent": "loadgen", **cfg.headers},
         )
@@ -376,5 +376,3 @@ def _ready_models(idx: Any) -> list[str]:
     if not isinstance(idx, list):
         return []
     return [m["name"] for m in idx if isinstance(m, dict) and m.get("name") and m.get("state", "READY") == "READY"]
-
-

@@ -99,4 +99,3 @@ class StreamProgress:
         if self.have_counts:
             rec.completion_tokens = self.n_out
         rec.status = "ok"
-

@@ -76,9 +76,10 @@ class TritonGRPCMixin:
             resp = await stub.ModelConfig(pb.ModelConfigRequest(name=cfg.model, version=cfg.model_version),
                                           timeout=cfg.connect_timeout_s, metadata=self._grpc_metadata())  # fmt: skip
         except Exception as exc:
-            raise EndpointUnreachable(f"Triton gRPC at {self._target}: model {cfg.model!r}: {_grpc_error_text(exc)}") from None
+            raise EndpointUnreachable(
+                f"Triton gRPC at {self._target}: model {cfg.model!r}: {_grpc_error_text(exc)}"
+            ) from None
         self.model_config = json_format.MessageToDict(resp.config, preserving_proto_field_name=True)
-
 
     def _grpc_metadata(self) -> tuple[tuple[str, str], ...]:
         return tuple((k.lower(), v) for k, v in self.config.headers.items())
@@ -251,8 +252,7 @@ def _grpc_modules() -> tuple[Any, Any]:
         from tritonclient.grpc import service_pb2, service_pb2_grpc
     except ImportError:
         raise ConfigError(
-            "--api triton-grpc needs tritonclient with gRPC: pip install 'loadgen[triton]' "
-            "(or 'tritonclient[grpc]')"
+            "--api triton-grpc needs tritonclient with gRPC: pip install 'loadgen[triton]' (or 'tritonclient[grpc]')"
         ) from None
     return service_pb2, service_pb2_grpc
 

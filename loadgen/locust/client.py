@@ -45,7 +45,9 @@ class KeepAlivePool:
     server closed while idle is dropped before reuse (as urllib3 does).
     """
 
-    def __init__(self, url: str, connect_timeout_s: float, read_timeout_s: float, verify_tls: bool, idle_limit: int) -> None:
+    def __init__(
+        self, url: str, connect_timeout_s: float, read_timeout_s: float, verify_tls: bool, idle_limit: int
+    ) -> None:
         p = urlsplit(url)
         self.https = p.scheme == "https"
         self.host, self.port = p.hostname or "127.0.0.1", p.port
@@ -69,9 +71,7 @@ class KeepAlivePool:
             conn.close()
         t = now_ns()
         if self.https:
-            conn = http.client.HTTPSConnection(
-                self.host, self.port, timeout=self.connect_timeout_s, context=self.ctx
-            )
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.connect_timeout_s, context=self.ctx)
         else:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout_s)
         conn.connect()

@@ -40,7 +40,10 @@ _TIMES = ("scheduled_ns", "sent_ns", "end_ns", "response_headers_ns")
 
 def pack_record(rec: RequestRecord) -> list[Any]:
     """A record as plain lists (msgpack-able), for a worker -> master message."""
-    return [[getattr(rec, f) for f in _FIELDS], [[e.t_ns, e.text, e.answer, e.usage_completion_tokens] for e in rec.events]]
+    return [
+        [getattr(rec, f) for f in _FIELDS],
+        [[e.t_ns, e.text, e.answer, e.usage_completion_tokens] for e in rec.events],
+    ]
 
 
 def unpack_record(obj: list[Any], shift_ns: int = 0) -> RequestRecord:
@@ -181,8 +184,14 @@ class LocustCollector:
             "users": self.env.runner.target_user_count,
             "processes": len(processes),
             "workers": [
-                {"id": w, "records_received": self.received.get(w, 0), "final_report": w in self.finals,
-                 "hist_counts": {k: v["count"] for k, v in self.finals[w]["hist"].items()} if w in self.finals else None}
+                {
+                    "id": w,
+                    "records_received": self.received.get(w, 0),
+                    "final_report": w in self.finals,
+                    "hist_counts": {k: v["count"] for k, v in self.finals[w]["hist"].items()}
+                    if w in self.finals
+                    else None,
+                }
                 for w in self.expected
             ],  # fmt: skip
             "merged_worker_histograms_ms": {k: summarize_hdr(h) for k, h in merged.items()},
@@ -200,7 +209,11 @@ class LocustCollector:
             }  # fmt: skip
         write_json(self.out_dir / "result.json", result)
         write_hlog(self.out_dir / "histograms.hlog", self.agg, outcome)
-        hists = {w: self.finals[w]["hist"] for w in self.finals} if self.finals else {"local": p["hist"] for p in processes}  # noqa: B035 - one local process
+        hists = (
+            {w: self.finals[w]["hist"] for w in self.finals}
+            if self.finals
+            else ({"local": processes[-1]["hist"]} if processes else {})
+        )
         write_json(
             self.out_dir / "worker_histograms.json",
             {"unit": "us", "encoding": "HdrHistogram V2 base64", "workers": hists},
@@ -217,7 +230,9 @@ class LocustCollector:
         rows = [_row(label, lat[key]) for key, label in _ROWS]
         c = self.agg.counts()
         kinds = ", ".join(f"{k} {v}" for k, v in c["errors_by_kind"].items())
-        rows.append({"metric": f"requests: {c['completed']} ok, {c['failed']} failed" + (f" ({kinds})" if kinds else "")})
+        rows.append(
+            {"metric": f"requests: {c['completed']} ok, {c['failed']} failed" + (f" ({kinds})" if kinds else "")}
+        )
         if self.result is not None:
             v = self.result["validity"]
             bad = ", ".join(c["name"] for c in v["checks"] if c["group"] == "generator" and not c["ok"])
@@ -235,7 +250,11 @@ def _row(label: str, d: dict[str, Any]) -> dict[str, Any]:
     def f(v: Any) -> str:
         return "" if v is None else f"{v:.2f}"
 
-    return {"metric": label, "count": d["count"], **{k: f(d.get(k)) for k in ("mean", "p50", "p90", "p99", "p999", "max")}}
+    return {
+        "metric": label,
+        "count": d["count"],
+        **{k: f(d.get(k)) for k in ("mean", "p50", "p90", "p99", "p999", "max")},
+    }
 
 
 class _Described:

@@ -51,7 +51,9 @@ class LoadProcess:
     records are packed into ``outbox`` for the master instead.
     """
 
-    def __init__(self, env: Any, plan: dict[str, Any], sink: Callable[[RequestRecord, RequestMetrics], None] | None) -> None:
+    def __init__(
+        self, env: Any, plan: dict[str, Any], sink: Callable[[RequestRecord, RequestMetrics], None] | None
+    ) -> None:
         cfg = self.cfg = plan["config"]
         self.env = env
         self.plan = plan
@@ -286,6 +288,10 @@ def fire_request_events(env: Any, rec: RequestRecord, m: RequestMetrics, name: s
     fire(request_type="E2E", name=name, response_time=m.e2e_ns / 1e6, response_length=m.output_tokens,
          exception=None, context={})  # fmt: skip
     if m.ttft_ns is not None:
-        fire(request_type="TTFT", name=name, response_time=m.ttft_ns / 1e6, response_length=0, exception=None, context={})
+        fire(
+            request_type="TTFT", name=name, response_time=m.ttft_ns / 1e6, response_length=0, exception=None, context={}
+        )
     if m.tpot_ns is not None:
-        fire(request_type="TPOT", name=name, response_time=m.tpot_ns / 1e6, response_length=0, exception=None, context={})
+        fire(
+            request_type="TPOT", name=name, response_time=m.tpot_ns / 1e6, response_length=0, exception=None, context={}
+        )

@@ -172,13 +172,19 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
         v[f"{m}_p99_ms"] = _lat(res, m, "p99")
     counts = res.get("counts") or {}
     v["error_rate"] = (counts.get("failed", 0) / counts["requests"]) if counts.get("requests") else NOT_MEASURED
-    run_dir = Path(sys_.links["answer_probe"]).parent if "answer_probe" in sys_.links else (f.parent if kind == "run" else None)
+    run_dir = (
+        Path(sys_.links["answer_probe"]).parent
+        if "answer_probe" in sys_.links
+        else (f.parent if kind == "run" else None)
+    )
     ts = res.get("timeseries")
     if ts is None and run_dir is not None and (run_dir / "requests.jsonl").exists():
         ts = series(run_dir / "requests.jsonl", (res.get("conditions") or {}).get("latency_origin") or "scheduled")
     sys_.drift = drift(ts)
     ch = sys_.drift["changes"]
-    v["sustained"] = sys_.drift["verdict"] + ("" if sys_.drift["verdict"] == NOT_MEASURED else f" ({sys_.drift['reason']})")
+    v["sustained"] = sys_.drift["verdict"] + (
+        "" if sys_.drift["verdict"] == NOT_MEASURED else f" ({sys_.drift['reason']})"
+    )
     v["sustained_output_tps_change"] = ch.get("output_tps")
     v["sustained_ttft_p50_change"] = ch.get("ttft_p50_ms")
     v["sustained_e2e_p50_change"] = ch.get("e2e_p50_ms")
@@ -254,10 +260,15 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
         if ranked and better and len(nums) >= 2 and len(set(nums.values())) > 1:  # a tie for all: no best
             best = (max if better == "high" else min)(nums, key=nums.get)  # type: ignore[arg-type]  # dict.get as the key function
         rows.append({"key": key, "label": label, "values": vals, "best": best})
-    warnings += [f"{s.label} drifts over its run: {s.drift['reason']}" for s in systems if s.drift.get("verdict") == "drifting"]
+    warnings += [
+        f"{s.label} drifts over its run: {s.drift['reason']}" for s in systems if s.drift.get("verdict") == "drifting"
+    ]
     return {
         "schema_version": SCORECARD_SCHEMA_VERSION,
-        "systems": [{"label": s.label, "kind": s.kind, "source": s.source, "links": s.links, "conditions": s.conditions} for s in systems],
+        "systems": [
+            {"label": s.label, "kind": s.kind, "source": s.source, "links": s.links, "conditions": s.conditions}
+            for s in systems
+        ],
         "comparable": comparable,
         "reasons": reasons,
         "ranking": ("shown" if comparable else "forced with --force although the conditions differ")
@@ -272,7 +283,9 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
             "systems": {s.label: s.drift for s in systems},
         },
         "latency_curves": {
-            s.label: [{"load_rps": x, "slo_metric_ms": y, "concurrency": c} for x, y, c in s.curve] for s in systems if s.curve
+            s.label: [{"load_rps": x, "slo_metric_ms": y, "concurrency": c} for x, y, c in s.curve]
+            for s in systems
+            if s.curve
         },
         "interactivity": {s.label: s.interactivity for s in systems if s.interactivity},
         "checks": {s.label: s.check for s in systems if s.check},
@@ -378,7 +391,11 @@ def _html(card: dict[str, Any], systems: list[System]) -> str:
         body += f"<tr><th style='text-align:left'>{html.escape(r['label'])}</th>{cells}</tr>"
     warn = ""
     if not card["comparable"]:
-        warn = "<p style='color:#a00'><b>Not comparable:</b> " + "; ".join(html.escape(x) for x in card["reasons"]) + f" — ranking {html.escape(card['ranking'])}</p>"
+        warn = (
+            "<p style='color:#a00'><b>Not comparable:</b> "
+            + "; ".join(html.escape(x) for x in card["reasons"])
+            + f" — ranking {html.escape(card['ranking'])}</p>"
+        )
     for w in card.get("warnings") or []:
         warn += f"<p style='color:#a60'><b>Drift:</b> {html.escape(w)}</p>"
     notes = f"<p style='font-size:85%'>Sustained: {html.escape(card['sustained']['rule'])}.</p>"

@@ -75,9 +75,7 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
         for tg in slo["targets"]:
             mark = "[green]met[/]" if tg["met"] else "[red]MISSED[/]"
             val = "-" if tg["value_ms"] is None else f"{tg['value_ms']:.2f} ms"
-            console.print(
-                f"SLO {tg['target']}: {mark} (value {val}; {tg['exceedances']} of {tg['denominator']} over)"
-            )
+            console.print(f"SLO {tg['target']}: {mark} (value {val}; {tg['exceedances']} of {tg['denominator']} over)")
         att = slo["attainment"]
         console.print(
             f"SLO attainment: {slo['conforming_requests']} of {slo['denominator']} requests"

@@ -51,15 +51,36 @@ def _n(v: Any, d: int = 2) -> str:
 
 def render_sweep(res: dict[str, Any], console: Console, out_dir: str) -> None:
     t = Table(title="probes")
-    for c in ("#", "offered", "sent req/s", "done req/s", "out tok/s", "verdict", "exceedance", "duration s", "censored"):
+    for c in (
+        "#",
+        "offered",
+        "sent req/s",
+        "done req/s",
+        "out tok/s",
+        "verdict",
+        "exceedance",
+        "duration s",
+        "censored",
+    ):
         t.add_column(c, justify="right")
     for i, p in enumerate(res["probes"], 1):
         offered = f"c={p['concurrency']}" if p.get("concurrency") else f"{p['offered_rps']:.2f}"
-        verdict = p["verdict"].upper() + (" (low conf.)" if p["low_confidence"] else "") + (" early" if p["stopped_early"] else "")
+        verdict = (
+            p["verdict"].upper()
+            + (" (low conf.)" if p["low_confidence"] else "")
+            + (" early" if p["stopped_early"] else "")
+        )
         ex = ", ".join("-" if v is None else f"{v * 100:.2f}%" for v in p["exceedance_fraction"].values())
         t.add_row(
-            str(i), offered, _n(p["achieved_send_rps"]), _n(p["request_rps"]), _n(p["output_tps"], 1), verdict, ex,
-            f"{p['duration_s']:.1f}", str(p["censored"]),
+            str(i),
+            offered,
+            _n(p["achieved_send_rps"]),
+            _n(p["request_rps"]),
+            _n(p["output_tps"], 1),
+            verdict,
+            ex,
+            f"{p['duration_s']:.1f}",
+            str(p["censored"]),
         )
     console.print(t)
     for f in res.get("non_monotonic") or []:
@@ -98,11 +119,23 @@ def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
         for t in res["slo"]:
             m = t["metric"]
             key = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}.get(t["percentile"], "p99")
-            xs = [p["offered_rps"] for p in probes if p["latency_ms"].get(m) and p["latency_ms"][m].get(key) is not None]
-            ys = [p["latency_ms"][m][key] for p in probes if p["latency_ms"].get(m) and p["latency_ms"][m].get(key) is not None]
+            xs = [
+                p["offered_rps"] for p in probes if p["latency_ms"].get(m) and p["latency_ms"][m].get(key) is not None
+            ]
+            ys = [
+                p["latency_ms"][m][key]
+                for p in probes
+                if p["latency_ms"].get(m) and p["latency_ms"][m].get(key) is not None
+            ]
             ax.plot(xs, ys, "o-", label=f"{m} {key}")
             ax.axhline(t["threshold_ms"], linestyle="--", color="red", alpha=0.6)
-            ax.annotate(f"SLO {t['target']}", (0.01, t["threshold_ms"]), xycoords=("axes fraction", "data"), fontsize=8, color="red")
+            ax.annotate(
+                f"SLO {t['target']}",
+                (0.01, t["threshold_ms"]),
+                xycoords=("axes fraction", "data"),
+                fontsize=8,
+                color="red",
+            )
         if ans["max_rate_rps"]:
             ax.axvline(ans["max_rate_rps"], color="green", alpha=0.5, label="answer")
         ax.set_xlabel("offered load (req/s)")
@@ -113,8 +146,12 @@ def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
         imgs.append(("SLO metric percentiles vs offered load", _png(fig)))
         plt.close(fig)
         fig, ax = plt.subplots(figsize=(7, 4))
-        ax.plot([p["offered_rps"] for p in probes], [p["request_rps"] or 0 for p in probes], "o-", label="completed req/s")
-        ax.plot([p["offered_rps"] for p in probes], [p["goodput_rps"] or 0 for p in probes], "s--", label="goodput req/s")
+        ax.plot(
+            [p["offered_rps"] for p in probes], [p["request_rps"] or 0 for p in probes], "o-", label="completed req/s"
+        )
+        ax.plot(
+            [p["offered_rps"] for p in probes], [p["goodput_rps"] or 0 for p in probes], "s--", label="goodput req/s"
+        )
         lim = max(p["offered_rps"] for p in probes)
         ax.plot([0, lim], [0, lim], ":", color="grey", label="offered = achieved")
         ax.set_xlabel("offered load (req/s)")
@@ -172,7 +209,9 @@ def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
                 _n(p["achieved_send_rps"]),
                 _n(p["request_rps"]),
                 _n(p["output_tps"], 1),
-                p["verdict"].upper() + (" (low confidence)" if p["low_confidence"] else "") + (" (stopped early)" if p["stopped_early"] else ""),
+                p["verdict"].upper()
+                + (" (low confidence)" if p["low_confidence"] else "")
+                + (" (stopped early)" if p["stopped_early"] else ""),
                 "; ".join(p["reasons"]),
                 f"{p['duration_s']:.1f}",
                 p["censored"],
@@ -186,6 +225,7 @@ def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
         for t, d in imgs
     )
     a = res["answer"]
+
     def _short(v: Any) -> str:
         if isinstance(v, float):
             return f"{v:.6g}"
@@ -193,9 +233,7 @@ def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
             return "[" + ", ".join(_short(x) for x in v) + "]"
         return str(v)
 
-    facts = "".join(
-        f"<li>{html.escape(k)}: {html.escape(_short(v))}</li>" for k, v in a.items() if v is not None
-    )
+    facts = "".join(f"<li>{html.escape(k)}: {html.escape(_short(v))}</li>" for k, v in a.items() if v is not None)
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>loadgen sweep</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px}} .answer{{font-size:1.3em;background:#eef7ee;padding:.8em;border-left:6px solid #3a3}}

@@ -151,7 +151,9 @@ def _serve(proc: ServerProcess, kw: dict[str, Any], model: str | None, duration:
     deadline = None if duration is None else time.monotonic() + duration
     while deadline is None or time.monotonic() < deadline:
         if proc.proc is not None and proc.proc.poll() is not None:
-            click.echo(f"error: {proc.kind} server exited with code {proc.proc.returncode} (log: {proc.log_path})", err=True)
+            click.echo(
+                f"error: {proc.kind} server exited with code {proc.proc.returncode} (log: {proc.log_path})", err=True
+            )
             return int(proc.proc.returncode)
         time.sleep(0.5)
     return None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["Scrape", "bucket_bound", "histogram_quantile", "parse", "triton_summary", "vllm_summary"]
@@ -191,14 +191,21 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 
 
 def vllm_summary(
-    before: Scrape, after: Scrape, samples: list[Scrape] = (), model: str | None = None  # type: ignore[assignment]  # an empty tuple default, never mutated
+    before: Scrape,
+    after: Scrape,
+    samples: Sequence[Scrape] = (),
+    model: str | None = None,
 ) -> dict[str, Any]:
     """The vLLM figures of one run: counter deltas and gauge peaks (see the module docstring).
 
     ``kv_cache_usage_peak`` is a fraction (0..1); ``prefix_cache_hit_rate`` is
     Δhits / Δqueries in tokens; latencies are in milliseconds.
     """
-    where = {"model_name": model} if model and _has_label(after, "vllm:generation_tokens_total", "model_name", model) else None
+    where = (
+        {"model_name": model}
+        if model and _has_label(after, "vllm:generation_tokens_total", "model_name", model)
+        else None
+    )
     out: dict[str, Any] = {}
     for key, name in (
         ("preemptions", "vllm:num_preemptions_total"),
@@ -243,7 +250,10 @@ def _has_label(s: Scrape, name: str, label: str, value: str) -> bool:
 
 
 def triton_summary(
-    before: Scrape, after: Scrape, samples: list[Scrape] = (), model: str | None = None  # type: ignore[assignment]  # an empty tuple default, never mutated
+    before: Scrape,
+    after: Scrape,
+    samples: Sequence[Scrape] = (),
+    model: str | None = None,
 ) -> dict[str, Any]:
     """The Triton figures of one run: inference counts, queue and compute time (per request, ms),
     pending-request peak, and GPU energy when Triton exports it. vLLM-backend series

@@ -42,7 +42,9 @@ _VERSIONS = (
 )
 
 
-def package_versions(python: str, names: tuple[str, ...] = KEY_PACKAGES, timeout_s: float = 60.0) -> dict[str, str] | None:
+def package_versions(
+    python: str, names: tuple[str, ...] = KEY_PACKAGES, timeout_s: float = 60.0
+) -> dict[str, str] | None:
     """Versions of ``names`` installed for interpreter ``python`` (only those present), plus
     its Python version; None when the interpreter cannot be run."""
     try:

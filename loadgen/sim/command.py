@@ -90,51 +90,109 @@ async def _serve(
 
 @click.command("sim")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
-              help="Port to bind; 0 picks a free port.")
-@click.option("--port-file", type=click.Path(dir_okay=False), default=None,
-              help="Write the bound port to this file once listening.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port to bind; 0 picks a free port."
+)
+@click.option(
+    "--port-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the bound port to this file once listening.",
+)
 @click.option("--model-name", default="sim-model", show_default=True, help="Model id to serve.")
-@click.option("--slots", type=click.IntRange(min=1), default=_DEFAULTS.slots, show_default=True,
-              help="Max concurrent sequences in the batch.")
-@click.option("--ttft-ms", type=_NONNEG, default=_DEFAULTS.ttft_ms, show_default=True,
-              help="Fixed prefill cost per request (ms).")
-@click.option("--prefill-per-token-ms", type=_NONNEG, default=_DEFAULTS.prefill_per_token_ms,
-              show_default=True, help="Extra prefill cost per input token (ms).")
-@click.option("--itl-ms", type=_NONNEG, default=_DEFAULTS.itl_ms, show_default=True,
-              help="Decode step time with one running sequence (ms).")
-@click.option("--itl-per-seq-ms", type=_NONNEG, default=_DEFAULTS.itl_per_seq_ms, show_default=True,
-              help="Extra decode step time per additional running sequence (ms).")
-@click.option("--tokens-per-chunk", type=click.IntRange(min=1), default=_DEFAULTS.tokens_per_chunk,
-              show_default=True, help="Tokens per SSE write.")
-@click.option("--default-max-tokens", type=click.IntRange(min=1), default=_DEFAULTS.default_max_tokens,
-              show_default=True, help="Output tokens when a request gives no max_tokens.")
+@click.option(
+    "--slots",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.slots,
+    show_default=True,
+    help="Max concurrent sequences in the batch.",
+)
+@click.option(
+    "--ttft-ms", type=_NONNEG, default=_DEFAULTS.ttft_ms, show_default=True, help="Fixed prefill cost per request (ms)."
+)
+@click.option(
+    "--prefill-per-token-ms",
+    type=_NONNEG,
+    default=_DEFAULTS.prefill_per_token_ms,
+    show_default=True,
+    help="Extra prefill cost per input token (ms).",
+)
+@click.option(
+    "--itl-ms",
+    type=_NONNEG,
+    default=_DEFAULTS.itl_ms,
+    show_default=True,
+    help="Decode step time with one running sequence (ms).",
+)
+@click.option(
+    "--itl-per-seq-ms",
+    type=_NONNEG,
+    default=_DEFAULTS.itl_per_seq_ms,
+    show_default=True,
+    help="Extra decode step time per additional running sequence (ms).",
+)
+@click.option(
+    "--tokens-per-chunk",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.tokens_per_chunk,
+    show_default=True,
+    help="Tokens per SSE write.",
+)
+@click.option(
+    "--default-max-tokens",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.default_max_tokens,
+    show_default=True,
+    help="Output tokens when a request gives no max_tokens.",
+)
 @click.option("--strict", is_flag=True, help="Reject unknown request fields with HTTP 400.")
 @click.option("--fault-429", type=_PROB, default=0.0, help="Probability of HTTP 429 (Retry-After: 1).")
 @click.option("--fault-500", type=_PROB, default=0.0, help="Probability of HTTP 500.")
-@click.option("--fault-drop", type=_PROB, default=0.0,
-              help="Probability of aborting the connection after half the tokens.")
+@click.option(
+    "--fault-drop", type=_PROB, default=0.0, help="Probability of aborting the connection after half the tokens."
+)
 @click.option("--fault-stall", type=_PROB, default=0.0, help="Probability of a mid-stream pause.")
-@click.option("--stall-ms", type=_NONNEG, default=1000.0, show_default=True,
-              help="Length of a stall fault (ms).")
-@click.option("--fault-malformed", type=_PROB, default=0.0,
-              help="Probability of one malformed (invalid JSON) SSE event.")
-@click.option("--fault-inband-error", type=_PROB, default=0.0,
-              help="Probability of an error event inside the 200 stream, which then ends.")
+@click.option("--stall-ms", type=_NONNEG, default=1000.0, show_default=True, help="Length of a stall fault (ms).")
+@click.option(
+    "--fault-malformed", type=_PROB, default=0.0, help="Probability of one malformed (invalid JSON) SSE event."
+)
+@click.option(
+    "--fault-inband-error",
+    type=_PROB,
+    default=0.0,
+    help="Probability of an error event inside the 200 stream, which then ends.",
+)
 @click.option("--slow-ms", type=_NONNEG, default=0.0, help="Extra latency before the first byte (ms).")
-@click.option("--truth-log", type=click.Path(dir_okay=False), default=None,
-              help="Append one JSON line per finished request (server-side ground truth).")
+@click.option(
+    "--truth-log",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append one JSON line per finished request (server-side ground truth).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault draws.")
-@click.option("--tokenizer", "tokenizer_path", type=click.Path(exists=True), default=None,
-              help="Count prompt tokens with this Hugging Face tokenizer (directory or tokenizer.json) "
-                   "instead of words; chat prompts get the templated count.")
-@click.option("--busy-poll", is_flag=True,
-              help="Keep the event loop polling instead of sleeping (costs a core): arrival stamps in "
-                   "the truth log then exclude this process's wake-up from an idle CPU (replay-"
-                   "fidelity benchmarks).")
+@click.option(
+    "--tokenizer",
+    "tokenizer_path",
+    type=click.Path(exists=True),
+    default=None,
+    help="Count prompt tokens with this Hugging Face tokenizer (directory or tokenizer.json) "
+    "instead of words; chat prompts get the templated count.",
+)
+@click.option(
+    "--busy-poll",
+    is_flag=True,
+    help="Keep the event loop polling instead of sleeping (costs a core): arrival stamps in "
+    "the truth log then exclude this process's wake-up from an idle CPU (replay-"
+    "fidelity benchmarks).",
+)
 @click.option("--cpus", help="Serve on these CPUs only (e.g. 1 or 2-3): keeps the simulator off the client's cores.")
-@click.option("--parent-pid", type=int, default=None, hidden=True,
-              help="Exit when this process is no longer our parent (used by SimProcess).")
+@click.option(
+    "--parent-pid",
+    type=int,
+    default=None,
+    hidden=True,
+    help="Exit when this process is no longer our parent (used by SimProcess).",
+)
 def sim_command(**kw: Any) -> None:
     """Serve a simulated OpenAI-compatible LLM endpoint (continuous-batching model)."""
     params = SimParams(

@@ -87,8 +87,7 @@ class SimProcess:
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(
-                    f"loadgen-sim exited with code {self.proc.returncode} before it was ready:\n"
-                    + self._log_tail()
+                    f"loadgen-sim exited with code {self.proc.returncode} before it was ready:\n" + self._log_tail()
                 )
             if self.port is None:
                 self.port = self._read_port()
@@ -96,9 +95,7 @@ class SimProcess:
                 self.url = f"http://{self._url_host()}:{self.port}"
                 return
             if time.monotonic() >= deadline:
-                raise RuntimeError(
-                    f"loadgen-sim not ready after {self.ready_timeout_s} s:\n" + self._log_tail()
-                )
+                raise RuntimeError(f"loadgen-sim not ready after {self.ready_timeout_s} s:\n" + self._log_tail())
             time.sleep(_POLL_S)
 
     def stop(self) -> None:

@@ -264,9 +264,7 @@ class BatchModel:
         """Complete iterations ending before (or at, if inclusive) ``t_ns``."""
         pending = self._pending
         by_id = self._by_id
-        while self._iter_end_ns is not None and (
-            self._iter_end_ns <= t_ns if inclusive else self._iter_end_ns < t_ns
-        ):
+        while self._iter_end_ns is not None and (self._iter_end_ns <= t_ns if inclusive else self._iter_end_ns < t_ns):
             end = self._iter_end_ns
             still: list[_Seq] = []
             for group in (self._decoding, self._admitted):

@@ -189,9 +189,7 @@ def parse_request(
                 raise BadRequest(400, f"Unrecognized request argument supplied: {key}", param=key)
     model = body.get("model")
     if model is not None and model != model_name:
-        raise BadRequest(
-            404, f"The model `{model}` does not exist.", param="model", code="model_not_found"
-        )
+        raise BadRequest(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
     n = body.get("n")
     if n is not None and n != 1:
         raise BadRequest(400, "only n=1 is supported", param="n")
@@ -206,9 +204,7 @@ def parse_request(
         if not isinstance(opts, dict):
             raise BadRequest(400, "stream_options must be an object", param="stream_options")
         if not stream:
-            raise BadRequest(
-                400, "Stream options can only be defined when `stream=True`.", param="stream_options"
-            )
+            raise BadRequest(400, "Stream options can only be defined when `stream=True`.", param="stream_options")
         if strict:
             for key in opts:
                 if key not in _STRICT_STREAM_OPTIONS:

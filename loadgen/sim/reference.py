@@ -40,9 +40,7 @@ def percentile_at(
     elif target.metric == "e2e":
         vals = [r.end_ns - r.arrival_ns for r in res[skip:]]
     elif target.metric == "tpot":
-        vals = [
-            (r.end_ns - r.first_token_ns) / (r.output_tokens - 1) for r in res[skip:] if r.output_tokens > 1
-        ]
+        vals = [(r.end_ns - r.first_token_ns) / (r.output_tokens - 1) for r in res[skip:] if r.output_tokens > 1]
     else:
         raise ValueError(f"no reference for metric {target.metric}")
     return float(np.percentile(np.asarray(vals, dtype=np.float64), target.percentile))
@@ -66,8 +64,14 @@ def reference_max_rate(
     def ok(r: float) -> bool:
         return (
             percentile_at(
-                params, r, target, input_tokens=input_tokens, output_tokens=output_tokens,
-                requests=requests, arrival=arrival, seed=seed,
+                params,
+                r,
+                target,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                requests=requests,
+                arrival=arrival,
+                seed=seed,
             )
             <= target.threshold_ns
         )

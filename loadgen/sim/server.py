@@ -267,7 +267,9 @@ class SimServer:
         fh.write(orjson.dumps(line) + b"\n")
         fh.flush()
 
-    async def _send_error(self, request: web.Request, status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
+    async def _send_error(
+        self, request: web.Request, status: int, body: bytes, headers: dict[str, str] | None = None
+    ) -> web.Response:
         resp = web.Response(status=status, body=body, content_type="application/json", headers=headers)
         await resp.prepare(request)
         await resp.write_eof()
@@ -286,7 +288,9 @@ class SimServer:
                 parsed = self._parse(raw, api)
             except BadRequest as bad:
                 truth.status = f"rejected:{bad.status}"
-                resp = await self._send_error(request, bad.status, error_body(bad.message, bad.type, bad.param, bad.code))
+                resp = await self._send_error(
+                    request, bad.status, error_body(bad.message, bad.type, bad.param, bad.code)
+                )
                 truth.end_ns = now_ns()
                 return resp
             truth.stream = parsed.stream

@@ -309,7 +309,9 @@ async def run_probe(
         if not run.result["validity"]["valid"] or judge.stopped_early:
             break
         verdicts = [
-            judge_counts(tj.k, tj.n, tj.target, scfg.confidence)[0] for tj in judge.targets if judged_per_request(tj.target)
+            judge_counts(tj.k, tj.n, tj.target, scfg.confidence)[0]
+            for tj in judge.targets
+            if judged_per_request(tj.target)
         ]
         if "fail" in verdicts or all(v == "pass" for v in verdicts) or segments > scfg.max_extensions:
             break
@@ -361,7 +363,9 @@ def _finish_probe(
         else:
             verdict = "invalid"
         for r in invalid:
-            validity_detail += [c["detail"] for c in r["validity"]["checks"] if not c["ok"] and c["group"] == "generator"]
+            validity_detail += [
+                c["detail"] for c in r["validity"]["checks"] if not c["ok"] and c["group"] == "generator"
+            ]
     counts = [r.get("counts") or {} for r in results]
     limited = sum((c.get("errors_by_kind") or {}).get("rate_limited", 0) for c in counts)
     decided = sum((c.get("requests") or 0) - (c.get("errors_by_kind") or {}).get("cancelled", 0) for c in counts)

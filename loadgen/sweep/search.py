@@ -136,7 +136,9 @@ class Sweep:
         """Closed-loop burst to estimate capacity (completed req/s)."""
         if self.scfg.calibration_s <= 0:
             return None
-        self.progress(f"calibration: {self.scfg.calibration_concurrency} concurrent users for {self.scfg.calibration_s:g} s ...")
+        self.progress(
+            f"calibration: {self.scfg.calibration_concurrency} concurrent users for {self.scfg.calibration_s:g} s ..."
+        )
         load = replace(
             self.base,
             rate_rps=None,
@@ -271,7 +273,10 @@ class Sweep:
         tot_tps = at.total_tps if at else None
         in_tps = (tot_tps - out_tps) if (tot_tps is not None and out_tps is not None) else None
         priced = answer_cost(
-            prices=s.prices, cost_per_hour_usd=s.cost_per_hour_usd, input_tps=in_tps, output_tps=out_tps,
+            prices=s.prices,
+            cost_per_hour_usd=s.cost_per_hour_usd,
+            input_tps=in_tps,
+            output_tps=out_tps,
             goodput_rps=at.goodput_rps if at else None,
         )
         token_per_m_out = priced["token_priced_cost_per_million_output_tokens_usd"]
@@ -303,7 +308,12 @@ class Sweep:
         result = {
             "schema_version": SWEEP_SCHEMA_VERSION,
             "slo": [
-                {"target": t.label, "metric": t.metric, "percentile": t.percentile, "threshold_ms": t.threshold_ns / 1e6}
+                {
+                    "target": t.label,
+                    "metric": t.metric,
+                    "percentile": t.percentile,
+                    "threshold_ms": t.threshold_ns / 1e6,
+                }
                 for t in s.slos
             ],
             "settings": {

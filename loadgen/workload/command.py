@@ -76,10 +76,16 @@ def trace_group() -> None:
 
 @trace_group.command("inspect")
 @click.argument("file")
-@click.option("--trace-format", type=click.Choice(["auto", *FORMATS]), default="auto", show_default=True,
-              help="Trace format; auto detects it from the header or the JSON keys.")
-@click.option("--start", "start_s", type=float, default=0.0, show_default=True,
-              help="Window start, seconds from the first row.")
+@click.option(
+    "--trace-format",
+    type=click.Choice(["auto", *FORMATS]),
+    default="auto",
+    show_default=True,
+    help="Trace format; auto detects it from the header or the JSON keys.",
+)
+@click.option(
+    "--start", "start_s", type=float, default=0.0, show_default=True, help="Window start, seconds from the first row."
+)
 @click.option("--duration", "duration_s", type=float, default=None, help="Window length in seconds.")
 @click.option("--max-requests", type=click.IntRange(min=1), default=None, help="At most this many rows.")
 @click.option("--keep-zero-output", is_flag=True, help="Keep rows with 0 output tokens (failures).")

@@ -204,7 +204,9 @@ class PromptBuilder:
         """Content tokens for a prompt the server should count as ``n_tokens`` (>= 1)."""
         return max(int(n_tokens) - self.overhead, 1)
 
-    def synthetic(self, n_tokens: int, key: object, *, prefix_group: int | None = None, prefix_tokens: int = 0) -> Prompt:
+    def synthetic(
+        self, n_tokens: int, key: object, *, prefix_group: int | None = None, prefix_tokens: int = 0
+    ) -> Prompt:
         """A unique prompt of ``n_tokens`` (as the server counts), after a shared prefix if asked.
 
         The prefix of group ``g`` is ``prefix_tokens`` content tokens, identical in
@@ -215,7 +217,9 @@ class PromptBuilder:
         n = self._n_units()
         segs: list[_Seg] = []
         if prefix_tokens > 0 and prefix_group is not None:
-            segs.append(_Seg(self._tag(f"p{prefix_group}"), _pos(self.seed, "prefix", prefix_group, n), prefix_tokens, True))
+            segs.append(
+                _Seg(self._tag(f"p{prefix_group}"), _pos(self.seed, "prefix", prefix_group, n), prefix_tokens, True)
+            )
             c = max(c - prefix_tokens, 1)
         segs.append(_Seg(self._tag(key), _pos(self.seed, "req", key, n), c, not segs))
         return self._finish(segs, int(n_tokens), cache_upto=len(segs) - 1)
@@ -252,7 +256,9 @@ class PromptBuilder:
         if self.api == "chat":
             msgs = messages if messages is not None else ({"role": "user", "content": text},)
             if self.tok is None:
-                tokens = len(" ".join(str(m.get("content") or "") for m in msgs).split()) + CHAT_WORD_OVERHEAD * len(msgs)
+                tokens = len(" ".join(str(m.get("content") or "") for m in msgs).split()) + CHAT_WORD_OVERHEAD * len(
+                    msgs
+                )
                 return Prompt(text, msgs, None, tokens, len(text.split()), True, True)
             return Prompt(text, msgs, None, self.tok.count_chat(msgs), self.tok.count(text), True, False)
         if self.tok is None:
@@ -376,7 +382,9 @@ class PromptBuilder:
         content = got - self.overhead  # chat: templated count less the empty-message overhead
         return self._make(text, None, got, content, got == target, False)
 
-    def _make(self, text: str, ids: tuple[int, ...] | None, tokens: int, content: int, exact: bool, est: bool) -> Prompt:
+    def _make(
+        self, text: str, ids: tuple[int, ...] | None, tokens: int, content: int, exact: bool, est: bool
+    ) -> Prompt:
         if not exact:
             self.not_exact += 1
         msgs = ({"role": "user", "content": text},) if self.api == "chat" else None

@@ -38,7 +38,15 @@ from loadgen.workload.replay import loop_offsets, replay_offsets
 from loadgen.workload.tokenizer import Tokenizer, load_tokenizer
 from loadgen.workload.traces import Trace, read_trace
 
-__all__ = ["PlannedRequest", "Workload", "WorkloadOptions", "build_schedule", "options_record", "spec_factory", "write_schedule"]
+__all__ = [
+    "PlannedRequest",
+    "Workload",
+    "WorkloadOptions",
+    "build_schedule",
+    "options_record",
+    "spec_factory",
+    "write_schedule",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +385,11 @@ class Workload:
             "prompts_not_exact": self.builder.not_exact,
         }
         if o.shared_prefix_tokens:
-            d["shared_prefix"] = {"tokens": o.shared_prefix_tokens, "groups": o.prefix_groups, "assign": o.prefix_assign}
+            d["shared_prefix"] = {
+                "tokens": o.shared_prefix_tokens,
+                "groups": o.prefix_groups,
+                "assign": o.prefix_assign,
+            }
         if self.trace is not None:
             tr = self.trace
             d["trace"] = {

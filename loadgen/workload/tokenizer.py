@@ -116,9 +116,7 @@ class Tokenizer:
         if self.chat_renderer is None:
             if self.chat_template is None:
                 raise ConfigError(f"tokenizer {self.path}: no chat_template in tokenizer_config.json")
-            raise ConfigError(
-                f"tokenizer {self.path}: rendering this chat template needs jinja2 (pip install jinja2)"
-            )
+            raise ConfigError(f"tokenizer {self.path}: rendering this chat template needs jinja2 (pip install jinja2)")
         if self.chat_renderer == "builtin-chatml":
             return render_chatml(messages, add_generation_prompt)
         if self._jinja is None:
@@ -172,9 +170,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     try:
         from tokenizers import Tokenizer as HFTokenizer
     except ImportError:
-        raise ConfigError(
-            "--tokenizer needs the 'tokenizers' package: pip install 'loadgen[tokenizers]'"
-        ) from None
+        raise ConfigError("--tokenizer needs the 'tokenizers' package: pip install 'loadgen[tokenizers]'") from None
     try:
         tok = HFTokenizer.from_file(str(file))
     except Exception as exc:  # tokenizers raises plain Exception subclasses

@@ -333,7 +333,9 @@ class MooncakeFormat(_JSONFormat):
             )  # fmt: skip
         for h in ids:
             if isinstance(h, bool) or not isinstance(h, int) or h < 0:
-                raise InputFileError(self.path, lineno, "hash_ids", f"ids must be non-negative integers, got {_show(h)}")
+                raise InputFileError(
+                    self.path, lineno, "hash_ids", f"ids must be non-negative integers, got {_show(h)}"
+                )
         return {"input": n_in, "output": n_out, "hash_ids": ids}
 
 
@@ -372,7 +374,11 @@ class LoadgenFormat(_JSONFormat):
             if not isinstance(messages, list) or not messages:
                 raise InputFileError(p, lineno, "messages", "must be a non-empty list of messages")
             for k, m in enumerate(messages):
-                if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                if (
+                    not isinstance(m, dict)
+                    or not isinstance(m.get("role"), str)
+                    or not isinstance(m.get("content"), str)
+                ):
                     raise InputFileError(
                         p, lineno, f"messages[{k}]", 'each message must be {"role": str, "content": str}'
                     )

@@ -347,7 +347,11 @@ def read_trace(
         except _Stop:
             pass
     if not rd.offs:
-        span = "" if rd.prev_t is None or rd.t0 is None else f" (the trace spans at least {(rd.prev_t - rd.t0) / 1e9:.3f} s)"
+        span = (
+            ""
+            if rd.prev_t is None or rd.t0 is None
+            else f" (the trace spans at least {(rd.prev_t - rd.t0) / 1e9:.3f} s)"
+        )
         raise ConfigError(f"{path}: no rows in the selected window{span}")
     tr = Trace(
         path=path,

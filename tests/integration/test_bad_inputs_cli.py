@@ -33,8 +33,21 @@ from tests.fixtures.fault_proxy import FaultServer
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(240)
 
-RUN = ["run", "--endpoint", "{url}", "--rate", "20", "--requests", "3", "--input-tokens", "8",
-       "--output-tokens", "4", "--model", "m"]
+RUN = [
+    "run",
+    "--endpoint",
+    "{url}",
+    "--rate",
+    "20",
+    "--requests",
+    "3",
+    "--input-tokens",
+    "8",
+    "--output-tokens",
+    "4",
+    "--model",
+    "m",
+]
 
 
 def run_with(*extra: str, drop: tuple[str, ...] = ()) -> list[str]:
@@ -65,38 +78,77 @@ CASES: list[Case] = [
     Case("cfg-06-rate-nan", run_with("--rate", "nan", drop=("--rate",)), r"--rate", C4),
     Case("cfg-07-rate-inf", run_with("--rate", "inf", drop=("--rate",)), r"--rate", C4),
     Case("cfg-08-slo-percentile-100", run_with("--slo", "ttft:p100<=1s"), r"--slo.*percentile", C6),
-    Case("cfg-09-endpoint-without-scheme", run_with("--endpoint", "127.0.0.1:9", drop=("--endpoint",)),
-         r"--endpoint", C7),
-    Case("cfg-10-endpoint-bad-port", run_with("--endpoint", "http://127.0.0.1:99999", drop=("--endpoint",)),
-         r"--endpoint", C7),
-    Case("cfg-11-sim-args-out-of-range", run_with("--sim-args", "--fault-429 2", drop=("--endpoint", "--model")),
-         r"--sim-args.*--fault-429", C8),
+    Case(
+        "cfg-09-endpoint-without-scheme", run_with("--endpoint", "127.0.0.1:9", drop=("--endpoint",)), r"--endpoint", C7
+    ),
+    Case(
+        "cfg-10-endpoint-bad-port",
+        run_with("--endpoint", "http://127.0.0.1:99999", drop=("--endpoint",)),
+        r"--endpoint",
+        C7,
+    ),
+    Case(
+        "cfg-11-sim-args-out-of-range",
+        run_with("--sim-args", "--fault-429 2", drop=("--endpoint", "--model")),
+        r"--sim-args.*--fault-429",
+        C8,
+    ),
     Case("cfg-12-out-cannot-be-created", run_with("--out", "/proc/self/loadgen-no/x"), r"--out", C9),
     Case("cfg-13-extra-body-nan", run_with("--extra-body", '{"temperature": NaN}'), r"--extra-body", C10),
     Case("cfg-14-workers-zero", run_with("--workers", "0"), r"^--workers '0': expected a positive integer"),
     Case("cfg-15-warmup-bad-unit", run_with("--warmup", "5x"), r"^invalid --warmup '5x'"),
-    Case("cfg-16-api-key-env-unset", run_with("--api-key-env", "LOADGEN_TEST_UNSET_VAR"),
-         r"^--api-key-env LOADGEN_TEST_UNSET_VAR: that environment variable is not set$"),
+    Case(
+        "cfg-16-api-key-env-unset",
+        run_with("--api-key-env", "LOADGEN_TEST_UNSET_VAR"),
+        r"^--api-key-env LOADGEN_TEST_UNSET_VAR: that environment variable is not set$",
+    ),
     Case("cfg-17-header-empty-name", run_with("--header", ": v"), r"^--header ''\.\.\.: expected 'Name: value'$"),
-    Case("cfg-18-connect-timeout-not-a-duration", run_with("--connect-timeout", "fast"),
-         r"^invalid --connect-timeout 'fast'"),
+    Case(
+        "cfg-18-connect-timeout-not-a-duration",
+        run_with("--connect-timeout", "fast"),
+        r"^invalid --connect-timeout 'fast'",
+    ),
     Case("cfg-19-slo-percentile-zero", run_with("--slo", "ttft:p0<=1s"), r"^--slo: .*percentile must be between"),
-    Case("cfg-20-gamma-burstiness-zero", run_with("--arrival", "gamma", "--burstiness", "0"),
-         r"^--burstiness must be > 0$"),
-    Case("cfg-21-trace-bad-row", run_with("--trace", "{dir}/bad.csv", drop=("--rate",)),
-         r"^\S*bad\.csv:2: field 'ContextTokens': not an integer: '48x'$"),
-    Case("cfg-22-trace-gzip-bad-row", run_with("--trace", "{dir}/bad.csv.gz", drop=("--rate",)),
-         r"^\S*bad\.csv\.gz:2: field 'ContextTokens'"),
-    Case("cfg-23-trace-missing-file", run_with("--trace", "{dir}/nope.csv", drop=("--rate",)),
-         r"^trace file not found: \S*nope\.csv$"),
-    Case("cfg-24-dataset-bad-row", run_with("--dataset", "{dir}/ds.jsonl"),
-         r"^\S*ds\.jsonl:2: field 'prompt': must be a non-empty string$"),
-    Case("cfg-25-sharegpt-bad-turn", run_with("--dataset", "{dir}/sg.json"),
-         r"^\S*sg\.json:1: field '\[0\]\.conversations\[0\]'"),
-    Case("cfg-26-trace-inspect-empty-file", ["trace", "inspect", "{dir}/empty.csv"],
-         r"^\S*empty\.csv:1: field 'row': the file is empty$"),
-    Case("cfg-27-time-scale-zero", run_with("--trace", "builtin:azure-code-2023", "--time-scale", "0",
-                                            drop=("--rate",)), r"time scale must be > 0"),
+    Case(
+        "cfg-20-gamma-burstiness-zero",
+        run_with("--arrival", "gamma", "--burstiness", "0"),
+        r"^--burstiness must be > 0$",
+    ),
+    Case(
+        "cfg-21-trace-bad-row",
+        run_with("--trace", "{dir}/bad.csv", drop=("--rate",)),
+        r"^\S*bad\.csv:2: field 'ContextTokens': not an integer: '48x'$",
+    ),
+    Case(
+        "cfg-22-trace-gzip-bad-row",
+        run_with("--trace", "{dir}/bad.csv.gz", drop=("--rate",)),
+        r"^\S*bad\.csv\.gz:2: field 'ContextTokens'",
+    ),
+    Case(
+        "cfg-23-trace-missing-file",
+        run_with("--trace", "{dir}/nope.csv", drop=("--rate",)),
+        r"^trace file not found: \S*nope\.csv$",
+    ),
+    Case(
+        "cfg-24-dataset-bad-row",
+        run_with("--dataset", "{dir}/ds.jsonl"),
+        r"^\S*ds\.jsonl:2: field 'prompt': must be a non-empty string$",
+    ),
+    Case(
+        "cfg-25-sharegpt-bad-turn",
+        run_with("--dataset", "{dir}/sg.json"),
+        r"^\S*sg\.json:1: field '\[0\]\.conversations\[0\]'",
+    ),
+    Case(
+        "cfg-26-trace-inspect-empty-file",
+        ["trace", "inspect", "{dir}/empty.csv"],
+        r"^\S*empty\.csv:1: field 'row': the file is empty$",
+    ),
+    Case(
+        "cfg-27-time-scale-zero",
+        run_with("--trace", "builtin:azure-code-2023", "--time-scale", "0", drop=("--rate",)),
+        r"time scale must be > 0",
+    ),
 ]
 MINIMUM = 12
 
@@ -117,8 +169,14 @@ def _cli(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
         env.pop(k, None)
     if args[0] == "run" and "--out" not in args:
         args = args + ["--out", str(out)]
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=out.parent, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", *args],
+        cwd=out.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +198,10 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subproc
 
 
 def _params() -> list[Any]:
-    return [pytest.param(c, id=c.id, marks=[pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else [])
-            for c in CASES]
+    return [
+        pytest.param(c, id=c.id, marks=[pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else [])
+        for c in CASES
+    ]
 
 
 @pytest.mark.parametrize("case", _params())
@@ -154,7 +214,7 @@ def test_bad_config_input(case: Case, results: dict[str, Any]) -> None:
     assert p.stdout == ""
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")]
     assert len(errors) == 1, p.stderr
-    msg = errors[0][len("Error: "):]
+    msg = errors[0][len("Error: ") :]
     assert re.search(case.error, msg), msg
 
 
@@ -162,6 +222,8 @@ def test_cli_corpus_counts(capsys: pytest.CaptureFixture[str]) -> None:
     assert len({c.id for c in CASES}) == len(CASES) >= MINIMUM
     data = sum(1 for c in CASES if "{dir}" in " ".join(c.args))
     with capsys.disabled():
-        print(f"\nbad-input corpus (configuration): cfg {len(CASES)} (data files {data}, flags {len(CASES) - data}; "
-              f"xfail {sum(1 for c in CASES if c.xfail)})")
+        print(
+            f"\nbad-input corpus (configuration): cfg {len(CASES)} (data files {data}, flags {len(CASES) - data}; "
+            f"xfail {sum(1 for c in CASES if c.xfail)})"
+        )
     assert Counter(c.id[:3] for c in CASES) == {"cfg": len(CASES)}

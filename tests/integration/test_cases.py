@@ -262,8 +262,12 @@ def check_invariants(r: Replayed, where: str) -> None:
     _close(_ns_s(m.ttft_ns), t["first_token"], TOL_FLUSH_S, f"{where} ttft vs server")
     _close(_ns_s(m.e2e_ns), t["end"], TOL_FLUSH_S, f"{where} e2e vs server")
     if "first_answer" in t:
-        _close(_ns_s(m.time_to_first_answer_token_ns), t["first_answer"], TOL_FLUSH_S,
-               f"{where} time_to_first_answer_token vs server")
+        _close(
+            _ns_s(m.time_to_first_answer_token_ns),
+            t["first_answer"],
+            TOL_FLUSH_S,
+            f"{where} time_to_first_answer_token vs server",
+        )
     else:
         assert m.time_to_first_answer_token_ns is None, where
     assert len(m.inter_chunk_ns) == len(t["inter_chunk"]), where
@@ -332,8 +336,12 @@ def check_expected(exp: dict[str, Any], r: Replayed, where: str) -> None:
             assert m.itl_ns, f"{w}: no ITL samples"
             _close(float(np.mean(m.itl_ns)) / 1e9, want, TOL_RIGHT_S, w)
             if n > 1:
-                _close(float(np.mean(m.itl_ns)) / 1e9, (t["last_token"] - t["first_token"]) / (n - 1),
-                       TOL_FLUSH_S, f"{w} vs server")
+                _close(
+                    float(np.mean(m.itl_ns)) / 1e9,
+                    (t["last_token"] - t["first_token"]) / (n - 1),
+                    TOL_FLUSH_S,
+                    f"{w} vs server",
+                )
         else:
             raise AssertionError(f"{w}: no check written for this expectation")
 
@@ -357,8 +365,11 @@ def check_aggregate(exp: dict[str, Any], reps: list[Replayed], case: dict[str, A
     server_samples = {
         "ttft": [t["first_token"] for t in truth],
         "e2e": [t["end"] for t in truth],
-        "tpot": [(t["last_token"] - t["first_token"]) / (r.m.output_tokens - 1)
-                 for r, t in zip(ok, truth) if r.m.output_tokens > 1],
+        "tpot": [
+            (t["last_token"] - t["first_token"]) / (r.m.output_tokens - 1)
+            for r, t in zip(ok, truth)
+            if r.m.output_tokens > 1
+        ],
     }
     for key, want in exp.items():
         w = f"{where} aggregate {key}"
@@ -434,9 +445,7 @@ def run_case(c: dict[str, Any], crlf: bool, scripted_server: Any) -> None:
     gc_was_enabled = gc.isenabled()
     gc.disable()  # no collector pause inside a timed replay
     try:
-        reps = asyncio.run(
-            replay(scripted_server(crlf=crlf), c["api"], scripts, concurrent=c.get("concurrent", False))
-        )
+        reps = asyncio.run(replay(scripted_server(crlf=crlf), c["api"], scripts, concurrent=c.get("concurrent", False)))
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -478,17 +487,32 @@ def test_goodput_denominator_exact_window() -> None:
     def ok_rec(i: int, start: int, ttft_s: float, tpot_s: float) -> tuple[RequestRecord, RequestMetrics]:
         t1 = start + round(ttft_s * S)
         t2 = t1 + round(tpot_s * S)
-        rec = RequestRecord(index=i, phase="measure", scheduled_ns=start, sent_ns=start, end_ns=t2,
-                            status="ok", completion_tokens=2,
-                            events=[TokenEvent(t1, "a"), TokenEvent(t2, "b")])
+        rec = RequestRecord(
+            index=i,
+            phase="measure",
+            scheduled_ns=start,
+            sent_ns=start,
+            end_ns=t2,
+            status="ok",
+            completion_tokens=2,
+            events=[TokenEvent(t1, "a"), TokenEvent(t2, "b")],
+        )
         return rec, metrics.compute(rec)
 
     def run(pairs: list[tuple[float, float]]) -> dict[str, Any]:
         agg = Aggregator([parse_slo("ttft:p99<=500ms"), parse_slo("tpot:p99<=50ms")])
         for i, (a, b) in enumerate(pairs):
             agg.add(*ok_rec(i, i * S, a, b))
-        bad = RequestRecord(index=9, phase="measure", scheduled_ns=9 * S, sent_ns=9 * S, end_ns=10 * S,
-                            status="error", error_kind="http_error", http_status=500)
+        bad = RequestRecord(
+            index=9,
+            phase="measure",
+            scheduled_ns=9 * S,
+            sent_ns=9 * S,
+            end_ns=10 * S,
+            status="error",
+            error_kind="http_error",
+            http_status=500,
+        )
         agg.add(bad, metrics.compute(bad))
         assert agg.duration_s == 10.0
         res = agg.slo_result()
@@ -510,10 +534,19 @@ def test_goodput_denominator_exact_window() -> None:
 
     # a zero-output request misses every SLO; a one-token request (no TPOT) conforms on TPOT
     agg = Aggregator([parse_slo("ttft:p99<=500ms"), parse_slo("tpot:p99<=50ms")])
-    zero = RequestRecord(index=0, phase="measure", scheduled_ns=0, sent_ns=0, end_ns=70_000_000,
-                         status="ok", completion_tokens=0)
-    one = RequestRecord(index=1, phase="measure", scheduled_ns=0, sent_ns=0, end_ns=410_000_000,
-                        status="ok", completion_tokens=1, events=[TokenEvent(400_000_000, "x")])
+    zero = RequestRecord(
+        index=0, phase="measure", scheduled_ns=0, sent_ns=0, end_ns=70_000_000, status="ok", completion_tokens=0
+    )
+    one = RequestRecord(
+        index=1,
+        phase="measure",
+        scheduled_ns=0,
+        sent_ns=0,
+        end_ns=410_000_000,
+        status="ok",
+        completion_tokens=1,
+        events=[TokenEvent(400_000_000, "x")],
+    )
     for r in (zero, one):
         agg.add(r, metrics.compute(r))
     res = agg.slo_result()

@@ -23,9 +23,21 @@ def test_ttft_within_5ms_of_truth_or_invalid_client(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
     p = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "check_128_streams.py"), "--duration", "3", "--stall-ms", "30",
-         "--json", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "check_128_streams.py"),
+            "--duration",
+            "3",
+            "--stall-ms",
+            "30",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert out.exists(), p.stdout[-3000:] + p.stderr[-3000:]
     honest, overloaded = json.loads(out.read_text())

@@ -25,10 +25,19 @@ from loadgen.cli import main
 REPO = Path(__file__).resolve().parents[2]
 NOWHERE = ["--endpoint", "http://127.0.0.1:9"]
 
-DOCUMENTED_KEYS = {"schema_version", "interrupted", "config", "conditions", "duration_s", "counts", "tokens",
-                   "throughput", "latency_ms", "validity"}
-LATENCY_KEYS = {"ttft", "time_to_first_answer_token", "itl", "inter_chunk", "tpot", "e2e", "schedule_lag",
-                "error_e2e"}
+DOCUMENTED_KEYS = {
+    "schema_version",
+    "interrupted",
+    "config",
+    "conditions",
+    "duration_s",
+    "counts",
+    "tokens",
+    "throughput",
+    "latency_ms",
+    "validity",
+}
+LATENCY_KEYS = {"ttft", "time_to_first_answer_token", "itl", "inter_chunk", "tpot", "e2e", "schedule_lag", "error_e2e"}
 SUMMARY_KEYS = {"count", "mean", "p50", "p90", "p95", "p99", "p999", "max"}
 
 
@@ -37,8 +46,14 @@ def run_cli(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     for k in ("OPENAI_API_KEY", "COLUMNS", "LINES"):
         env.pop(k, None)
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", "run", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", "run", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -65,15 +80,23 @@ USAGE = [
     (["--rate", "5", "--concurrency", "2"], "--rate (open loop) and --concurrency (closed loop) clash: give one"),
     ([], "give --rate R (open loop), --concurrency N (closed loop) or --trace FILE"),
     (["--rate", "5", "--requests", "5", "--duration", "5s"], "--requests and --duration clash: give one"),
-    (["--concurrency", "2", "--max-concurrency", "3"],
-     "--max-concurrency caps open-loop runs; it clashes with --concurrency"),
-    (["--rate", "5", "--slo", "ttft<300ms"],
-     "--slo: invalid SLO 'ttft<300ms': expected METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms"),
-    (["--rate", "5", "--slo", "bogus:p99<=1s"],
-     "--slo: invalid SLO 'bogus:p99<=1s': metric must be one of ttft, time_to_first_answer_token, tpot, itl, e2e"),
+    (
+        ["--concurrency", "2", "--max-concurrency", "3"],
+        "--max-concurrency caps open-loop runs; it clashes with --concurrency",
+    ),
+    (
+        ["--rate", "5", "--slo", "ttft<300ms"],
+        "--slo: invalid SLO 'ttft<300ms': expected METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms",
+    ),
+    (
+        ["--rate", "5", "--slo", "bogus:p99<=1s"],
+        "--slo: invalid SLO 'bogus:p99<=1s': metric must be one of ttft, time_to_first_answer_token, tpot, itl, e2e",
+    ),
     (["--rate", "5", "--duration", "5parsecs"], "invalid --duration '5parsecs': unit must be one of ns, us, ms, s, m"),
-    (["--rate", "5", "--extra-body", "{bad"],
-     "--extra-body is not valid JSON (column 2): Expecting property name enclosed in double quotes"),
+    (
+        ["--rate", "5", "--extra-body", "{bad"],
+        "--extra-body is not valid JSON (column 2): Expecting property name enclosed in double quotes",
+    ),
     (["--rate", "5", "--extra-body", "[1]"], "--extra-body must be a JSON object"),
     (["--rate", "5", "--header", "NoColon"], "--header 'NoColon'...: expected 'Name: value'"),
     (["--rate", "5", "--burstiness", "2"], "--burstiness needs --arrival gamma"),
@@ -106,20 +129,25 @@ def test_usage_error_exit_code_in_a_real_process(tmp_path: Path) -> None:
 
 def test_unreachable_endpoint_exits_3(tmp_path: Path) -> None:
     port = free_port()
-    p = run_cli(["--endpoint", f"http://127.0.0.1:{port}", "--rate", "5", "--requests", "3",
-                 "--out", str(tmp_path / "out")], timeout=30)
+    p = run_cli(
+        ["--endpoint", f"http://127.0.0.1:{port}", "--rate", "5", "--requests", "3", "--out", str(tmp_path / "out")],
+        timeout=30,
+    )
     assert p.returncode == 3, p.stderr
     assert "Traceback" not in p.stderr
     flat = " ".join(p.stderr.split())
-    assert flat.startswith(f"error: cannot reach http://127.0.0.1:{port}/v1/completions: "
-                           f"Cannot connect to host 127.0.0.1:{port}")
+    assert flat.startswith(
+        f"error: cannot reach http://127.0.0.1:{port}/v1/completions: Cannot connect to host 127.0.0.1:{port}"
+    )
     assert not (tmp_path / "out").exists()
 
 
 def test_unreachable_endpoint_error_is_one_line(tmp_path: Path) -> None:
     port = free_port()
-    p = run_cli(["--endpoint", f"http://127.0.0.1:{port}", "--rate", "5", "--requests", "3",
-                 "--out", str(tmp_path / "out")], timeout=30)
+    p = run_cli(
+        ["--endpoint", f"http://127.0.0.1:{port}", "--rate", "5", "--requests", "3", "--out", str(tmp_path / "out")],
+        timeout=30,
+    )
     assert p.returncode == 3
     assert p.stderr.splitlines() == [
         f"error: cannot reach http://127.0.0.1:{port}/v1/completions: Cannot connect to host "
@@ -141,8 +169,15 @@ def test_open_loop_run_writes_documented_files(tmp_path: Path) -> None:
     assert DOCUMENTED_KEYS <= set(res)
     assert "slo" not in res
     assert res["interrupted"] is False
-    assert res["counts"] == {"requests": 30, "completed": 30, "failed": 0, "zero_output": 0, "unsent": 0,
-                             "warmup": 0, "errors_by_kind": {}}
+    assert res["counts"] == {
+        "requests": 30,
+        "completed": 30,
+        "failed": 0,
+        "zero_output": 0,
+        "unsent": 0,
+        "warmup": 0,
+        "errors_by_kind": {},
+    }
     assert res["tokens"]["output"] == 30 * 4
     assert res["tokens"]["input"] == 30 * 128
     assert res["config"]["embedded_simulated_endpoint"] is True
@@ -151,8 +186,15 @@ def test_open_loop_run_writes_documented_files(tmp_path: Path) -> None:
     for name in LATENCY_KEYS:
         assert SUMMARY_KEYS <= set(lat[name]), name
     assert {k: lat[k]["count"] for k in LATENCY_KEYS} == {
-        "ttft": 30, "time_to_first_answer_token": 30, "tpot": 30, "e2e": 30, "schedule_lag": 30, "error_e2e": 0,
-        "itl": 30 * 3, "inter_chunk": 30 * 3}
+        "ttft": 30,
+        "time_to_first_answer_token": 30,
+        "tpot": 30,
+        "e2e": 30,
+        "schedule_lag": 30,
+        "error_e2e": 0,
+        "itl": 30 * 3,
+        "inter_chunk": 30 * 3,
+    }
     assert lat["ttft"]["p50"] >= 50.0  # the sim's fixed 50 ms prefill
     v = res["validity"]
     assert {"valid", "limited_by", "checks"} <= set(v)
@@ -163,15 +205,23 @@ def test_open_loop_run_writes_documented_files(tmp_path: Path) -> None:
     hlog = (out / "histograms.hlog").read_text().splitlines()
     assert hlog[0] == "#[Histogram log format version 1.3]"
     tags = {ln.split(",", 1)[0] for ln in hlog if ln.startswith("Tag=")}
-    assert tags == {"Tag=ttft", "Tag=time_to_first_answer_token", "Tag=itl", "Tag=inter_chunk", "Tag=tpot",
-                    "Tag=e2e", "Tag=schedule_lag"}
+    assert tags == {
+        "Tag=ttft",
+        "Tag=time_to_first_answer_token",
+        "Tag=itl",
+        "Tag=inter_chunk",
+        "Tag=tpot",
+        "Tag=e2e",
+        "Tag=schedule_lag",
+    }
 
 
 def test_every_request_failed_exits_6(tmp_path: Path) -> None:
     """A run whose measured requests all failed is no measurement: exit 6, one line on stderr."""
     out = tmp_path / "out"
-    p = run_cli(["--rate", "20", "--requests", "10", "--output-tokens", "4", "--sim-args", "--fault-500 1.0",
-                 "--out", str(out)])
+    p = run_cli(
+        ["--rate", "20", "--requests", "10", "--output-tokens", "4", "--sim-args", "--fault-500 1.0", "--out", str(out)]
+    )
     assert "Traceback" not in p.stderr
     assert p.returncode == 6, (p.returncode, p.stderr)
     res, _ = load(out)
@@ -191,8 +241,9 @@ def test_closed_loop_run(tmp_path: Path) -> None:
     assert sorted(ln["index"] for ln in lines) == list(range(20))
     assert "schedule_lag_p99" not in {c["name"] for c in res["validity"]["checks"]}  # closed loop
     # never more than 4 in flight, and 4 at the start
-    ev = sorted([(ln["scheduled_s"], 1) for ln in lines]
-                + [(ln["scheduled_s"] + ln["e2e_ms"] / 1e3, -1) for ln in lines])
+    ev = sorted(
+        [(ln["scheduled_s"], 1) for ln in lines] + [(ln["scheduled_s"] + ln["e2e_ms"] / 1e3, -1) for ln in lines]
+    )
     level, peak = 0, 0
     for _, d in ev:
         level += d
@@ -249,8 +300,9 @@ def test_embedded_sim_started_once_and_stopped(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(launch.subprocess, "Popen", Spy)
     try:
-        r = CliRunner().invoke(main, ["run", "--rate", "20", "--requests", "3", "--output-tokens", "2",
-                                      "--out", str(tmp_path / "out")])
+        r = CliRunner().invoke(
+            main, ["run", "--rate", "20", "--requests", "3", "--output-tokens", "2", "--out", str(tmp_path / "out")]
+        )
         leaked = [s for s in sims if s.poll() is None]
     finally:
         asyncio.set_event_loop_policy(None)  # the CLI installed uvloop's policy

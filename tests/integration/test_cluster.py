@@ -62,10 +62,29 @@ def ray_head() -> Iterator[str]:
     tmp = Path(tempfile.mkdtemp(prefix="lgray-", dir="/tmp"))  # short: Ray's socket paths have a length limit
     ray_bin = Path(sys.executable).with_name("ray")
     cmd = [
-        str(ray_bin), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port),
-        "--num-cpus", "4", "--object-store-memory", str(80 * 1024 * 1024), "--include-dashboard", "false",
-        "--dashboard-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port()),
-        "--ray-client-server-port", str(_free_port()), "--disable-usage-stats", "--temp-dir", str(tmp),
+        str(ray_bin),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num-cpus",
+        "4",
+        "--object-store-memory",
+        str(80 * 1024 * 1024),
+        "--include-dashboard",
+        "false",
+        "--dashboard-port",
+        str(_free_port()),
+        "--dashboard-agent-listen-port",
+        str(_free_port()),
+        "--ray-client-server-port",
+        str(_free_port()),
+        "--disable-usage-stats",
+        "--temp-dir",
+        str(tmp),
     ]
     log = open(tmp / "head.log", "wb")
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
@@ -114,8 +133,14 @@ def _pids_with_arg(text: str) -> list[int]:
 
 
 def _cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=REPO, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", *args],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _lines(p: Path) -> list[dict[str, Any]]:
@@ -142,14 +167,37 @@ def _check_cluster_conditions(res: dict[str, Any], n: int) -> None:
     assert len(cl["code_hash"]) == 16 and cl["code"].startswith("installed")  # PYTHONPATH reaches the actors
 
 
-RUN = ["run", "--rate", "40", "--requests", "80", "--arrival", "constant", "--output-tokens", "6",
-       "--input-tokens", "8", "--workers", "2", "--no-preflight"]
+RUN = [
+    "run",
+    "--rate",
+    "40",
+    "--requests",
+    "80",
+    "--arrival",
+    "constant",
+    "--output-tokens",
+    "6",
+    "--input-tokens",
+    "8",
+    "--workers",
+    "2",
+    "--no-preflight",
+]
 
 
 def test_run_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
-    pc = _cli([*RUN, "--cluster", ray_head, "--out", str(tmp_path / "cluster"),
-               "--sim-args", f"{SIM_ARGS} --truth-log {truth}"])
+    pc = _cli(
+        [
+            *RUN,
+            "--cluster",
+            ray_head,
+            "--out",
+            str(tmp_path / "cluster"),
+            "--sim-args",
+            f"{SIM_ARGS} --truth-log {truth}",
+        ]
+    )
     assert pc.returncode in (0, 1), pc.stderr[-3000:]
     pl = _cli([*RUN, "--out", str(tmp_path / "local"), "--sim-args", SIM_ARGS])
     assert pl.returncode in (0, 1), pl.stderr[-3000:]
@@ -170,13 +218,39 @@ def test_run_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -> 
     for m in ("ttft", "itl", "e2e"):
         assert rc["latency_ms"][m]["count"] == rl["latency_ms"][m]["count"], m
     for m in ("ttft", "e2e"):
-        assert _near(rc["latency_ms"][m]["p50"], rl["latency_ms"][m]["p50"]), (m, rc["latency_ms"][m], rl["latency_ms"][m])
+        assert _near(rc["latency_ms"][m]["p50"], rl["latency_ms"][m]["p50"]), (
+            m,
+            rc["latency_ms"][m],
+            rl["latency_ms"][m],
+        )
     assert _near(rc["latency_ms"]["itl"]["p50"], rl["latency_ms"]["itl"]["p50"], abs_ms=1.0)
 
 
-SWEEP = ["sweep", "--slo", "ttft:p90<=100ms", "--calibration", "0", "--start-rate", "20", "--max-rate", "40",
-         "--probe-duration", "2s", "--input-tokens", "16", "--output-tokens", "16", "--workers", "2",
-         "--max-schedule-lag", "100ms", "--max-loop-lag", "100ms", "--sim-args", SIM_ARGS]
+SWEEP = [
+    "sweep",
+    "--slo",
+    "ttft:p90<=100ms",
+    "--calibration",
+    "0",
+    "--start-rate",
+    "20",
+    "--max-rate",
+    "40",
+    "--probe-duration",
+    "2s",
+    "--input-tokens",
+    "16",
+    "--output-tokens",
+    "16",
+    "--workers",
+    "2",
+    "--max-schedule-lag",
+    "100ms",
+    "--max-loop-lag",
+    "100ms",
+    "--sim-args",
+    SIM_ARGS,
+]
 
 
 def test_sweep_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -> None:
@@ -195,15 +269,39 @@ def test_sweep_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -
         res = json.loads((tmp_path / "cluster" / a["dir"] / "result.json").read_text())
         _check_cluster_conditions(res, 2)
         c = res["counts"]
-        assert c["unsent"] == 0 and c["requests"] + c["warmup"] == len(_lines(tmp_path / "cluster" / a["dir"] / "requests.jsonl"))
+        assert c["unsent"] == 0 and c["requests"] + c["warmup"] == len(
+            _lines(tmp_path / "cluster" / a["dir"] / "requests.jsonl")
+        )
 
 
 def test_dead_actor_is_reported_and_its_requests_counted(ray_head: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
     err = tmp_path / "stderr.txt"
-    cmd = [sys.executable, "-m", "loadgen.cli", "run", "--rate", "20", "--requests", "60", "--arrival", "constant",
-           "--output-tokens", "6", "--input-tokens", "8", "--workers", "2", "--no-preflight", "--cluster", ray_head,
-           "--out", str(out), "--sim-args", SIM_ARGS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadgen.cli",
+        "run",
+        "--rate",
+        "20",
+        "--requests",
+        "60",
+        "--arrival",
+        "constant",
+        "--output-tokens",
+        "6",
+        "--input-tokens",
+        "8",
+        "--workers",
+        "2",
+        "--no-preflight",
+        "--cluster",
+        ray_head,
+        "--out",
+        str(out),
+        "--sim-args",
+        SIM_ARGS,
+    ]
     with open(err, "w") as fh:
         p = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=fh)
     try:

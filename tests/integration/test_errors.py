@@ -38,15 +38,21 @@ RUN_TIMEOUT_S = 60
 # --------------------------------------------------------------------------- helpers
 
 
-def run_cli(args: list[str], *, timeout: float = RUN_TIMEOUT_S, preexec_fn: Any = None,
-            env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str], *, timeout: float = RUN_TIMEOUT_S, preexec_fn: Any = None, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env.pop("OPENAI_API_KEY", None)
     env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "loadgen.cli", "run", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=preexec_fn,
     )
 
 
@@ -142,8 +148,20 @@ def fault_run(kind: str, tmp_root: Path, embedded: bool = False) -> dict[str, An
     d.mkdir(parents=True)
     truth = d / "truth.jsonl"
     sim_args = ["--seed", "7", "--truth-log", str(truth), "--ttft-ms", "10", "--itl-ms", "2", *sim_flags]
-    args = ["--rate", RATE, "--requests", str(N_REQ), "--output-tokens", str(OUT_TOKENS),
-            "--no-preflight", "--seed", "7", "--out", str(d / "out"), *extra]
+    args = [
+        "--rate",
+        RATE,
+        "--requests",
+        str(N_REQ),
+        "--output-tokens",
+        str(OUT_TOKENS),
+        "--no-preflight",
+        "--seed",
+        "7",
+        "--out",
+        str(d / "out"),
+        *extra,
+    ]
     t0 = time.monotonic()
     if embedded:
         proc = run_cli(args + ["--sim-args", " ".join(sim_args)])
@@ -247,10 +265,23 @@ def test_preflight_request_count(tmp_path: Path) -> None:
         d = tmp_path / f"strict{int(strict)}"
         truth = d / "truth.jsonl"
         d.mkdir()
-        with SimProcess(["--truth-log", str(truth), "--ttft-ms", "5", "--itl-ms", "1"]
-                        + (["--strict"] if strict else [])) as sim:
-            proc = run_cli(["--endpoint", sim.url, "--rate", RATE, "--requests", "5", "--output-tokens", "4",
-                            "--out", str(d / "out")])
+        with SimProcess(
+            ["--truth-log", str(truth), "--ttft-ms", "5", "--itl-ms", "1"] + (["--strict"] if strict else [])
+        ) as sim:
+            proc = run_cli(
+                [
+                    "--endpoint",
+                    sim.url,
+                    "--rate",
+                    RATE,
+                    "--requests",
+                    "5",
+                    "--output-tokens",
+                    "4",
+                    "--out",
+                    str(d / "out"),
+                ]
+            )
         assert proc.returncode in (0, 1), proc.stderr
         res = json.loads((d / "out" / "result.json").read_text())
         t = read_jsonl(truth)
@@ -261,8 +292,12 @@ def test_preflight_request_count(tmp_path: Path) -> None:
         assert probes[-1]["max_tokens"] == 2 and probes[-1]["output_tokens"] == 2
         assert res["counts"]["requests"] == 5 and res["counts"]["errors_by_kind"] == {}
         accepted = res["conditions"]["endpoint"]["accepted_fields"]
-        want = {"continuous_usage_stats": not strict, "include_usage": True,
-                "ignore_eos": not strict, "min_tokens": not strict}
+        want = {
+            "continuous_usage_stats": not strict,
+            "include_usage": True,
+            "ignore_eos": not strict,
+            "min_tokens": not strict,
+        }
         assert accepted == want
 
 
@@ -272,8 +307,23 @@ def test_preflight_request_count(tmp_path: Path) -> None:
 def test_connect_refused_mid_run(tmp_path: Path) -> None:
     answer = 10
     with TinyServer(answer_limit=answer) as srv:
-        proc = run_cli(["--endpoint", srv.url, "--rate", RATE, "--requests", str(N_REQ), "--output-tokens", "3",
-                        "--no-preflight", "--model", "x", "--out", str(tmp_path / "out")])
+        proc = run_cli(
+            [
+                "--endpoint",
+                srv.url,
+                "--rate",
+                RATE,
+                "--requests",
+                str(N_REQ),
+                "--output-tokens",
+                "3",
+                "--no-preflight",
+                "--model",
+                "x",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
     res = json.loads((tmp_path / "out" / "result.json").read_text())
@@ -296,8 +346,22 @@ def test_connect_refused_mid_run(tmp_path: Path) -> None:
 
 def test_discovery_refused_exits_3(tmp_path: Path) -> None:
     port = free_port()
-    proc = run_cli(["--endpoint", f"http://127.0.0.1:{port}", "--rate", RATE, "--requests", "5",
-                    "--no-preflight", "--model", "x", "--out", str(tmp_path / "out")], timeout=30)
+    proc = run_cli(
+        [
+            "--endpoint",
+            f"http://127.0.0.1:{port}",
+            "--rate",
+            RATE,
+            "--requests",
+            "5",
+            "--no-preflight",
+            "--model",
+            "x",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        timeout=30,
+    )
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"cannot reach http://127.0.0.1:{port}/v1/completions" in " ".join(proc.stderr.split())
@@ -317,9 +381,24 @@ def test_client_limit(tmp_path: Path) -> None:
 
     n = 40
     with SimProcess(["--truth-log", str(truth), "--slow-ms", "500", "--ttft-ms", "5", "--itl-ms", "1"]) as sim:
-        proc = run_cli(["--endpoint", sim.url, "--rate", "400", "--arrival", "constant", "--requests", str(n),
-                        "--output-tokens", "4", "--no-preflight", "--out", str(tmp_path / "out")],
-                       preexec_fn=low_fd_limit)
+        proc = run_cli(
+            [
+                "--endpoint",
+                sim.url,
+                "--rate",
+                "400",
+                "--arrival",
+                "constant",
+                "--requests",
+                str(n),
+                "--output-tokens",
+                "4",
+                "--no-preflight",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            preexec_fn=low_fd_limit,
+        )
         wait_lines(truth, 1, 5.0)
     assert "Traceback" not in proc.stderr
     res = json.loads((tmp_path / "out" / "result.json").read_text())

@@ -66,9 +66,23 @@ N_MIXED = 12
 
 # --------------------------------------------------------------------------- mixed rows
 
-MALFORMED = {"kind": "raw", "then": "keep", "writes": [[0, b64(
-    STREAM_HEAD + chunk(text_event(" a")) + chunk(b'data: {"choices": [\n\n')
-    + chunk(text_event(" b", "length")) + chunk(DONE) + b"0\r\n\r\n")]]}
+MALFORMED = {
+    "kind": "raw",
+    "then": "keep",
+    "writes": [
+        [
+            0,
+            b64(
+                STREAM_HEAD
+                + chunk(text_event(" a"))
+                + chunk(b'data: {"choices": [\n\n')
+                + chunk(text_event(" b", "length"))
+                + chunk(DONE)
+                + b"0\r\n\r\n"
+            ),
+        ]
+    ],
+}
 
 # name -> (behavior, expected kind, endpoint options, token events before the failure or None)
 MIXED: dict[str, tuple[dict[str, Any], str, dict[str, Any], int | None]] = {
@@ -155,13 +169,15 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_added_latency_500ms(sim: Any, tmp_path: Path) -> None:
     n = 10
-    direct = go(run_inprocess(sim.url, load(n, rate=10), tmp_path / "direct", request_id_prefix="lat0",
-                              model="sim-model"))
+    direct = go(
+        run_inprocess(sim.url, load(n, rate=10), tmp_path / "direct", request_id_prefix="lat0", model="sim-model")
+    )
     check_run(direct, max_wall_s=6.0)
     up = sim.url.rsplit("//", 1)[1]
     with FaultServer({"mode": "proxy", "upstream": up, "latency_s": 0.5}) as px:
-        slow = go(run_inprocess(px.url, load(n, rate=10), tmp_path / "slow", request_id_prefix="lat1",
-                                model="sim-model"))
+        slow = go(
+            run_inprocess(px.url, load(n, rate=10), tmp_path / "slow", request_id_prefix="lat1", model="sim-model")
+        )
     check_run(slow, max_wall_s=8.0)
     assert all(r.ok for r in direct.records + slow.records)
     d = [direct.metrics_of(i) for i in range(n)]
@@ -262,9 +278,20 @@ def test_slow_close_after_done(tmp_path: Path) -> None:
     check_success_untouched(run, list(range(6)))
 
 
-HOLD_AFTER_DONE = {"kind": "raw", "then": "hold", "writes": [[FIRST_S, b64(
-    STREAM_HEAD + b"".join(chunk(text_event(f" w{i}", "length" if i == 3 else None)) for i in range(4))
-    + chunk(DONE))]]}
+HOLD_AFTER_DONE = {
+    "kind": "raw",
+    "then": "hold",
+    "writes": [
+        [
+            FIRST_S,
+            b64(
+                STREAM_HEAD
+                + b"".join(chunk(text_event(f" w{i}", "length" if i == 3 else None)) for i in range(4))
+                + chunk(DONE)
+            ),
+        ]
+    ],
+}
 
 
 def test_server_never_closes_after_done(tmp_path: Path) -> None:
@@ -281,14 +308,20 @@ def test_server_never_closes_after_done(tmp_path: Path) -> None:
 
 DATE = "Mon, 01 Jan 2024 00:00:00 GMT"
 STATUSES: list[tuple[int, dict[str, str], str, float | None]] = [
-    (400, {}, "http_error", None), (401, {}, "http_error", None), (403, {}, "http_error", None),
-    (404, {}, "http_error", None), (408, {}, "http_error", None), (413, {}, "http_error", None),
+    (400, {}, "http_error", None),
+    (401, {}, "http_error", None),
+    (403, {}, "http_error", None),
+    (404, {}, "http_error", None),
+    (408, {}, "http_error", None),
+    (413, {}, "http_error", None),
     (422, {}, "http_error", None),
     (429, {"Retry-After": "7"}, "rate_limited", 7.0),
     (429, {"Retry-After": "Mon, 01 Jan 2024 00:02:00 GMT", "Date": DATE}, "rate_limited", 120.0),
     (429, {}, "rate_limited", None),
-    (500, {}, "http_error", None), (502, {}, "http_error", None),
-    (503, {"Retry-After": "5"}, "http_error", None), (504, {}, "http_error", None),
+    (500, {}, "http_error", None),
+    (502, {}, "http_error", None),
+    (503, {"Retry-After": "5"}, "http_error", None),
+    (504, {}, "http_error", None),
 ]
 
 

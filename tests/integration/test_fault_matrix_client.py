@@ -189,8 +189,9 @@ def test_tls_bad_certificate_in_process(certs: dict[str, tuple[str, str]], tmp_p
     assert bad.result["conditions"]["endpoint"]["client"]["verify_tls"] is True
 
 
-def test_tls_cli_verification_on_by_default_off_only_when_asked(certs: dict[str, tuple[str, str]],
-                                                                 tmp_path: Path) -> None:
+def test_tls_cli_verification_on_by_default_off_only_when_asked(
+    certs: dict[str, tuple[str, str]], tmp_path: Path
+) -> None:
     cert, key = certs["ip"]
     common = ["--rate", "20", "--requests", "4", "--output-tokens", "4", "--input-tokens", "8", "--model", "m"]
     with FaultServer({"mode": "raw", "default": OK, "tls": {"cert": cert, "key": key}}) as srv:
@@ -209,8 +210,7 @@ def test_tls_cli_verification_on_by_default_off_only_when_asked(certs: dict[str,
     assert res["conditions"]["endpoint"]["client"]["verify_tls"] is False
 
 
-def test_tls_hostname_mismatch_with_a_trusted_certificate(certs: dict[str, tuple[str, str]],
-                                                          tmp_path: Path) -> None:
+def test_tls_hostname_mismatch_with_a_trusted_certificate(certs: dict[str, tuple[str, str]], tmp_path: Path) -> None:
     """The certificate is trusted (SSL_CERT_FILE) but names another host: refused, exit 3,
     one line saying so, nothing sent."""
     common = ["--rate", "20", "--requests", "2", "--output-tokens", "4", "--input-tokens", "8", "--model", "m"]
@@ -236,8 +236,10 @@ def test_redirect_to_another_origin_forwards_nothing(tmp_path: Path) -> None:
     origin sees no connection at all, so no credential can reach it."""
     with FaultServer({"mode": "raw", "default": OK}) as other:
         target = other.url + "/v1/completions"
-        by_index = {str(2 * k + 1): {"kind": "status", "status": st, "headers": {"Location": target}}
-                    for k, st in enumerate(REDIRECTS)}
+        by_index = {
+            str(2 * k + 1): {"kind": "status", "status": st, "headers": {"Location": target}}
+            for k, st in enumerate(REDIRECTS)
+        }
         n = 2 * len(REDIRECTS) + 1
         with FaultServer({"mode": "raw", "default": OK, "by_index": by_index}) as srv:
             run = go(run_inprocess(srv.url, load(n, rate=50), tmp_path / "out", api_key="sk-SENTINEL-redirect"))
@@ -258,9 +260,25 @@ def test_redirect_cli_discovery_and_requests(tmp_path: Path) -> None:
     with FaultServer({"mode": "raw", "default": OK}) as other:
         redirect = {"kind": "status", "status": 307, "headers": {"Location": other.url + "/v1/completions"}}
         with FaultServer({"mode": "raw", "default": redirect, "redirect_all": True}) as srv:
-            p = run_cli(["--endpoint", srv.url, "--model", "m", "--rate", "20", "--requests", "4",
-                         "--output-tokens", "4", "--api-key-env", "LG_REDIRECT_KEY", "--out", str(tmp_path / "o")],
-                        {"LG_REDIRECT_KEY": "sk-SENTINEL-cli-redirect"})
+            p = run_cli(
+                [
+                    "--endpoint",
+                    srv.url,
+                    "--model",
+                    "m",
+                    "--rate",
+                    "20",
+                    "--requests",
+                    "4",
+                    "--output-tokens",
+                    "4",
+                    "--api-key-env",
+                    "LG_REDIRECT_KEY",
+                    "--out",
+                    str(tmp_path / "o"),
+                ],
+                {"LG_REDIRECT_KEY": "sk-SENTINEL-cli-redirect"},
+            )
             seen = srv.events("req")
         time.sleep(0.1)
         assert other.events() == []

@@ -25,8 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 RATE = 20.0
 DURATION_S = 60.0
 SCHEDULE_LEN = len(arrival_offsets_ns("poisson", RATE, duration_s=DURATION_S, seed=0))
-BASE_ARGS = ["--rate", "20", "--duration", "60s", "--output-tokens", "40", "--drain-grace", "2s",
-             "--no-preflight"]
+BASE_ARGS = ["--rate", "20", "--duration", "60s", "--output-tokens", "40", "--drain-grace", "2s", "--no-preflight"]
 SIM = "--itl-ms 20 --ttft-ms 10"
 
 
@@ -42,7 +41,11 @@ class Run:
         with open(self.stdout_path, "wb") as so, open(self.stderr_path, "wb") as se:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "loadgen.cli", "run", *args, "--out", str(self.out)],
-                cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=so,
+                stderr=se,
             )
 
     @property

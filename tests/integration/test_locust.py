@@ -181,7 +181,9 @@ def _truth_run(tmp_path: Path) -> None:
     # request by request: the client's TTFT also holds the request's trip to the server
     # (sub-millisecond on loopback) and any moment the server took to pick it up
     by_index = {int(t["request_id"].rsplit("-", 1)[1]): t for t in truth}
-    off = [r["ttft_ms"] - (by_index[r["index"]]["first_token_ns"] - by_index[r["index"]]["arrival_ns"]) / 1e6 for r in recs]
+    off = [
+        r["ttft_ms"] - (by_index[r["index"]]["first_token_ns"] - by_index[r["index"]]["arrival_ns"]) / 1e6 for r in recs
+    ]
     _close_ms(float(np.median(off)), 0.0, "median per-request TTFT offset")
     if sum(abs(x) <= TOL_MS for x in off) < 0.75 * len(off):
         raise TimingMismatch(f"fewer than 75 % of TTFTs within 2 ms of the server's: {sorted(off)}")
@@ -381,4 +383,6 @@ def test_inflight_cap_exhaustion_makes_the_run_invalid(tmp_path: Path) -> None:
     assert "client_resources" in failed, failed
     recs = read_jsonl(tmp_path / "cap" / "requests.jsonl")
     assert len(recs) == res["counts"]["requests"] == sched["dispatched"]
-    assert res["counts"]["requests"] + sched["unsent"] + sched["not_reached_at_stop"] >= 30  # the schedule is all accounted for
+    assert (
+        res["counts"]["requests"] + sched["unsent"] + sched["not_reached_at_stop"] >= 30
+    )  # the schedule is all accounted for

@@ -106,7 +106,9 @@ class GeventReplayer:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise AssertionError(f"the gevent client process died: {self.proc.stderr.read() if self.proc.stderr else ''}")
+            raise AssertionError(
+                f"the gevent client process died: {self.proc.stderr.read() if self.proc.stderr else ''}"
+            )
         out = []
         for d in json.loads(line):
             d["events"] = [TokenEvent(**e) for e in d["events"]]

@@ -28,7 +28,9 @@ HAVE_PLAYWRIGHT = importlib.util.find_spec("playwright") is not None
 pytestmark = [
     pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'"),
     pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (Debian: apt-get install chromium)"),
-    pytest.mark.skipif(not HAVE_PLAYWRIGHT, reason="playwright not installed (pip install playwright; no browser download needed)"),
+    pytest.mark.skipif(
+        not HAVE_PLAYWRIGHT, reason="playwright not installed (pip install playwright; no browser download needed)"
+    ),
 ]
 
 CHROMIUM_ARGS = [

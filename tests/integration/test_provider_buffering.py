@@ -27,15 +27,19 @@ MS = 1_000_000
 
 
 def test_buffered_stream_through_proxy_has_no_tpot() -> None:
-    writes = openai_chat_writes(["a", "b", "c", "d"], [0.02, 0.05, 0.08, 0.11],
-                                usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+    writes = openai_chat_writes(
+        ["a", "b", "c", "d"],
+        [0.02, 0.05, 0.08, 0.11],
+        usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+    )
 
     async def go() -> tuple[RequestRecord, RequestRecord]:
         async with PlatformServer([{"writes": writes}, {"writes": writes}]) as srv, BufferingProxy(srv.port) as proxy:
             out = []
             for url in (proxy.url, srv.url):
-                ep = make_endpoint("openai-compatible", base_url=url, api="chat", model="m", preflight=False,
-                                   discover=False)
+                ep = make_endpoint(
+                    "openai-compatible", base_url=url, api="chat", model="m", preflight=False, discover=False
+                )
                 await ep.open()
                 try:
                     rec = RequestRecord(0, "measure", now_ns())
@@ -66,8 +70,12 @@ def test_run_against_the_simulated_endpoint_behind_a_buffering_proxy(tmp_path: P
                 ep = make_endpoint("openai-compatible", base_url=proxy.url, api="completions", preflight=False)
                 await ep.open()
                 try:
-                    return await measure(ep, LoadConfig(rate_rps=20, arrival="constant", requests=8, input_tokens=8,
-                                                        output_tokens=6), tmp_path, install_signal_handlers=False)
+                    return await measure(
+                        ep,
+                        LoadConfig(rate_rps=20, arrival="constant", requests=8, input_tokens=8, output_tokens=6),
+                        tmp_path,
+                        install_signal_handlers=False,
+                    )
                 finally:
                     await ep.close()
 

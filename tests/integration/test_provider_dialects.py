@@ -50,16 +50,29 @@ def check_stamps(rec: RequestRecord, flushes: list[int], token_write_idx: list[i
 def test_azure_deployment_stream_with_content_filter_chunks() -> None:
     async def go() -> None:
         writes = azure_chat_writes(
-            ["Hel", "lo", " wor", "ld"], [0.100, 0.130, 0.160, 0.190], filter_at_s=0.020, role_at_s=0.030,
-            finish_at_s=0.195, offsets_at_s=0.200,
+            ["Hel", "lo", " wor", "ld"],
+            [0.100, 0.130, 0.160, 0.190],
+            filter_at_s=0.020,
+            role_at_s=0.030,
+            finish_at_s=0.195,
+            offsets_at_s=0.200,
             usage={"completion_tokens": 4, "prompt_tokens": 12, "total_tokens": 16},
         )
-        async with PlatformServer([{"writes": writes, "headers": {
-            "x-ratelimit-remaining-requests": "99", "x-ratelimit-remaining-tokens": "9984",
-        }}]) as srv:
+        async with PlatformServer(
+            [
+                {
+                    "writes": writes,
+                    "headers": {
+                        "x-ratelimit-remaining-requests": "99",
+                        "x-ratelimit-remaining-tokens": "9984",
+                    },
+                }
+            ]
+        ) as srv:
             key = "azure-KEY-0123456789abcdef"
-            ep = make_endpoint("azure", base_url=srv.url, deployment="gpt4o", api_key=key, preflight=False,
-                               redactor=Redactor())
+            ep = make_endpoint(
+                "azure", base_url=srv.url, deployment="gpt4o", api_key=key, preflight=False, redactor=Redactor()
+            )
             await ep.open()
             try:
                 rec = await one(ep)
@@ -85,12 +98,25 @@ def test_anthropic_messages_stream() -> None:
     async def go() -> None:
         writes = anthropic_writes(
             [("thinking", [(0.050, "Hmm")]), ("text", [(0.100, "Hello"), (0.130, " there"), (0.160, "!")])],
-            start_at_s=0.020, ping_at_s=0.030, input_tokens=25, cache_read=10,
-            output_deltas=[(0.170, 9)], stop_at_s=0.175,
+            start_at_s=0.020,
+            ping_at_s=0.030,
+            input_tokens=25,
+            cache_read=10,
+            output_deltas=[(0.170, 9)],
+            stop_at_s=0.175,
         )
-        async with PlatformServer([{"writes": writes, "headers": {
-            "anthropic-ratelimit-requests-remaining": "49", "anthropic-ratelimit-requests-limit": "50",
-        }}], models=["claude-sonnet-4-20250514"]) as srv:
+        async with PlatformServer(
+            [
+                {
+                    "writes": writes,
+                    "headers": {
+                        "anthropic-ratelimit-requests-remaining": "49",
+                        "anthropic-ratelimit-requests-limit": "50",
+                    },
+                }
+            ],
+            models=["claude-sonnet-4-20250514"],
+        ) as srv:
             key = "sk-ant-api03-SENTINEL0123456789"
             ep = make_endpoint("anthropic", base_url=srv.url, model="claude-x", api_key=key)
             await ep.open()
@@ -103,15 +129,26 @@ def test_anthropic_messages_stream() -> None:
             assert log.path == "/v1/messages"
             assert log.headers["x-api-key"] == key and log.headers["anthropic-version"] == "2023-06-01"
             assert "authorization" not in log.headers
-            assert log.json == {"model": "claude-x", "max_tokens": 4, "stream": True,
-                                "messages": [{"role": "user", "content": "Say hello"}]}
+            assert log.json == {
+                "model": "claude-x",
+                "max_tokens": 4,
+                "stream": True,
+                "messages": [{"role": "user", "content": "Say hello"}],
+            }
             assert rec.status == "ok" and rec.finish_reason == "end_turn", rec.error_detail
-            assert [(e.text, e.answer) for e in rec.events] == [("Hmm", False), ("Hello", True), (" there", True),
-                                                                ("!", True)]
+            assert [(e.text, e.answer) for e in rec.events] == [
+                ("Hmm", False),
+                ("Hello", True),
+                (" there", True),
+                ("!", True),
+            ]
             assert rec.completion_tokens == 9 and rec.prompt_tokens == 35 and rec.cached_prompt_tokens == 10
             assert rec.ratelimit == {"limit_requests": 50, "remaining_requests": 49}
-            idx = [i for i, (_, text) in enumerate(writes) if "_delta" in text and "signature" not in text
-                   and "message_delta" not in text]
+            idx = [
+                i
+                for i, (_, text) in enumerate(writes)
+                if "_delta" in text and "signature" not in text and "message_delta" not in text
+            ]
             check_stamps(rec, log.flush_ns, idx)
             m = compute(rec)
             assert m.output_tokens == 9 and m.ttft_ns < m.time_to_first_answer_token_ns
@@ -126,13 +163,17 @@ def test_anthropic_failures() -> None:
         scripts = [
             {"writes": no_stop},
             {"writes": err},
-            {"status": 429, "headers": {"retry-after": "3", "anthropic-ratelimit-requests-remaining": "0"},
-             "body": {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}},
+            {
+                "status": 429,
+                "headers": {"retry-after": "3", "anthropic-ratelimit-requests-remaining": "0"},
+                "body": {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}},
+            },
             {"status": 529, "body": {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}},
         ]
         async with PlatformServer(scripts) as srv:
-            ep = make_endpoint("anthropic", base_url=srv.url + "/v1", model="m", api_key="sk-ant-x-123456",
-                               discover=False)
+            ep = make_endpoint(
+                "anthropic", base_url=srv.url + "/v1", model="m", api_key="sk-ant-x-123456", discover=False
+            )
             await ep.open()
             try:
                 recs = [await one(ep) for _ in scripts]
@@ -148,16 +189,24 @@ def test_anthropic_failures() -> None:
 
 def test_openai_quota_headers_retry_after_ms_and_opt_in_retry() -> None:
     async def go() -> None:
-        ok = openai_chat_writes(["a", "b"], [0.01, 0.02],
-                                usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})
-        limited = {"status": 429, "headers": {"retry-after": "20", "retry-after-ms": "80",
-                                              "x-ratelimit-remaining-requests": "0",
-                                              "x-ratelimit-reset-requests": "80ms"},
-                   "body": {"error": {"message": "Rate limit reached", "type": "requests"}}}
+        ok = openai_chat_writes(
+            ["a", "b"], [0.01, 0.02], usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+        )
+        limited = {
+            "status": 429,
+            "headers": {
+                "retry-after": "20",
+                "retry-after-ms": "80",
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-requests": "80ms",
+            },
+            "body": {"error": {"message": "Rate limit reached", "type": "requests"}},
+        }
         async with PlatformServer([dict(limited), dict(limited), {"writes": ok}]) as srv:
             plain = make_endpoint("openai-compatible", base_url=srv.url, model="m", preflight=False, discover=False)
-            retrying = make_endpoint("openai-compatible", base_url=srv.url, model="m", preflight=False,
-                                     discover=False, retry_429=2)
+            retrying = make_endpoint(
+                "openai-compatible", base_url=srv.url, model="m", preflight=False, discover=False, retry_429=2
+            )
             await plain.open()
             await retrying.open()
             try:
@@ -183,8 +232,15 @@ def test_redirect_never_carries_credentials_to_another_origin() -> None:
         async with PlatformServer([]) as other:
             moved = {"status": 307, "headers": {"Location": other.url + "/v1/chat/completions"}, "body": ""}
             async with PlatformServer([moved]) as srv:
-                ep = make_endpoint("openai-compatible", base_url=srv.url, api="chat", model="m",
-                                   api_key="sk-REDIRECT-0123456789", preflight=False, discover=False)
+                ep = make_endpoint(
+                    "openai-compatible",
+                    base_url=srv.url,
+                    api="chat",
+                    model="m",
+                    api_key="sk-REDIRECT-0123456789",
+                    preflight=False,
+                    discover=False,
+                )
                 await ep.open()
                 try:
                     rec = await one(ep)
@@ -204,8 +260,9 @@ def test_keys_never_reach_the_record(provider: str) -> None:
     async def go() -> None:
         echo = {"status": 401, "body": {"error": {"message": f"bad key {key}"}}}
         async with PlatformServer([echo]) as srv:
-            kw: dict[str, Any] = {"deployment": "d", "preflight": False} if provider == "azure" else {
-                "model": "m", "discover": False}
+            kw: dict[str, Any] = (
+                {"deployment": "d", "preflight": False} if provider == "azure" else {"model": "m", "discover": False}
+            )
             ep = make_endpoint(provider, base_url=srv.url, api_key=key, **kw)
             await ep.open()
             try:

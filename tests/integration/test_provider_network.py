@@ -37,13 +37,24 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def stream() -> dict[str, Any]:
-    return {"writes": openai_chat_writes(["x", "y"], [0.030, 0.040],
-                                         usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})}
+    return {
+        "writes": openai_chat_writes(
+            ["x", "y"], [0.030, 0.040], usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+        )
+    }
 
 
 async def three(srv: PlatformServer, cert: Path, reuse: str) -> tuple[list[RequestRecord], Any]:
-    ep = make_endpoint("openai-compatible", base_url=srv.url, api="chat", model="m", preflight=False,
-                       discover=False, ca_file=str(cert), connection_reuse=reuse)
+    ep = make_endpoint(
+        "openai-compatible",
+        base_url=srv.url,
+        api="chat",
+        model="m",
+        preflight=False,
+        discover=False,
+        ca_file=str(cert),
+        connection_reuse=reuse,
+    )
     await ep.open()
     recs = []
     try:
@@ -99,8 +110,9 @@ def test_no_reuse_every_request_pays_the_setup(cert: tuple[Path, Path]) -> None:
 def test_untrusted_certificate_is_a_connect_error(cert: tuple[Path, Path]) -> None:
     async def go() -> None:
         async with PlatformServer([stream()], tls=cert) as srv:
-            ep = make_endpoint("openai-compatible", base_url=srv.url, api="chat", model="m", preflight=False,
-                               discover=False)
+            ep = make_endpoint(
+                "openai-compatible", base_url=srv.url, api="chat", model="m", preflight=False, discover=False
+            )
             await ep.open()
             try:
                 rec = RequestRecord(0, "measure", now_ns())
@@ -115,12 +127,25 @@ def test_untrusted_certificate_is_a_connect_error(cert: tuple[Path, Path]) -> No
 def test_run_records_network_per_request_and_baseline(cert: tuple[Path, Path], tmp_path: Path) -> None:
     async def go() -> Any:
         async with PlatformServer([stream() for _ in range(6)], tls=cert) as srv:
-            ep = make_endpoint("openai-compatible", base_url=srv.url, api="chat", model="m", preflight=False,
-                               discover=False, ca_file=str(cert[0]), connection_reuse="none", network_baseline=True)
+            ep = make_endpoint(
+                "openai-compatible",
+                base_url=srv.url,
+                api="chat",
+                model="m",
+                preflight=False,
+                discover=False,
+                ca_file=str(cert[0]),
+                connection_reuse="none",
+                network_baseline=True,
+            )
             await ep.open()
             try:
-                run = await measure(ep, LoadConfig(rate_rps=20, arrival="constant", requests=6, input_tokens=4,
-                                                   output_tokens=2), tmp_path, install_signal_handlers=False)
+                run = await measure(
+                    ep,
+                    LoadConfig(rate_rps=20, arrival="constant", requests=6, input_tokens=4, output_tokens=2),
+                    tmp_path,
+                    install_signal_handlers=False,
+                )
             finally:
                 await ep.close()
             return run

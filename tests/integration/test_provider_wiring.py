@@ -34,14 +34,17 @@ REPO = Path(__file__).resolve().parents[2]
 P_IN, P_OUT = 2.5, 10.0
 
 
-def run_cli(args: list[str], env_extra: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str], env_extra: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     for k in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
         env.pop(k, None)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def all_output_text(out: Path, p: subprocess.CompletedProcess[str]) -> str:
@@ -58,20 +61,57 @@ def test_run_azure_cost_and_quota_series(tmp_path: Path) -> None:
     n = 4
     scripts = []
     for i in range(n):
-        w = azure_chat_writes(["a", "b", "c"], [0.01, 0.02, 0.03], filter_at_s=0.0,
-                              usage={"prompt_tokens": 100, "completion_tokens": 3, "total_tokens": 103})
-        scripts.append({"writes": w, "headers": {"x-ratelimit-remaining-requests": str(100 - i),
-                                                 "x-ratelimit-remaining-tokens": str(10000 - 103 * i),
-                                                 "x-ratelimit-reset-tokens": "6m0s"}})
+        w = azure_chat_writes(
+            ["a", "b", "c"],
+            [0.01, 0.02, 0.03],
+            filter_at_s=0.0,
+            usage={"prompt_tokens": 100, "completion_tokens": 3, "total_tokens": 103},
+        )
+        scripts.append(
+            {
+                "writes": w,
+                "headers": {
+                    "x-ratelimit-remaining-requests": str(100 - i),
+                    "x-ratelimit-remaining-tokens": str(10000 - 103 * i),
+                    "x-ratelimit-reset-tokens": "6m0s",
+                },
+            }
+        )
     srv = PlatformServer(scripts).start_in_thread()
     key = "azure-SENTINEL-KEY-7d1f0c2b9a"
     out = tmp_path / "out"
     try:
-        p = run_cli(["run", "--provider", "azure", "--endpoint", srv.url, "--deployment", "gpt4o",
-                     "--api-key-env", "AZ_TEST_KEY", "--rate", "20", "--arrival", "constant", "--requests", str(n),
-                     "--no-preflight", "--input-tokens", "100", "--output-tokens", "3",
-                     "--price-input-per-million", str(P_IN), "--price-output-per-million", str(P_OUT),
-                     "--out", str(out)], env_extra={"AZ_TEST_KEY": key})
+        p = run_cli(
+            [
+                "run",
+                "--provider",
+                "azure",
+                "--endpoint",
+                srv.url,
+                "--deployment",
+                "gpt4o",
+                "--api-key-env",
+                "AZ_TEST_KEY",
+                "--rate",
+                "20",
+                "--arrival",
+                "constant",
+                "--requests",
+                str(n),
+                "--no-preflight",
+                "--input-tokens",
+                "100",
+                "--output-tokens",
+                "3",
+                "--price-input-per-million",
+                str(P_IN),
+                "--price-output-per-million",
+                str(P_OUT),
+                "--out",
+                str(out),
+            ],
+            env_extra={"AZ_TEST_KEY": key},
+        )
     finally:
         srv.stop_thread()
     assert p.returncode in (0, 1), p.stderr
@@ -96,9 +136,28 @@ def test_run_anthropic(tmp_path: Path) -> None:
     key = "sk-ant-SENTINEL-0a9b8c7d6e"
     out = tmp_path / "out"
     try:
-        p = run_cli(["run", "--provider", "anthropic", "--endpoint", srv.url, "--model", "claude-test",
-                     "--api-key-env", "ANT_TEST_KEY", "--rate", "20", "--requests", "3", "--output-tokens", "2",
-                     "--out", str(out)], env_extra={"ANT_TEST_KEY": key})
+        p = run_cli(
+            [
+                "run",
+                "--provider",
+                "anthropic",
+                "--endpoint",
+                srv.url,
+                "--model",
+                "claude-test",
+                "--api-key-env",
+                "ANT_TEST_KEY",
+                "--rate",
+                "20",
+                "--requests",
+                "3",
+                "--output-tokens",
+                "2",
+                "--out",
+                str(out),
+            ],
+            env_extra={"ANT_TEST_KEY": key},
+        )
     finally:
         srv.stop_thread()
     assert p.returncode in (0, 1), p.stderr
@@ -118,15 +177,23 @@ def _sweep(sim_args: list[str], out: Path, **scfg_kw: Any) -> Any:
     from loadgen.validity import ValidityBounds
 
     with SimProcess(sim_args) as sim:
+
         async def go() -> Any:
             ep = make_endpoint("openai-compatible", base_url=sim.url, api="completions", preflight=False)
             await ep.open()
             try:
-                scfg = SweepConfig(slos=[parse_slo("ttft:p50<=2s")], probe_duration_s=1.0, probe_warmup_s=0.0,
-                                   calibration_s=0.0, max_extensions=0, **scfg_kw)
+                scfg = SweepConfig(
+                    slos=[parse_slo("ttft:p50<=2s")],
+                    probe_duration_s=1.0,
+                    probe_warmup_s=0.0,
+                    calibration_s=0.0,
+                    max_extensions=0,
+                    **scfg_kw,
+                )
                 # loose generator bounds: a busy 2-core test machine must not make the probe "invalid"
-                loose = ValidityBounds(max_schedule_lag_p99_ms=1000, send_rate_tolerance=1.0, max_client_cpu=2.0,
-                                       max_loop_lag_p99_ms=1000)
+                loose = ValidityBounds(
+                    max_schedule_lag_p99_ms=1000, send_rate_tolerance=1.0, max_client_cpu=2.0, max_loop_lag_p99_ms=1000
+                )
                 base = LoadConfig(input_tokens=64, output_tokens=8, arrival="constant", bounds=loose)
                 return await Sweep(ep, base, scfg, out, config_record={}).search()
             finally:
@@ -136,8 +203,12 @@ def _sweep(sim_args: list[str], out: Path, **scfg_kw: Any) -> Any:
 
 
 def test_sweep_dominated_by_429_is_limited_by_rate_limit(tmp_path: Path) -> None:
-    outcome = _sweep(["--fault-429", "0.9", "--seed", "3", "--ttft-ms", "5", "--itl-ms", "1"], tmp_path,
-                     start_rate_rps=20.0, max_rate_rps=40.0)
+    outcome = _sweep(
+        ["--fault-429", "0.9", "--seed", "3", "--ttft-ms", "5", "--itl-ms", "1"],
+        tmp_path,
+        start_rate_rps=20.0,
+        max_rate_rps=40.0,
+    )
     a = outcome.result["answer"]
     assert a["limited_by"] == "rate_limit" and a["rate_limited_at"] == 20.0
     assert a["max_rate_rps"] is None and len(outcome.probes) == 1
@@ -152,8 +223,13 @@ def test_sweep_dominated_by_429_is_limited_by_rate_limit(tmp_path: Path) -> None
 def test_sweep_priced_per_token_reports_cost_per_million_output_tokens(tmp_path: Path) -> None:
     from loadgen.pricing import TokenPrices
 
-    outcome = _sweep(["--ttft-ms", "5", "--itl-ms", "1"], tmp_path, start_rate_rps=10.0, max_rate_rps=10.0,
-                     prices=TokenPrices(P_IN, P_OUT))
+    outcome = _sweep(
+        ["--ttft-ms", "5", "--itl-ms", "1"],
+        tmp_path,
+        start_rate_rps=10.0,
+        max_rate_rps=10.0,
+        prices=TokenPrices(P_IN, P_OUT),
+    )
     a = outcome.result["answer"]
     assert a["limited_by"] == "max_rate" and a["pricing"] == "per_token"
     probe = next(p for p in outcome.probes if p.verdict == "pass")

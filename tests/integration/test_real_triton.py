@@ -172,7 +172,7 @@ output [
 ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
-_ECHO_MODEL = '''
+_ECHO_MODEL = """
 import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -190,7 +190,7 @@ class TritonPythonModel:
                 sender.send(pb_utils.InferenceResponse(output_tensors=out))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
-'''
+"""
 
 
 def test_model_repository_python_backend(tmp_path: Path) -> None:

@@ -281,7 +281,9 @@ def test_check_against_itself_is_full_agreement(vllm: ServerProcess, tmp_path: P
     assert ref["summary"]["errors"] == 0 and ref["token_ids"] is True
     assert all(len(o["token_ids"]) == o["output_tokens"] for o in ref["outputs"])
     loaded = CheckSettings(model="tiny", max_tokens=16, rate_rps=20.0)
-    doc = run_check(vllm.base_url, settings=loaded, reference=str(tmp_path / "ref"), answers=True, out_dir=tmp_path / "c")
+    doc = run_check(
+        vllm.base_url, settings=loaded, reference=str(tmp_path / "ref"), answers=True, out_dir=tmp_path / "c"
+    )
     ag = doc["agreement"]
     print("\nagreement:", ag, "accuracy:", doc["summary"]["accuracy"])
     assert ag["token_unit"] == "token_ids" and ag["prompts"] == 40 and ag["warnings"] == []

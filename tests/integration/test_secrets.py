@@ -58,8 +58,14 @@ def run_cli(args: list[str], env_extra: dict[str, str]) -> subprocess.CompletedP
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env.pop("OPENAI_API_KEY", None)
     env.update(env_extra)
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", "run", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", "run", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def assert_no_leaks(out: Path, proc: subprocess.CompletedProcess[str], keys: dict[str, str]) -> None:
@@ -88,10 +94,22 @@ def test_keys_stay_out_ok_then_refused(tmp_path: Path) -> None:
     keys = {"env": new_key(), "x-api-key": new_key(), "query": new_key(), "body": new_key()}
     with RecordingServer(lambda n, r: ok_stream(), refuse_after=10) as srv:
         out = tmp_path / "out"
-        proc = run_cli([*COMMON, "--endpoint", f"http://127.0.0.1:{srv.port}/v1?api_key={keys['query']}&x=1",
-                        "--api-key-env", ENV_NAME, "--header", f"x-api-key: {keys['x-api-key']}",
-                        "--extra-body", json.dumps({"api_key": keys["body"], "temperature": 0}),
-                        "--out", str(out)], {ENV_NAME: keys["env"]})
+        proc = run_cli(
+            [
+                *COMMON,
+                "--endpoint",
+                f"http://127.0.0.1:{srv.port}/v1?api_key={keys['query']}&x=1",
+                "--api-key-env",
+                ENV_NAME,
+                "--header",
+                f"x-api-key: {keys['x-api-key']}",
+                "--extra-body",
+                json.dumps({"api_key": keys["body"], "temperature": 0}),
+                "--out",
+                str(out),
+            ],
+            {ENV_NAME: keys["env"]},
+        )
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
     res, lines = load(out)
@@ -136,16 +154,28 @@ def _echo_errors(keys: dict[str, str]) -> Callable[[int, dict[str, Any]], bytes]
 def test_keys_stay_out_of_echoed_errors(tmp_path: Path) -> None:
     """Authorization header given explicitly (it wins over --api-key-env); the server
     echoes the keys back in 500, 429 and in-band stream errors."""
-    keys = {"env": new_key(), "authorization": new_key(), "x-api-key": new_key(), "query": new_key(),
-            "body": new_key()}
+    keys = {"env": new_key(), "authorization": new_key(), "x-api-key": new_key(), "query": new_key(), "body": new_key()}
     with RecordingServer(_echo_errors(keys)) as srv:
         out = tmp_path / "out"
-        proc = run_cli([*COMMON, "--no-preflight", "--endpoint",
-                        f"http://127.0.0.1:{srv.port}?token={keys['query']}",
-                        "--api-key-env", ENV_NAME, "--header", f"Authorization: Bearer {keys['authorization']}",
-                        "--header", f"x-api-key: {keys['x-api-key']}",
-                        "--extra-body", json.dumps({"auth": {"api_key": keys["body"]}}),
-                        "--out", str(out)], {ENV_NAME: keys["env"]})
+        proc = run_cli(
+            [
+                *COMMON,
+                "--no-preflight",
+                "--endpoint",
+                f"http://127.0.0.1:{srv.port}?token={keys['query']}",
+                "--api-key-env",
+                ENV_NAME,
+                "--header",
+                f"Authorization: Bearer {keys['authorization']}",
+                "--header",
+                f"x-api-key: {keys['x-api-key']}",
+                "--extra-body",
+                json.dumps({"auth": {"api_key": keys["body"]}}),
+                "--out",
+                str(out),
+            ],
+            {ENV_NAME: keys["env"]},
+        )
     assert proc.returncode in (0, 1, 6), proc.stderr  # 6: every request failed (on purpose here)
     assert "Traceback" not in proc.stderr
     res, lines = load(out)
@@ -164,8 +194,9 @@ def test_userinfo_key_stays_out(tmp_path: Path) -> None:
     basic = "Basic " + base64.b64encode(f"bob:{key}".encode()).decode()
     with RecordingServer(_echo_errors({"userinfo": key}), refuse_after=None) as srv:
         out = tmp_path / "out"
-        proc = run_cli([*COMMON, "--no-preflight", "--endpoint", f"http://bob:{key}@127.0.0.1:{srv.port}",
-                        "--out", str(out)], {})
+        proc = run_cli(
+            [*COMMON, "--no-preflight", "--endpoint", f"http://bob:{key}@127.0.0.1:{srv.port}", "--out", str(out)], {}
+        )
     assert proc.returncode in (0, 1, 6), proc.stderr  # 6: every request failed (on purpose here)
     assert "Traceback" not in proc.stderr
     res, _ = load(out)
@@ -181,8 +212,19 @@ def test_userinfo_with_api_key(tmp_path: Path) -> None:
     keys = {"env": new_key(), "userinfo": new_key()}
     with RecordingServer(lambda n, r: ok_stream()) as srv:
         out = tmp_path / "out"
-        proc = run_cli([*COMMON, "--no-preflight", "--endpoint", f"http://bob:{keys['userinfo']}@127.0.0.1:{srv.port}",
-                        "--api-key-env", ENV_NAME, "--out", str(out)], {ENV_NAME: keys["env"]})
+        proc = run_cli(
+            [
+                *COMMON,
+                "--no-preflight",
+                "--endpoint",
+                f"http://bob:{keys['userinfo']}@127.0.0.1:{srv.port}",
+                "--api-key-env",
+                ENV_NAME,
+                "--out",
+                str(out),
+            ],
+            {ENV_NAME: keys["env"]},
+        )
     assert {n: leaks(proc.stdout + proc.stderr, k) for n, k in keys.items()} == {n: [] for n in keys}
     assert "Traceback" not in proc.stderr
     assert proc.returncode in (0, 1), proc.stderr
@@ -201,8 +243,21 @@ def test_key_cut_by_error_truncation(tmp_path: Path) -> None:
 
     with RecordingServer(respond) as srv:
         out = tmp_path / "out"
-        proc = run_cli([*COMMON, "--requests", "3", "--no-preflight", "--endpoint", f"http://127.0.0.1:{srv.port}",
-                        "--api-key-env", ENV_NAME, "--out", str(out)], {ENV_NAME: key})
+        proc = run_cli(
+            [
+                *COMMON,
+                "--requests",
+                "3",
+                "--no-preflight",
+                "--endpoint",
+                f"http://127.0.0.1:{srv.port}",
+                "--api-key-env",
+                ENV_NAME,
+                "--out",
+                str(out),
+            ],
+            {ENV_NAME: key},
+        )
     assert proc.returncode in (0, 1, 6), proc.stderr  # 6: every request failed (on purpose here)
     res, lines = load(out)
     assert res["counts"]["errors_by_kind"] == {"http_error": 3}

@@ -43,18 +43,53 @@ def test_soak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fig_path = tmp_path / "soak.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    p = subprocess.run([sys.executable, str(REPO / "scripts" / "soak.py"), "--minutes", "2.5", "--rate", "150",
-                        "--warmup-s", "30", "--sample-s", "1", "--faults", "0.002", "--max-growth-mib", "16",
-                        "--max-rss-mib", "512", "--out", str(tmp_path / "out"), "--json", str(fig_path)],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "soak.py"),
+            "--minutes",
+            "2.5",
+            "--rate",
+            "150",
+            "--warmup-s",
+            "30",
+            "--sample-s",
+            "1",
+            "--faults",
+            "0.002",
+            "--max-growth-mib",
+            "16",
+            "--max-rss-mib",
+            "512",
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+            str(fig_path),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     with capsys.disabled():
         print("\n" + p.stdout)
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
     fig = json.loads(fig_path.read_text())
     assert p.returncode == 0 and fig["broken_bounds"] == [], (p.returncode, fig["broken_bounds"], p.stderr[-2000:])
     assert fig["growth_mib"] <= 16.0 and fig["rss_peak_mib"] <= 512.0
-    for k in ("rss_warm_mib", "rss_end_mib", "growth_mib_per_hour", "slope_mib_per_hour", "growth_bytes_per_request",
-              "fds_warm", "fds_end", "tasks_warm", "tasks_end", "spilled_bytes"):
+    for k in (
+        "rss_warm_mib",
+        "rss_end_mib",
+        "growth_mib_per_hour",
+        "slope_mib_per_hour",
+        "growth_bytes_per_request",
+        "fds_warm",
+        "fds_end",
+        "tasks_warm",
+        "tasks_end",
+        "spilled_bytes",
+    ):
         assert k in fig, k
     # nothing per request stays in memory: the schedule is 9 bytes a request before the run, prompts
     # are built just in time, exact samples spill to disk (the old code held ~0.5-1 KB a request up
@@ -103,8 +138,9 @@ print(json.dumps(out))
 def _schedule_hashes(hash_seed: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONHASHSEED=hash_seed)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    p = subprocess.run([sys.executable, "-c", SCHEDULE_SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", SCHEDULE_SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -112,10 +148,37 @@ def _schedule_hashes(hash_seed: str) -> dict[str, str]:
 def _dry_run(out: Path, hash_seed: str, *extra: str) -> bytes:
     env = dict(os.environ, PYTHONHASHSEED=hash_seed)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    p = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", "http://127.0.0.1:9", "--rate", "80",
-                        "--requests", "400", "--warmup", "10", "--arrival", "gamma", "--burstiness", "0.5",
-                        "--seed", "11", "--dry-run", "--out", str(out), *extra],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadgen.cli",
+            "run",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--rate",
+            "80",
+            "--requests",
+            "400",
+            "--warmup",
+            "10",
+            "--arrival",
+            "gamma",
+            "--burstiness",
+            "0.5",
+            "--seed",
+            "11",
+            "--dry-run",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     return (out / "schedule.jsonl").read_bytes()
 

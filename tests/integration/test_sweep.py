@@ -62,21 +62,49 @@ LAG_BOUND_MS = 100.0
 RELAXED_BOUNDS = ["--max-schedule-lag", f"{LAG_BOUND_MS:g}ms", "--max-loop-lag", f"{LAG_BOUND_MS:g}ms"]
 
 SWEEP_KEYS = {"schema_version", "slo", "conditions", "answer", "probes"}
-ANSWER_KEYS = {"max_rate_rps", "bracket_rps", "request_rps", "output_tps", "total_tps", "goodput_rps",
-               "cost_per_million_output_tokens_usd", "cost_per_million_total_tokens_usd", "limited_by"}
-PROBE_KEYS = {"offered_rps", "achieved_send_rps", "verdict", "low_confidence", "exceedance_fraction",
-              "confidence_bounds", "censored", "duration_s", "stopped_early", "latency_ms", "dir"}
+ANSWER_KEYS = {
+    "max_rate_rps",
+    "bracket_rps",
+    "request_rps",
+    "output_tps",
+    "total_tps",
+    "goodput_rps",
+    "cost_per_million_output_tokens_usd",
+    "cost_per_million_total_tokens_usd",
+    "limited_by",
+}
+PROBE_KEYS = {
+    "offered_rps",
+    "achieved_send_rps",
+    "verdict",
+    "low_confidence",
+    "exceedance_fraction",
+    "confidence_bounds",
+    "censored",
+    "duration_s",
+    "stopped_early",
+    "latency_ms",
+    "dir",
+}
 
 
-def sweep_cli(args: list[str], out: Path, *, relaxed: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def sweep_cli(
+    args: list[str], out: Path, *, relaxed: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env.pop("OPENAI_API_KEY", None)
     env["COLUMNS"] = "250"  # rich must not wrap the answer line
     env.pop("LINES", None)
     bounds = RELAXED_BOUNDS if relaxed else []
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", "sweep", *args, *bounds, "--out", str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", "sweep", *args, *bounds, "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def sweep_cli_retry(args: list[str], out: Path, attempts: int = 2) -> tuple[subprocess.CompletedProcess[str], Path]:
@@ -86,8 +114,10 @@ def sweep_cli_retry(args: list[str], out: Path, attempts: int = 2) -> tuple[subp
         p = sweep_cli(args, d)
         if p.returncode != 5:
             break
-        print(f"\nattempt {i + 1} ended client limited (a CPU stall on this machine?): "
-              + " | ".join(ln for ln in p.stdout.splitlines() if "client limit" in ln))
+        print(
+            f"\nattempt {i + 1} ended client limited (a CPU stall on this machine?): "
+            + " | ".join(ln for ln in p.stdout.splitlines() if "client limit" in ln)
+        )
     return p, d
 
 
@@ -110,15 +140,24 @@ def check_bounds_in_force(probe_dir: Path, relaxed: bool) -> None:
 # --------------------------------------------------------------------------- reference answers
 
 
-def ref_max_rate(params: SimParams, target: SLOTarget, *, requests: int, warmup: int, seed: int,
-                 rel_precision: float = 0.005) -> float:
+def ref_max_rate(
+    params: SimParams, target: SLOTarget, *, requests: int, warmup: int, seed: int, rel_precision: float = 0.005
+) -> float:
     """Highest rate whose percentile meets ``target`` on a virtual run shaped like one probe:
     ``warmup`` warm-up requests then the measured ones, from an idle server."""
     wf = (warmup + 0.5) / requests
 
     def ok(r: float) -> bool:
-        v = percentile_at(params, r, target, input_tokens=IN_TOKENS, output_tokens=OUT_TOKENS,
-                          requests=requests, seed=seed, warmup_fraction=wf)
+        v = percentile_at(
+            params,
+            r,
+            target,
+            input_tokens=IN_TOKENS,
+            output_tokens=OUT_TOKENS,
+            requests=requests,
+            seed=seed,
+            warmup_fraction=wf,
+        )
         return v <= target.threshold_ns
 
     hi = capacity_rps(params, IN_TOKENS, OUT_TOKENS) * 1.5
@@ -133,8 +172,9 @@ def ref_max_rate(params: SimParams, target: SLOTarget, *, requests: int, warmup:
     return lo
 
 
-def probe_length_reference(params: SimParams, target: SLOTarget, probe_s: float, warmup_s: float,
-                           seeds: range = range(9)) -> tuple[float, list[float]]:
+def probe_length_reference(
+    params: SimParams, target: SLOTarget, probe_s: float, warmup_s: float, seeds: range = range(9)
+) -> tuple[float, list[float]]:
     """Median over seeds of the per-seed answer at the probe's own request count near the answer."""
     need = min_requests(target.percentile, 0.95)
     r = 0.8 * capacity_rps(params, IN_TOKENS, OUT_TOKENS)
@@ -152,11 +192,29 @@ def probe_length_reference(params: SimParams, target: SLOTarget, probe_s: float,
 @pytest.mark.timeout(240)
 def test_fast_profile_bracket_contains_reference_and_files(tmp_path: Path) -> None:
     probe_s, cost = 2.5, 3.6
-    p, out = sweep_cli_retry(["--slo", FAST_SLO, "--probe-duration", f"{probe_s}s", "--calibration", "2s",
-                              "--calibration-concurrency", "64", "--precision", "15%",
-                              "--input-tokens", str(IN_TOKENS),
-                              "--output-tokens", str(OUT_TOKENS), "--cost-per-hour", str(cost),
-                              "--sim-args", FAST_SIM_ARGS], tmp_path / "sweep")
+    p, out = sweep_cli_retry(
+        [
+            "--slo",
+            FAST_SLO,
+            "--probe-duration",
+            f"{probe_s}s",
+            "--calibration",
+            "2s",
+            "--calibration-concurrency",
+            "64",
+            "--precision",
+            "15%",
+            "--input-tokens",
+            str(IN_TOKENS),
+            "--output-tokens",
+            str(OUT_TOKENS),
+            "--cost-per-hour",
+            str(cost),
+            "--sim-args",
+            FAST_SIM_ARGS,
+        ],
+        tmp_path / "sweep",
+    )
     assert "Traceback" not in p.stderr, p.stderr
     assert p.returncode == 0, p.stdout + p.stderr
     res = load_sweep(out)
@@ -164,12 +222,15 @@ def test_fast_profile_bracket_contains_reference_and_files(tmp_path: Path) -> No
     # -- the answer against the virtual-clock reference ---------------------------------
     target = parse_slo(FAST_SLO)
     ref, per_seed = probe_length_reference(FAST, target, probe_s, warmup_s=0.1 * probe_s)
-    steady = reference_max_rate(FAST, target, input_tokens=IN_TOKENS, output_tokens=OUT_TOKENS,
-                                requests=8000, rel_precision=0.005)
+    steady = reference_max_rate(
+        FAST, target, input_tokens=IN_TOKENS, output_tokens=OUT_TOKENS, requests=8000, rel_precision=0.005
+    )
     a = res["answer"]
     lo, hi = a["bracket_rps"]
-    print(f"\nbracket {lo:.2f}..{hi:.2f} req/s; reference at the probe length {ref:.2f} "
-          f"(seeds {min(per_seed):.1f}..{max(per_seed):.1f}), steady state {steady:.2f}")
+    print(
+        f"\nbracket {lo:.2f}..{hi:.2f} req/s; reference at the probe length {ref:.2f} "
+        f"(seeds {min(per_seed):.1f}..{max(per_seed):.1f}), steady state {steady:.2f}"
+    )
     assert a["limited_by"] is None
     assert a["max_rate_rps"] == lo
     assert lo < hi and (hi - lo) / lo <= 0.15 + 1e-9
@@ -223,10 +284,27 @@ def test_fast_profile_bracket_contains_reference_and_files(tmp_path: Path) -> No
 def test_overloaded_probe_stops_early_with_a_censored_count(tmp_path: Path) -> None:
     # 4 slots, 20 ms prefill, 20 ms decode, 8 output tokens: capacity ~16.7 req/s; offer 50.
     probe_s = 5.0
-    p, out = sweep_cli_retry(["--slo", "ttft:p90<=200ms", "--probe-duration", f"{probe_s:g}s", "--calibration", "0",
-                              "--start-rate", "50", "--min-rate", "50", "--input-tokens", "16",
-                              "--output-tokens", "8", "--sim-args", "--slots 4 --ttft-ms 20 --itl-ms 20"],
-                             tmp_path / "sweep")
+    p, out = sweep_cli_retry(
+        [
+            "--slo",
+            "ttft:p90<=200ms",
+            "--probe-duration",
+            f"{probe_s:g}s",
+            "--calibration",
+            "0",
+            "--start-rate",
+            "50",
+            "--min-rate",
+            "50",
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            "8",
+            "--sim-args",
+            "--slots 4 --ttft-ms 20 --itl-ms 20",
+        ],
+        tmp_path / "sweep",
+    )
     assert "Traceback" not in p.stderr, p.stderr
     res = load_sweep(out)
     assert len(res["probes"]) == 1  # the lowest rate allowed failed: nothing else to try
@@ -258,9 +336,26 @@ def test_client_limited_ends_with_exit_5(tmp_path: Path) -> None:
     # A simulated endpoint with no service time, 1 output token, 4096 slots and a generous SLO:
     # at 4000 req/s the generator, not the server, is what cannot keep up. Shipped bounds.
     out = tmp_path / "sweep"
-    p = sweep_cli(["--slo", "ttft:p90<=5s", "--probe-duration", "1s", "--calibration", "0",
-                   "--start-rate", "4000", "--input-tokens", "4", "--output-tokens", "1",
-                   "--sim-args", "--slots 4096 --ttft-ms 0 --itl-ms 0"], out, relaxed=False)
+    p = sweep_cli(
+        [
+            "--slo",
+            "ttft:p90<=5s",
+            "--probe-duration",
+            "1s",
+            "--calibration",
+            "0",
+            "--start-rate",
+            "4000",
+            "--input-tokens",
+            "4",
+            "--output-tokens",
+            "1",
+            "--sim-args",
+            "--slots 4096 --ttft-ms 0 --itl-ms 0",
+        ],
+        out,
+        relaxed=False,
+    )
     assert "Traceback" not in p.stderr, p.stderr
     assert p.returncode == 5, p.stdout + p.stderr
     assert "client limited" in flat(p.stdout)
@@ -282,9 +377,28 @@ def test_server_errors_at_high_load_are_fail_probes_not_client_limited(tmp_path:
     # certain, so the early-stop watcher runs many times with large counts on the event loop.
     # Shipped bounds: HTTP errors are the server's, whatever the generator's lag.
     out = tmp_path / "sweep"
-    p = sweep_cli(["--slo", "ttft:p90<=50ms", "--probe-duration", "10s", "--calibration", "0",
-                   "--start-rate", "300", "--min-rate", "150", "--input-tokens", "16", "--output-tokens", "8",
-                   "--sim-args", "--fault-500 1.0 --ttft-ms 5 --itl-ms 5"], out, relaxed=False)
+    p = sweep_cli(
+        [
+            "--slo",
+            "ttft:p90<=50ms",
+            "--probe-duration",
+            "10s",
+            "--calibration",
+            "0",
+            "--start-rate",
+            "300",
+            "--min-rate",
+            "150",
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            "8",
+            "--sim-args",
+            "--fault-500 1.0 --ttft-ms 5 --itl-ms 5",
+        ],
+        out,
+        relaxed=False,
+    )
     assert "Traceback" not in p.stderr, p.stderr
     res = load_sweep(out)
     verdicts = [(q["offered_rps"], q["verdict"]) for q in res["probes"]]

@@ -27,9 +27,27 @@ def test_two_workers_share_one_schedule(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     out = tmp_path / "run"
     cmd = [
-        sys.executable, "-m", "loadgen.cli", "run", "--rate", "40", "--requests", "120", "--arrival", "constant",
-        "--output-tokens", "6", "--input-tokens", "8", "--workers", "2", "--no-preflight", "--out", str(out),
-        "--sim-args", f"--slots 128 --ttft-ms 5 --itl-ms 5 --truth-log {truth}",
+        sys.executable,
+        "-m",
+        "loadgen.cli",
+        "run",
+        "--rate",
+        "40",
+        "--requests",
+        "120",
+        "--arrival",
+        "constant",
+        "--output-tokens",
+        "6",
+        "--input-tokens",
+        "8",
+        "--workers",
+        "2",
+        "--no-preflight",
+        "--out",
+        str(out),
+        "--sim-args",
+        f"--slots 128 --ttft-ms 5 --itl-ms 5 --truth-log {truth}",
     ]
     p = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode in (0, 1), p.stderr
@@ -52,8 +70,24 @@ def test_two_workers_share_one_schedule(tmp_path: Path) -> None:
 def test_sigint_is_forwarded_to_workers(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cmd = [
-        sys.executable, "-m", "loadgen.cli", "run", "--rate", "20", "--duration", "60s", "--output-tokens", "10",
-        "--workers", "2", "--drain-grace", "2s", "--out", str(out), "--sim-args", "--ttft-ms 10 --itl-ms 20",
+        sys.executable,
+        "-m",
+        "loadgen.cli",
+        "run",
+        "--rate",
+        "20",
+        "--duration",
+        "60s",
+        "--output-tokens",
+        "10",
+        "--workers",
+        "2",
+        "--drain-grace",
+        "2s",
+        "--out",
+        str(out),
+        "--sim-args",
+        "--ttft-ms 10 --itl-ms 20",
     ]
     p = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

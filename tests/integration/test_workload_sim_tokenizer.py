@@ -63,9 +63,11 @@ def test_sim_reports_the_requested_prompt_tokens(tokenizer_dir: Path, tmp_path: 
         assert sim.url is not None
         for api, opts in cases:
             w = Workload(opts)
-            specs = [s.spec for s in w.schedule(rate_rps=1000, requests=12)] if not opts.trace else [
-                s.spec for s in w.schedule()
-            ]
+            specs = (
+                [s.spec for s in w.schedule(rate_rps=1000, requests=12)]
+                if not opts.trace
+                else [s.spec for s in w.schedule()]
+            )
             got = asyncio.run(_usage(sim.url, specs, api))
             assert got == [s.requested_input_tokens for s in specs], (api, opts)
             if opts.trace:

@@ -15,7 +15,9 @@ from loadgen.errors import ConfigError
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
 
 
-@pytest.mark.parametrize(("text", "want"), [("0", {0}), ("0-3", {0, 1, 2, 3}), ("0,2,4-5", {0, 2, 4, 5}), (" 1 , 3 ", {1, 3})])
+@pytest.mark.parametrize(
+    ("text", "want"), [("0", {0}), ("0-3", {0, 1, 2, 3}), ("0,2,4-5", {0, 2, 4, 5}), (" 1 , 3 ", {1, 3})]
+)
 def test_parse(text: str, want: set[int]) -> None:
     assert parse_cpus(text) == want
 
@@ -62,8 +64,12 @@ def test_pinned_child_records_its_cpus_and_pins_every_thread() -> None:
 
 
 @pytest.mark.parametrize("value", ["0-x", ""])
-@pytest.mark.parametrize("command", [["run", "--endpoint", "http://127.0.0.1:9", "--rate", "1", "--requests", "1"], ["sim", "--port", "9"]])
+@pytest.mark.parametrize(
+    "command", [["run", "--endpoint", "http://127.0.0.1:9", "--rate", "1", "--requests", "1"], ["sim", "--port", "9"]]
+)
 def test_cli_reports_bad_cpus_without_traceback(command: list[str], value: str) -> None:
-    p = subprocess.run([sys.executable, "-m", "loadgen.cli", *command, "--cpus", value], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", *command, "--cpus", value], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2, p.stderr
     assert f"--cpus {value!r}" in p.stderr and "Traceback" not in p.stderr

@@ -28,36 +28,68 @@ MAX_LINES = 600
 FLOORS: dict[str, int] = {
     # ground floor: plain data, clocks, parsers, definitions
     "loadgen": 0,  # the package face only re-exports (checked separately)
-    "loadgen.types": 0, "loadgen.errors": 0, "loadgen.clock": 0, "loadgen.redact": 0,
-    "loadgen.samples": 0, "loadgen.affinity": 0, "loadgen.sse": 0, "loadgen.schedule": 0,
-    "loadgen.pricing": 0, "loadgen.units": 0, "loadgen.stats": 0, "loadgen.histograms": 0,
-    "loadgen.metrics": 0, "loadgen.slo": 0, "loadgen.conditions": 0,
+    "loadgen.types": 0,
+    "loadgen.errors": 0,
+    "loadgen.clock": 0,
+    "loadgen.redact": 0,
+    "loadgen.samples": 0,
+    "loadgen.affinity": 0,
+    "loadgen.sse": 0,
+    "loadgen.schedule": 0,
+    "loadgen.pricing": 0,
+    "loadgen.units": 0,
+    "loadgen.stats": 0,
+    "loadgen.histograms": 0,
+    "loadgen.metrics": 0,
+    "loadgen.slo": 0,
+    "loadgen.conditions": 0,
     # what is sent, over what, against what
-    "loadgen.workload": 1, "loadgen.endpoints": 1, "loadgen.serve": 1, "loadgen.sim": 1,
+    "loadgen.workload": 1,
+    "loadgen.endpoints": 1,
+    "loadgen.serve": 1,
+    "loadgen.sim": 1,
     # one run's engine and its records
-    "loadgen.runner": 2, "loadgen.results": 2, "loadgen.validity": 2, "loadgen.recordlog": 2,
-    "loadgen.timeseries": 2, "loadgen.runplan": 2,
+    "loadgen.runner": 2,
+    "loadgen.results": 2,
+    "loadgen.validity": 2,
+    "loadgen.recordlog": 2,
+    "loadgen.timeseries": 2,
+    "loadgen.runplan": 2,
     # the same run spread over processes or machines (a worker runs the same runner)
-    "loadgen.workers": 3, "loadgen.cluster": 3,
+    "loadgen.workers": 3,
+    "loadgen.cluster": 3,
     # one measured run (here, or spread by workers / cluster)
     "loadgen.measurement": 4,
     # searches, checks, reports
-    "loadgen.sweep": 5, "loadgen.check": 5, "loadgen.report": 5,
+    "loadgen.sweep": 5,
+    "loadgen.check": 5,
+    "loadgen.report": 5,
     # the top floor and the leaf
     "loadgen.cli": 6,
     "loadgen.locust": 7,
 }
 
-SOCKET_ROOMS = ("loadgen.endpoints", "loadgen.serve", "loadgen.sim", "loadgen.locust", "loadgen.check",
-                "loadgen.cluster", "loadgen.telemetry")
+SOCKET_ROOMS = (
+    "loadgen.endpoints",
+    "loadgen.serve",
+    "loadgen.sim",
+    "loadgen.locust",
+    "loadgen.check",
+    "loadgen.cluster",
+    "loadgen.telemetry",
+)
 SOCKET_PATTERN = re.compile(
     r"^\s*(import aiohttp|from aiohttp|import http\.client|from http\.client|import urllib\.request"
     r"|from urllib\.request|import grpc|from grpc|import tritonclient|from tritonclient)"
     r"|socket\.socket\(|socket\.create_connection\(|asyncio\.open_connection\(|asyncio\.start_server\(",
     re.M,
 )
-CONCRETE_ENDPOINTS = ("loadgen.endpoints.openai", "loadgen.endpoints.anthropic", "loadgen.endpoints.triton",
-                      "loadgen.endpoints.triton_grpc")
+CONCRETE_ENDPOINTS = (
+    "loadgen.endpoints.openai",
+    "loadgen.endpoints.anthropic",
+    "loadgen.endpoints.triton",
+    "loadgen.endpoints.triton_grpc",
+)
 NO_CONCRETE_ENDPOINT = ("loadgen.measurement", "loadgen.workers", "loadgen.sweep")
 
 # today's known violations: (rule, module[, target]). Shrinks only; empty at the end of the redesign.
@@ -287,9 +319,14 @@ def test_each_check_finds_a_planted_violation() -> None:
         ("cli", "loadgen.check", "loadgen.cli.run"),
         ("locust", "loadgen.cli.run", "loadgen.locust.dispatch"),
     ]
-    assert socket_openers({"loadgen.results": "import aiohttp\n", "loadgen.endpoints.http": "import aiohttp\n",
-                           "loadgen.conditions": "host = socket.gethostname()\n",
-                           "loadgen.runner": "s = socket.socket(af)\n"}) == [("loadgen.results",), ("loadgen.runner",)]
+    assert socket_openers(
+        {
+            "loadgen.results": "import aiohttp\n",
+            "loadgen.endpoints.http": "import aiohttp\n",
+            "loadgen.conditions": "host = socket.gethostname()\n",
+            "loadgen.runner": "s = socket.socket(af)\n",
+        }
+    ) == [("loadgen.results",), ("loadgen.runner",)]
     assert concrete_endpoint_users({"loadgen.workers": {"loadgen.endpoints.openai", "loadgen.endpoints.base"}}) == [
         ("loadgen.workers", "loadgen.endpoints.openai")
     ]

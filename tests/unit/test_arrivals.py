@@ -9,7 +9,9 @@ from loadgen.errors import ConfigError
 from loadgen.workload.arrivals import arrival_offsets_ns, realized_rate_rps
 
 
-@pytest.mark.parametrize("kind,burst,cv", [("poisson", 1.0, 1.0), ("gamma", 0.25, 2.0), ("gamma", 4.0, 0.5), ("constant", 1.0, 0.0)])
+@pytest.mark.parametrize(
+    "kind,burst,cv", [("poisson", 1.0, 1.0), ("gamma", 0.25, 2.0), ("gamma", 4.0, 0.5), ("constant", 1.0, 0.0)]
+)
 def test_rate_and_cv(kind: str, burst: float, cv: float) -> None:
     offs = arrival_offsets_ns(kind, 50.0, count=20000, seed=3, burstiness=burst)
     assert offs[0] == 0

@@ -92,9 +92,11 @@ def plain(body: bytes, status: str = "200 OK", ctype: str = "application/json") 
 BIG = b"a" * (LIMIT + 4096)
 # The loadgen bugs these cases found are fixed; the names stay so each case says which fix it pins.
 B1 = B2 = B3 = B5 = None
-AIOHTTP_CHUNK = ("aiohttp 3.14 C parser: a malformed chunk-size after valid chunks is ignored even at EOF, so the "
-                 "request hangs until the total deadline (timeout) instead of failing as protocol "
-                 "(cf. aio-libs/aiohttp#10355, #10596); no loadgen patch, the deadline bounds it")
+AIOHTTP_CHUNK = (
+    "aiohttp 3.14 C parser: a malformed chunk-size after valid chunks is ignored even at EOF, so the "
+    "request hangs until the total deadline (timeout) instead of failing as protocol "
+    "(cf. aio-libs/aiohttp#10355, #10596); no loadgen patch, the deadline bounds it"
+)
 
 SSE: list[Case] = [
     Case("sse-01-no-blank-line-after-last-event", stream(T(" a"), FIN[:-1], done=False), "incomplete_stream"),
@@ -103,37 +105,59 @@ SSE: list[Case] = [
     Case("sse-04-invalid-utf8-in-comment", stream(b": keep-alive \xc3\x28\n\n", T(" a"), FIN), "protocol"),
     Case("sse-05-invalid-utf8-in-field-name", stream(b"d\xffta: x\n\n", FIN), "protocol"),
     Case("sse-06-utf8-cut-at-eof", stream(T(" a"), FIN, b"\xe2\x82", done=False), "protocol"),
-    Case("sse-07-data-line-over-limit", stream(b"data: " + BIG + b"\n\n", FIN), "protocol",
-         {"max_event_bytes": LIMIT}),
-    Case("sse-08-event-of-many-lines-over-limit",
-         stream(b"".join(b"data: " + b"b" * 65536 + b"\n" for _ in range(20)) + b"\n", FIN), "protocol",
-         {"max_event_bytes": LIMIT}),
-    Case("sse-09-comment-line-over-limit", stream(b": " + BIG[: LIMIT // 2], BIG, b"\n\n", FIN), "protocol",
-         {"max_event_bytes": LIMIT}),
-    Case("sse-10-unknown-field-line-over-limit", stream(b"x: " + BIG[: LIMIT // 2], BIG, b"\n\n", FIN), "protocol",
-         {"max_event_bytes": LIMIT}),
+    Case("sse-07-data-line-over-limit", stream(b"data: " + BIG + b"\n\n", FIN), "protocol", {"max_event_bytes": LIMIT}),
+    Case(
+        "sse-08-event-of-many-lines-over-limit",
+        stream(b"".join(b"data: " + b"b" * 65536 + b"\n" for _ in range(20)) + b"\n", FIN),
+        "protocol",
+        {"max_event_bytes": LIMIT},
+    ),
+    Case(
+        "sse-09-comment-line-over-limit",
+        stream(b": " + BIG[: LIMIT // 2], BIG, b"\n\n", FIN),
+        "protocol",
+        {"max_event_bytes": LIMIT},
+    ),
+    Case(
+        "sse-10-unknown-field-line-over-limit",
+        stream(b"x: " + BIG[: LIMIT // 2], BIG, b"\n\n", FIN),
+        "protocol",
+        {"max_event_bytes": LIMIT},
+    ),
     Case("sse-11-only-comments", stream(b": ping\n\n", b": ping\n\n", done=False), "incomplete_stream"),
     Case("sse-12-empty-body", stream(done=False), "incomplete_stream"),
     Case("sse-13-done-without-data-field", stream(T(" a"), b"[DONE]\n\n", done=False), "incomplete_stream"),
     Case("sse-14-done-as-event-name-only", stream(T(" a"), b"event: done\n\n", done=False), "incomplete_stream"),
-    Case("sse-15-json-split-by-blank-line", stream(b'data: {"choices": [\n\ndata: {"text": "a"}]}\n\n', FIN),
-         "protocol"),
+    Case(
+        "sse-15-json-split-by-blank-line", stream(b'data: {"choices": [\n\ndata: {"text": "a"}]}\n\n', FIN), "protocol"
+    ),
     Case("sse-16-two-json-objects-in-one-data", stream(T(" a")[:-2] + T(" b")[6:], FIN), "protocol"),
-    Case("sse-17-misspelled-data-field", stream(T(" a").replace(b"data", b"date"),
-                                                FIN.replace(b"data", b"date"), done=False), "incomplete_stream"),
+    Case(
+        "sse-17-misspelled-data-field",
+        stream(T(" a").replace(b"data", b"date"), FIN.replace(b"data", b"date"), done=False),
+        "incomplete_stream",
+    ),
     Case("sse-18-nul-byte-in-data", stream(b'data: {"choices":[{"text":"a"}]}\x00\n\n', FIN), "protocol"),
     Case("sse-19-bare-cr-inside-json-string", stream(b'data: {"choices":[{"text":"a\rb"}]}\n\n', FIN), "protocol"),
     Case("sse-20-missing-blank-line-between-events", stream(T(" a")[:-1] + FIN), "protocol"),
-    Case("sse-21-byte-order-mark-before-a-later-event", stream(T(" a"), "\ufeff".encode() + FIN, done=False),
-         "incomplete_stream"),
+    Case(
+        "sse-21-byte-order-mark-before-a-later-event",
+        stream(T(" a"), "\ufeff".encode() + FIN, done=False),
+        "incomplete_stream",
+    ),
     Case("sse-22-data-is-a-bare-number", stream(b"data: 42\n\n", FIN), "protocol"),
-    Case("sse-23-id-and-retry-only-blocks", stream(b"id: 1\nretry: 10\n\n", b"id: 2\n\n", done=False),
-         "incomplete_stream"),
-    Case("sse-24-html-error-page-in-200-stream",
-         stream(b"<html><body><h1>502 Bad Gateway</h1></body></html>\n", done=False), "incomplete_stream"),
+    Case(
+        "sse-23-id-and-retry-only-blocks",
+        stream(b"id: 1\nretry: 10\n\n", b"id: 2\n\n", done=False),
+        "incomplete_stream",
+    ),
+    Case(
+        "sse-24-html-error-page-in-200-stream",
+        stream(b"<html><body><h1>502 Bad Gateway</h1></body></html>\n", done=False),
+        "incomplete_stream",
+    ),
     Case("sse-25-done-cut-at-eof", stream(T(" a"), FIN, b"data: [DON", done=False), "incomplete_stream"),
-    Case("sse-26-done-inside-a-multiline-event", stream(T(" a"), b"data: [DONE]\ndata: x\n\n", done=False),
-         "protocol"),
+    Case("sse-26-done-inside-a-multiline-event", stream(T(" a"), b"data: [DONE]\ndata: x\n\n", done=False), "protocol"),
 ]
 
 CHAT = {"api": "chat"}
@@ -153,60 +177,98 @@ PAY: list[Case] = [
     Case("pay-06-invalid-escape", stream(b'data: {"choices":[{"text":"\\x"}]}\n\n', FIN), "protocol"),
     Case("pay-07-lone-surrogate-escape", stream(b'data: {"choices":[{"text":"\\ud800"}]}\n\n', FIN), "protocol"),
     Case("pay-08-choices-is-a-number", stream(b'data: {"choices": 5}\n\n', FIN), "protocol", xfail=B2),
-    Case("pay-09-choices-is-an-object", stream(b'data: {"choices": {"0": {"text": "a"}}}\n\n', FIN), "protocol",
-         xfail=B2),
+    Case(
+        "pay-09-choices-is-an-object", stream(b'data: {"choices": {"0": {"text": "a"}}}\n\n', FIN), "protocol", xfail=B2
+    ),
     Case("pay-10-choice-is-null", stream(b'data: {"choices": [null]}\n\n', FIN), "protocol"),
     Case("pay-11-chat-delta-is-a-string", stream(chat_delta("hi"), FIN), "protocol", CHAT),
     Case("pay-12-text-is-a-number", stream(b'data: {"choices":[{"text": 5}]}\n\n', FIN), "protocol", xfail=B1),
     Case("pay-13-text-is-a-list", stream(b'data: {"choices":[{"text": ["a"]}]}\n\n', FIN), "protocol", xfail=B1),
     Case("pay-14-chat-content-is-a-number", stream(chat_delta({"content": 5}), FIN), "protocol", CHAT, xfail=B2),
-    Case("pay-15-chat-reasoning-is-a-number", stream(chat_delta({"reasoning_content": 5}), FIN), "protocol", CHAT,
-         xfail=B2),
+    Case(
+        "pay-15-chat-reasoning-is-a-number",
+        stream(chat_delta({"reasoning_content": 5}), FIN),
+        "protocol",
+        CHAT,
+        xfail=B2,
+    ),
     Case("pay-16-usage-negative", stream(T(" a"), FIN, usage_event(-5)), "protocol", xfail=B3),
     Case("pay-17-usage-absurdly-large", stream(T(" a"), FIN, usage_event(10**12)), "protocol", xfail=B3),
     Case("pay-18-unary-body-not-json", plain(b"<html>oops</html>"), "protocol", UNARY),
     Case("pay-19-unary-body-is-an-array", plain(b'[{"text": "a"}]'), "protocol", UNARY),
     Case("pay-20-unary-choices-is-a-number", plain(b'{"choices": 5}'), "protocol", UNARY, xfail=B2),
     Case("pay-21-unary-200-with-error-object", plain(b'{"error": {"message": "overloaded"}}'), "stream_error", UNARY),
-    Case("pay-22-error-is-a-bare-string", stream(T(" a"), b'data: {"error": "boom"}\n\n', done=False),
-         "stream_error"),
+    Case("pay-22-error-is-a-bare-string", stream(T(" a"), b'data: {"error": "boom"}\n\n', done=False), "stream_error"),
 ]
 
 HTTP: list[Case] = [
     Case("http-01-garbage-status-line", raw(b"garbage\r\n\r\n"), "protocol", xfail=B5),
     Case("http-02-invalid-status-code", raw(head("2x0 OK", "Content-Length: 0")), "protocol", xfail=B5),
-    Case("http-03-header-without-colon", raw(head("200 OK", "BadHeader", "Content-Length: 0")), "protocol",
-         xfail=B5),
-    Case("http-04-header-line-over-8kib", raw(head("200 OK", "X-Long: " + "a" * 20000, "Content-Length: 0")),
-         "protocol", xfail=B5),
-    Case("http-05-conflicting-content-length", raw(head("200 OK", "Content-Length: 5", "Content-Length: 7") + b"hello"),
-         "protocol", xfail=B5),
-    Case("http-06-content-length-and-chunked",
-         raw(head("200 OK", "Content-Length: 5", "Transfer-Encoding: chunked") + b"0\r\n\r\n"), "protocol", xfail=B5),
+    Case("http-03-header-without-colon", raw(head("200 OK", "BadHeader", "Content-Length: 0")), "protocol", xfail=B5),
+    Case(
+        "http-04-header-line-over-8kib",
+        raw(head("200 OK", "X-Long: " + "a" * 20000, "Content-Length: 0")),
+        "protocol",
+        xfail=B5,
+    ),
+    Case(
+        "http-05-conflicting-content-length",
+        raw(head("200 OK", "Content-Length: 5", "Content-Length: 7") + b"hello"),
+        "protocol",
+        xfail=B5,
+    ),
+    Case(
+        "http-06-content-length-and-chunked",
+        raw(head("200 OK", "Content-Length: 5", "Transfer-Encoding: chunked") + b"0\r\n\r\n"),
+        "protocol",
+        xfail=B5,
+    ),
     Case("http-07-negative-content-length", raw(head("200 OK", "Content-Length: -1")), "protocol", xfail=B5),
-    Case("http-08-bad-chunk-size-mid-body",
-         {"kind": "raw", "then": "close", "writes": [[0, b64(STREAM_HEAD + chunk(T(" a")))], [0.05, "zz\r\n"]]},
-         "protocol", {"timeout_s": 1.5}, xfail=AIOHTTP_CHUNK),
-    Case("http-09-undecodable-gzip-body",
-         raw(head("200 OK", "Content-Type: text/event-stream", "Content-Encoding: gzip", "Content-Length: 10")
-             + b"notgzip!!!"), "protocol", xfail=B5),
-    Case("http-10-body-shorter-than-content-length",
-         raw(head("200 OK", "Content-Type: text/event-stream", "Content-Length: 500") + T(" a")),
-         "incomplete_stream"),
-    Case("http-11-chunk-cut-short-then-close",
-         raw(STREAM_HEAD + chunk(T(" a")) + b"100\r\ndata: {\"cho"), "incomplete_stream"),
+    Case(
+        "http-08-bad-chunk-size-mid-body",
+        {"kind": "raw", "then": "close", "writes": [[0, b64(STREAM_HEAD + chunk(T(" a")))], [0.05, "zz\r\n"]]},
+        "protocol",
+        {"timeout_s": 1.5},
+        xfail=AIOHTTP_CHUNK,
+    ),
+    Case(
+        "http-09-undecodable-gzip-body",
+        raw(
+            head("200 OK", "Content-Type: text/event-stream", "Content-Encoding: gzip", "Content-Length: 10")
+            + b"notgzip!!!"
+        ),
+        "protocol",
+        xfail=B5,
+    ),
+    Case(
+        "http-10-body-shorter-than-content-length",
+        raw(head("200 OK", "Content-Type: text/event-stream", "Content-Length: 500") + T(" a")),
+        "incomplete_stream",
+    ),
+    Case(
+        "http-11-chunk-cut-short-then-close",
+        raw(STREAM_HEAD + chunk(T(" a")) + b'100\r\ndata: {"cho'),
+        "incomplete_stream",
+    ),
     Case("http-12-status-418", {"kind": "status", "status": 418, "body": "short and stout"}, "http_error"),
-    Case("http-13-500-with-10mib-body", {"kind": "status", "status": 500, "body_size": 10 * 1024 * 1024},
-         "http_error"),
-    Case("http-14-429-garbage-retry-after", {"kind": "status", "status": 429, "headers": {"Retry-After": "soon"}},
-         "rate_limited"),
-    Case("http-15-429-negative-retry-after", {"kind": "status", "status": 429, "headers": {"Retry-After": "-3"}},
-         "rate_limited"),
+    Case("http-13-500-with-10mib-body", {"kind": "status", "status": 500, "body_size": 10 * 1024 * 1024}, "http_error"),
+    Case(
+        "http-14-429-garbage-retry-after",
+        {"kind": "status", "status": 429, "headers": {"Retry-After": "soon"}},
+        "rate_limited",
+    ),
+    Case(
+        "http-15-429-negative-retry-after",
+        {"kind": "status", "status": 429, "headers": {"Retry-After": "-3"}},
+        "rate_limited",
+    ),
     Case("http-16-redirect-without-location", {"kind": "status", "status": 302}, "http_error"),
     Case("http-17-204-no-content-to-a-stream", raw(head("204 No Content"), then="keep"), "incomplete_stream"),
-    Case("http-18-whole-json-answer-to-a-stream",
-         plain(b'{"choices": [{"text": "a", "finish_reason": "length"}], "usage": {"completion_tokens": 1}}'),
-         "incomplete_stream"),
+    Case(
+        "http-18-whole-json-answer-to-a-stream",
+        plain(b'{"choices": [{"text": "a", "finish_reason": "length"}], "usage": {"completion_tokens": 1}}'),
+        "incomplete_stream",
+    ),
 ]
 HTTP_STATUS = {"http-12": 418, "http-13": 500, "http-14": 429, "http-15": 429, "http-16": 302, "http-17": 204}
 NOT_STREAMED = {"http-17": "Content-Type none", "http-18": "Content-Type application/json"}  # the detail says why
@@ -217,15 +279,32 @@ TR: list[Case] = [
     Case("tr-02-dns-name-does-not-resolve", None, "connect", server={"dns": True}),
     Case("tr-03-reset-on-accept", None, "connect", server={"mode": "raw", "on_connect": "reset"}),
     Case("tr-04-closed-on-accept", None, "connect", server={"mode": "raw", "on_connect": "close"}),
-    Case("tr-05-reset-after-request-read", None, "connect",
-         server={"mode": "raw", "default": {"kind": "reset_before_headers"}}),
-    Case("tr-06-https-to-a-plain-http-server", None, "connect",
-         server={"mode": "raw", "on_connect": "send", "https": True,
-                 "on_connect_bytes": "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"}),
+    Case(
+        "tr-05-reset-after-request-read",
+        None,
+        "connect",
+        server={"mode": "raw", "default": {"kind": "reset_before_headers"}},
+    ),
+    Case(
+        "tr-06-https-to-a-plain-http-server",
+        None,
+        "connect",
+        server={
+            "mode": "raw",
+            "on_connect": "send",
+            "https": True,
+            "on_connect_bytes": "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        },
+    ),
     Case("tr-07-http-to-a-tls-server", None, "connect", server={"mode": "raw", "tls": TLS, "http": True}),
     Case("tr-08-untrusted-certificate", None, "connect", server={"mode": "raw", "tls": TLS}),
-    Case("tr-09-tls-handshake-never-answered", None, "timeout", {"connect_timeout_s": 0.5},
-         server={"mode": "raw", "on_connect": "hold", "https": True}),
+    Case(
+        "tr-09-tls-handshake-never-answered",
+        None,
+        "timeout",
+        {"connect_timeout_s": 0.5},
+        server={"mode": "raw", "on_connect": "hold", "https": True},
+    ),
     Case("tr-10-request-never-read", None, "timeout", {"timeout_s": 1.0}, server={"mode": "raw", "on_connect": "hold"}),
 ]
 
@@ -268,8 +347,9 @@ def _run(case: Case, url: str, out: Path) -> Any:
 
 
 @pytest.mark.parametrize("case", _params())
-def test_bad_input(case: Case, shared_server: Any, cert: tuple[str, str], tmp_path: Path,
-                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_input(
+    case: Case, shared_server: Any, cert: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     srv = None
     try:
         if case.server is None:
@@ -329,5 +409,8 @@ def test_corpus_counts(capsys: pytest.CaptureFixture[str]) -> None:
         num = c.id.split("-")[1]
         assert num.isdigit() and len(num) == 2, c.id
     with capsys.disabled():
-        print("\nbad-input corpus (server side): " + ", ".join(
-            f"{cat} {counts[cat]} (xfail {known_bugs[cat]})" for cat in CORPUS) + f"; total {len(ALL)}")
+        print(
+            "\nbad-input corpus (server side): "
+            + ", ".join(f"{cat} {counts[cat]} (xfail {known_bugs[cat]})" for cat in CORPUS)
+            + f"; total {len(ALL)}"
+        )

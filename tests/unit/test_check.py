@@ -111,7 +111,9 @@ def servers() -> Iterator[tuple[_Server, _Server]]:
         yield ref, cand
 
 
-def test_perturbed_candidate_exact_figures(servers: tuple[_Server, _Server], prompts_file: Path, tmp_path: Path) -> None:
+def test_perturbed_candidate_exact_figures(
+    servers: tuple[_Server, _Server], prompts_file: Path, tmp_path: Path
+) -> None:
     ref, cand = servers
     doc = run_check(cand.url, prompts_file=str(prompts_file), reference=ref.url, answers=True, out_dir=tmp_path / "c")
     ag = doc["agreement"]

@@ -27,10 +27,19 @@ def _sweep(d: Path, *, out_tokens: int, rate: float, out_tps: float, cost: float
     doc = {
         "schema_version": 1,
         "slo": [{"target": "ttft:p99<=300ms", "metric": "ttft", "percentile": 99.0, "threshold_ms": 300.0}],
-        "config": {"model": "m", "api": "completions", "input_tokens": 128, "output_tokens": out_tokens, "arrival": "poisson", "latency_origin": "scheduled"},
+        "config": {
+            "model": "m",
+            "api": "completions",
+            "input_tokens": 128,
+            "output_tokens": out_tokens,
+            "arrival": "poisson",
+            "latency_origin": "scheduled",
+        },
         "conditions": {"endpoint": {"model": "m", "api": "completions", "stream": True}},
         "answer": {
-            "max_rate_rps": rate, "output_tps": out_tps, "goodput_rps": rate * 0.99,
+            "max_rate_rps": rate,
+            "output_tps": out_tps,
+            "goodput_rps": rate * 0.99,
             "cost_per_million_output_tokens_usd": (cost / (out_tps * 3600) * 1e6) if cost else None,
             "output_tps_per_accelerator": None,
         },
@@ -140,7 +149,9 @@ def test_cli_compare_check_flag(tmp_path: Path) -> None:
     b = _sweep(tmp_path / "b", out_tokens=128, rate=12, out_tps=1200, cost=None, joules=None)
     chk = tmp_path / "elsewhere.json"
     chk.write_text(json.dumps({"kind": "loadgen-check", "agreement": {"exact_match_rate": 0.5}, "summary": {}}))
-    r = CliRunner().invoke(main, ["compare", str(a), str(b), "--check", "-", "--check", str(chk), "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        main, ["compare", str(a), str(b), "--check", "-", "--check", str(chk), "--out", str(tmp_path / "o")]
+    )
     assert r.exit_code == 0, r.output
     rows = {x["key"]: x for x in json.loads((tmp_path / "o" / "scorecard.json").read_text())["rows"]}
     assert rows["quality_exact_match_rate"]["values"] == {"a": NOT_MEASURED, "b": 0.5}

@@ -25,8 +25,10 @@ from loadgen.workload.spec import Workload, WorkloadOptions
 
 
 def test_lazy_schedule_equals_the_eager_one() -> None:
-    for kw in ({"rate_rps": 40.0, "arrival": "gamma", "burstiness": 0.5, "requests": 60, "warmup_requests": 5},
-               {"rate_rps": 30.0, "duration_s": 2.0, "warmup_s": 0.5}):
+    for kw in (
+        {"rate_rps": 40.0, "arrival": "gamma", "burstiness": 0.5, "requests": 60, "warmup_requests": 5},
+        {"rate_rps": 30.0, "duration_s": 2.0, "warmup_s": 0.5},
+    ):
         opts = WorkloadOptions(input_tokens="uniform:8,40", output_tokens=4, seed=3, salt="s")
         eager = Workload(opts).schedule(**kw)  # type: ignore[arg-type]
         w = Workload(opts)
@@ -35,8 +37,10 @@ def test_lazy_schedule_equals_the_eager_one() -> None:
         assert list(lazy) == eager
         shard = lazy[1::3]
         assert list(shard) == eager[1::3]
-        assert shard.count_phases(0) == (sum(s.phase == "measure" for s in eager[1::3]),
-                                         sum(s.phase == "warmup" for s in eager[1::3]))
+        assert shard.count_phases(0) == (
+            sum(s.phase == "measure" for s in eager[1::3]),
+            sum(s.phase == "warmup" for s in eager[1::3]),
+        )
 
 
 def test_lazy_trace_schedule_equals_the_eager_one() -> None:
@@ -48,7 +52,9 @@ def test_lazy_trace_schedule_equals_the_eager_one() -> None:
 def test_arrival_array_equals_the_list() -> None:
     for kind, b in (("poisson", 1.0), ("gamma", 0.3), ("constant", 1.0)):
         a = arrival_offsets_array(kind, 500.0, duration_s=3.0, seed=2, burstiness=b)
-        assert a.dtype == np.int64 and a.tolist() == arrival_offsets_ns(kind, 500.0, duration_s=3.0, seed=2, burstiness=b)
+        assert a.dtype == np.int64 and a.tolist() == arrival_offsets_ns(
+            kind, 500.0, duration_s=3.0, seed=2, burstiness=b
+        )
         assert np.all(np.diff(a) >= 0) and a[-1] < 3e9
 
 

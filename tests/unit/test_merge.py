@@ -58,7 +58,9 @@ def test_sharded_summaries_equal_one_process() -> None:
     a, b = whole.latency_ms(), merged.latency_ms()
     for name in ("ttft", "tpot", "e2e", "schedule_lag", "error_e2e"):
         # exact percentiles: identical; the mean only up to the order of float summation
-        assert {k: v for k, v in a[name].items() if k != "mean"} == {k: v for k, v in b[name].items() if k != "mean"}, name
+        assert {k: v for k, v in a[name].items() if k != "mean"} == {k: v for k, v in b[name].items() if k != "mean"}, (
+            name
+        )
         assert math.isclose(a[name]["mean"], b[name]["mean"], rel_tol=1e-12), name
     for name in ("itl", "inter_chunk"):
         assert a[name] == b[name], name  # HDR merge is exact bucket for bucket

@@ -26,10 +26,26 @@ from loadgen.types import RequestRecord, TokenEvent
 MS = 1_000_000
 
 
-def rec(events: list[TokenEvent], *, completion_tokens: int | None = None, status: str = "ok",
-        scheduled: int = 0, sent: int | None = None, end: int | None = None, **kw) -> RequestRecord:
-    r = RequestRecord(index=0, phase="measure", scheduled_ns=scheduled, sent_ns=sent, end_ns=end,
-                      status=status, completion_tokens=completion_tokens, **kw)  # type: ignore[arg-type]
+def rec(
+    events: list[TokenEvent],
+    *,
+    completion_tokens: int | None = None,
+    status: str = "ok",
+    scheduled: int = 0,
+    sent: int | None = None,
+    end: int | None = None,
+    **kw,
+) -> RequestRecord:
+    r = RequestRecord(
+        index=0,
+        phase="measure",
+        scheduled_ns=scheduled,
+        sent_ns=sent,
+        end_ns=end,
+        status=status,
+        completion_tokens=completion_tokens,
+        **kw,
+    )  # type: ignore[arg-type]
     r.events = list(events)
     return r
 
@@ -43,8 +59,13 @@ def ev(t_ms: float, text: str = "x", answer: bool = True, usage: int | None = No
 
 def test_ttft_tpot_e2e_itl_inter_chunk() -> None:
     # 4 single-token chunks at 200, 230, 260, 290 ms; clean end at 300 ms; usage 4
-    r = rec([ev(200, "A"), ev(230, "B"), ev(260, "C"), ev(290, "D")], completion_tokens=4,
-            scheduled=0, sent=1 * MS, end=300 * MS)
+    r = rec(
+        [ev(200, "A"), ev(230, "B"), ev(260, "C"), ev(290, "D")],
+        completion_tokens=4,
+        scheduled=0,
+        sent=1 * MS,
+        end=300 * MS,
+    )
     m = compute(r)
     assert m.ttft_ns == 200 * MS
     assert m.e2e_ns == 300 * MS
@@ -60,8 +81,7 @@ def test_ttft_tpot_e2e_itl_inter_chunk() -> None:
 def test_itl_count_and_mean_equal_tpot() -> None:
     # 3 chunks, 6 tokens (usage), text lengths 11, 5, 8 -> character shares 2.75, 1.25, 2.0
     # -> largest remainder 3, 1, 2
-    r = rec([ev(200, "Hello world"), ev(250, "! How"), ev(300, " are you")], completion_tokens=6,
-            end=310 * MS)
+    r = rec([ev(200, "Hello world"), ev(250, "! How"), ev(300, " are you")], completion_tokens=6, end=310 * MS)
     m = compute(r)
     assert m.tpot_ns == 20 * MS
     assert len(m.itl_ns) == 5
@@ -74,8 +94,7 @@ def test_itl_count_and_mean_equal_tpot() -> None:
 
 def test_continuous_usage_allocation_is_exact() -> None:
     # cumulative usage 2, 3, 6 on the token chunks: k = 2, 1, 3
-    r = rec([ev(100, "aa", usage=2), ev(130, "b", usage=3), ev(190, "ccc", usage=6)],
-            completion_tokens=6, end=200 * MS)
+    r = rec([ev(100, "aa", usage=2), ev(130, "b", usage=3), ev(190, "ccc", usage=6)], completion_tokens=6, end=200 * MS)
     ks, est = tokens_per_event(r.events, 6)
     assert ks == [2, 1, 3] and est is False
     m = compute(r)
@@ -152,8 +171,9 @@ def test_one_token_request_has_no_tpot() -> None:
 
 
 def test_failed_request_gives_only_error_e2e() -> None:
-    r = rec([ev(200, "The"), ev(250, " answer")], status="error", end=300 * MS,
-            error_kind="incomplete_stream", sent=1 * MS)
+    r = rec(
+        [ev(200, "The"), ev(250, " answer")], status="error", end=300 * MS, error_kind="incomplete_stream", sent=1 * MS
+    )
     m = compute(r)
     assert m.error_e2e_ns == 300 * MS
     assert m.ttft_ns is None and m.tpot_ns is None and m.e2e_ns is None
@@ -178,8 +198,11 @@ def test_origin_sent() -> None:
 
 
 def test_time_to_first_answer_token() -> None:
-    r = rec([ev(300, "Okay", answer=False), ev(330, ", so", answer=False), ev(900, "Answer"), ev(930, ".")],
-            completion_tokens=4, end=960 * MS)
+    r = rec(
+        [ev(300, "Okay", answer=False), ev(330, ", so", answer=False), ev(900, "Answer"), ev(930, ".")],
+        completion_tokens=4,
+        end=960 * MS,
+    )
     m = compute(r)
     assert m.ttft_ns == 300 * MS
     assert m.time_to_first_answer_token_ns == 900 * MS

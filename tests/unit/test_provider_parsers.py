@@ -49,8 +49,12 @@ def feed(parser, writes, *, one_read: bool = False) -> None:
 
 def azure_writes():
     return azure_chat_writes(
-        ["Hel", "lo", " wor", "ld"], [0.200, 0.250, 0.300, 0.350],
-        filter_at_s=0.050, role_at_s=0.060, finish_at_s=0.360, offsets_at_s=0.400,
+        ["Hel", "lo", " wor", "ld"],
+        [0.200, 0.250, 0.300, 0.350],
+        filter_at_s=0.050,
+        role_at_s=0.060,
+        finish_at_s=0.360,
+        offsets_at_s=0.400,
         usage={"completion_tokens": 4, "prompt_tokens": 12, "total_tokens": 16},
     )
 
@@ -81,10 +85,16 @@ def test_azure_without_usage_counts_from_text() -> None:
 def test_openai_usage_reasoning_and_cached_tokens() -> None:
     rec = _rec()
     w = openai_chat_writes(
-        ["A", "B", "C"], [0.30, 0.32, 0.34], reasoning=[(0.10, "think")],
-        usage={"prompt_tokens": 100, "completion_tokens": 9, "total_tokens": 109,
-               "prompt_tokens_details": {"cached_tokens": 64, "audio_tokens": 0},
-               "completion_tokens_details": {"reasoning_tokens": 6, "audio_tokens": 0}},
+        ["A", "B", "C"],
+        [0.30, 0.32, 0.34],
+        reasoning=[(0.10, "think")],
+        usage={
+            "prompt_tokens": 100,
+            "completion_tokens": 9,
+            "total_tokens": 109,
+            "prompt_tokens_details": {"cached_tokens": 64, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 6, "audio_tokens": 0},
+        },
     )
     feed(OpenAIStreamParser(rec, chat=True, redact=Redactor()), w)
     m = compute(rec)
@@ -96,8 +106,12 @@ def test_openai_usage_reasoning_and_cached_tokens() -> None:
 def anthropic_basic():
     return anthropic_writes(
         [("text", [(0.150, "Hello"), (0.190, " there"), (0.230, ", friend")])],
-        start_at_s=0.080, ping_at_s=0.100, input_tokens=25, cache_read=10,
-        output_deltas=[(0.240, 5)], stop_at_s=0.250,
+        start_at_s=0.080,
+        ping_at_s=0.100,
+        input_tokens=25,
+        cache_read=10,
+        output_deltas=[(0.240, 5)],
+        stop_at_s=0.250,
     )
 
 
@@ -179,8 +193,11 @@ def test_buffered_stream_has_no_tpot_or_itl(dialect: str) -> None:
 def test_one_or_two_token_events_in_one_read_are_not_buffered(tokens: list[str]) -> None:
     # two events in one read may be a client that stalled for one gap, not a proxy
     rec = _rec()
-    w = openai_chat_writes(tokens, [0.1 * (i + 1) for i in range(len(tokens))],
-                           usage={"prompt_tokens": 1, "completion_tokens": len(tokens), "total_tokens": 3})
+    w = openai_chat_writes(
+        tokens,
+        [0.1 * (i + 1) for i in range(len(tokens))],
+        usage={"prompt_tokens": 1, "completion_tokens": len(tokens), "total_tokens": 3},
+    )
     feed(OpenAIStreamParser(rec, chat=True, redact=Redactor()), w, one_read=True)
     assert rec.ok and not rec.buffered
 

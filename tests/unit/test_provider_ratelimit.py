@@ -113,24 +113,31 @@ def test_go_durations(text: str | None, expected: float | None) -> None:
 
 
 def test_openai_ratelimit_headers() -> None:
-    h = CIMultiDict({
-        "x-ratelimit-limit-requests": "60",
-        "x-ratelimit-limit-tokens": "150000",
-        "x-ratelimit-remaining-requests": "59",
-        "x-ratelimit-remaining-tokens": "149984",
-        "x-ratelimit-reset-requests": "1s",
-        "x-ratelimit-reset-tokens": "6m0s",
-        "Content-Type": "text/event-stream",
-    })
+    h = CIMultiDict(
+        {
+            "x-ratelimit-limit-requests": "60",
+            "x-ratelimit-limit-tokens": "150000",
+            "x-ratelimit-remaining-requests": "59",
+            "x-ratelimit-remaining-tokens": "149984",
+            "x-ratelimit-reset-requests": "1s",
+            "x-ratelimit-reset-tokens": "6m0s",
+            "Content-Type": "text/event-stream",
+        }
+    )
     assert parse_ratelimit_headers(h) == {
-        "limit_requests": 60, "limit_tokens": 150000, "remaining_requests": 59, "remaining_tokens": 149984,
-        "reset_requests_s": 1.0, "reset_tokens_s": 360.0,
+        "limit_requests": 60,
+        "limit_tokens": 150000,
+        "remaining_requests": 59,
+        "remaining_tokens": 149984,
+        "reset_requests_s": 1.0,
+        "reset_tokens_s": 360.0,
     }
 
 
 def test_azure_ratelimit_headers_remaining_only() -> None:
     assert parse_ratelimit_headers({"x-ratelimit-remaining-requests": "9", "x-ratelimit-remaining-tokens": "900"}) == {
-        "remaining_requests": 9, "remaining_tokens": 900,
+        "remaining_requests": 9,
+        "remaining_tokens": 900,
     }
 
 
@@ -144,13 +151,18 @@ def test_anthropic_ratelimit_headers_rfc3339_reset_against_date() -> None:
         "date": DATE,
     }
     assert parse_ratelimit_headers(h) == {
-        "limit_requests": 50, "remaining_requests": 49, "remaining_output_tokens": 7999,
-        "reset_input_tokens_s": 0.5, "reset_requests_s": 1.0,
+        "limit_requests": 50,
+        "remaining_requests": 49,
+        "remaining_output_tokens": 7999,
+        "reset_input_tokens_s": 0.5,
+        "reset_requests_s": 1.0,
     }
 
 
 def test_ratelimit_headers_bad_values_left_out_and_none_without_any() -> None:
-    assert parse_ratelimit_headers({"x-ratelimit-remaining-tokens": "lots", "x-ratelimit-reset-tokens": "later"}) is None
+    assert (
+        parse_ratelimit_headers({"x-ratelimit-remaining-tokens": "lots", "x-ratelimit-reset-tokens": "later"}) is None
+    )
     assert parse_ratelimit_headers({"content-type": "application/json"}) is None
 
 
@@ -270,9 +282,19 @@ def test_capped_sends_record_their_wait() -> None:
 
 
 def _ok(i: int, t: int, rl: dict | None = None, **kw) -> RequestRecord:
-    r = RequestRecord(i, "measure", t, sent_ns=t, end_ns=t + 10 * MS, status="ok", completion_tokens=2,
-                      events=[TokenEvent(t + 5 * MS, "a"), TokenEvent(t + 8 * MS, "b")], ratelimit=rl,
-                      response_headers_ns=t + 1 * MS, **kw)
+    r = RequestRecord(
+        i,
+        "measure",
+        t,
+        sent_ns=t,
+        end_ns=t + 10 * MS,
+        status="ok",
+        completion_tokens=2,
+        events=[TokenEvent(t + 5 * MS, "a"), TokenEvent(t + 8 * MS, "b")],
+        ratelimit=rl,
+        response_headers_ns=t + 1 * MS,
+        **kw,
+    )
     return r
 
 
@@ -281,9 +303,19 @@ def test_aggregator_rate_limit_series_and_counts() -> None:
     for i in range(4):
         r = _ok(i, i * 100 * MS, {"remaining_requests": 10 - i, "reset_requests_s": 6.0})
         agg.add(r, compute(r))
-    bad = RequestRecord(9, "measure", 50 * MS, sent_ns=50 * MS, end_ns=60 * MS, status="error",
-                        error_kind="rate_limited", http_status=429, retry_after_s=2.0,
-                        ratelimit={"remaining_requests": 0}, response_headers_ns=59 * MS)
+    bad = RequestRecord(
+        9,
+        "measure",
+        50 * MS,
+        sent_ns=50 * MS,
+        end_ns=60 * MS,
+        status="error",
+        error_kind="rate_limited",
+        http_status=429,
+        retry_after_s=2.0,
+        ratelimit={"remaining_requests": 0},
+        response_headers_ns=59 * MS,
+    )
     agg.add(bad, compute(bad))
     pr = agg.provider_result()
     rl = pr["rate_limit"]
@@ -300,8 +332,9 @@ def test_aggregator_rate_limit_series_and_counts() -> None:
 def test_rate_limit_dominated_run_is_limited_by_rate_limit() -> None:
     agg = Aggregator()
     for i in range(3):
-        r = RequestRecord(i, "measure", 0, sent_ns=0, end_ns=MS, status="error", error_kind="rate_limited",
-                          http_status=429)
+        r = RequestRecord(
+            i, "measure", 0, sent_ns=0, end_ns=MS, status="error", error_kind="rate_limited", http_status=429
+        )
         agg.add(r, compute(r))
     r = _ok(5, 0)
     agg.add(r, compute(r))
@@ -370,7 +403,10 @@ def test_only_the_connect_after_the_scheduled_time_excuses_schedule_lag() -> Non
             r = _ok(i, i * 100 * MS, connect_ns=18 * MS, connect_late_ns=late_part)
             r.sent_ns = r.scheduled_ns + 10 * MS
             agg.add(r, compute(r))
-        v = validity(agg, ClientStats(open_loop=True, schedule_realized_rps=agg.throughput()["achieved_send_rps"]),
-                         ValidityBounds(min_requests=1, min_duration_s=0))
+        v = validity(
+            agg,
+            ClientStats(open_loop=True, schedule_realized_rps=agg.throughput()["achieved_send_rps"]),
+            ValidityBounds(min_requests=1, min_duration_s=0),
+        )
         lag = next(c for c in v["checks"] if c["name"] == "schedule_lag_p99")
         assert lag["ok"] is valid, lag["detail"]

@@ -20,10 +20,11 @@ def test_azure_deployment_url() -> None:
         "https://res.openai.azure.com/openai/deployments/d/completions?api-version=2024-10-21"
     )
     # a full deployment URL is kept; api-version added when missing
-    assert azure_url("https://res.openai.azure.com/openai/deployments/d/chat/completions", deployment=None,
-                     api_version="2025-01-01-preview") == (
-        "https://res.openai.azure.com/openai/deployments/d/chat/completions?api-version=2025-01-01-preview"
-    )
+    assert azure_url(
+        "https://res.openai.azure.com/openai/deployments/d/chat/completions",
+        deployment=None,
+        api_version="2025-01-01-preview",
+    ) == ("https://res.openai.azure.com/openai/deployments/d/chat/completions?api-version=2025-01-01-preview")
     assert azure_url("https://res.openai.azure.com", deployment=None, api_version="v1") == (
         "https://res.openai.azure.com/openai/v1/chat/completions"
     )
@@ -72,10 +73,19 @@ def test_anthropic_headers_url_body() -> None:
     assert ep._url == "https://api.anthropic.com/v1/messages"
     assert ep._headers["x-api-key"] == "sk-ant-0123456789" and ep._headers["anthropic-version"] == "2023-06-01"
     assert "Authorization" not in ep._headers
-    spec = RequestSpec(0, "p", requested_output_tokens=16,
-                       messages=({"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}))
-    assert ep.build_body(spec) == {"model": "claude-x", "max_tokens": 16, "system": "be brief",
-                                   "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    spec = RequestSpec(
+        0,
+        "p",
+        requested_output_tokens=16,
+        messages=({"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}),
+    )
+    assert ep.build_body(spec) == {
+        "model": "claude-x",
+        "max_tokens": 16,
+        "system": "be brief",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+    }
     assert ep.build_body(RequestSpec(0, "p"))["max_tokens"] == 1024  # required by the API
     assert r("x sk-ant-0123456789 y") == "x *** y"
     assert "sk-ant" not in str(ep.describe())

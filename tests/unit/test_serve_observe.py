@@ -38,11 +38,13 @@ class FakeVLLM:
 
     async def metrics(self, r: web.Request) -> web.Response:
         self.gen += 100
-        return web.Response(text=(
-            f'vllm:generation_tokens_total{{engine="0",model_name="tiny"}} {self.gen}\n'
-            f'vllm:kv_cache_usage_perc{{engine="0",model_name="tiny"}} {0.05 if self.gen < 300 else 0.5}\n'
-            'vllm:num_preemptions_total{engine="0",model_name="tiny"} 0.0\n'
-        ))
+        return web.Response(
+            text=(
+                f'vllm:generation_tokens_total{{engine="0",model_name="tiny"}} {self.gen}\n'
+                f'vllm:kv_cache_usage_perc{{engine="0",model_name="tiny"}} {0.05 if self.gen < 300 else 0.5}\n'
+                'vllm:num_preemptions_total{engine="0",model_name="tiny"} 0.0\n'
+            )
+        )
 
     async def reset(self, r: web.Request) -> web.Response:
         if not self.dev_mode:

@@ -132,7 +132,9 @@ def test_missing_interpreter(tmp_path: Path) -> None:
 
 def test_log_tail_and_error_line(tmp_path: Path) -> None:
     p = tmp_path / "x.log"
-    p.write_text("".join(f"line {i}\n" for i in range(100)) + "Traceback (most recent call last):\n  x\nValueError: bad\n")
+    p.write_text(
+        "".join(f"line {i}\n" for i in range(100)) + "Traceback (most recent call last):\n  x\nValueError: bad\n"
+    )
     tail = log_tail(str(p), n_lines=5)
     assert tail.splitlines()[-1] == "ValueError: bad" and len(tail.splitlines()) == 5
     assert last_error_line(tail) == "ValueError: bad"

@@ -72,15 +72,15 @@ def _triton(ok: int, bad: int, dur: int, queue: int, pending: int) -> prom.Scrap
 
 def test_parse_labels_escapes_and_special_values() -> None:
     s = prom.parse(
-        '# comment\n'
-        'a_total 3\n'
+        "# comment\n"
+        "a_total 3\n"
         'b{x="q\\"uote",y="back\\\\slash",z="new\\nline"} 1.5e3 1700000000000\n'
         'c{le="+Inf"} +Inf\n'
-        'not a metric line\n'
+        "not a metric line\n"
         'd{x="1"} NaN\n'
     )
     assert s["a_total"] == [((), 3.0)]
-    (labels, v), = s["b"]
+    ((labels, v),) = s["b"]
     assert dict(labels) == {"x": 'q"uote', "y": "back\\slash", "z": "new\nline"} and v == 1500.0
     assert s["c"][0][1] == math.inf
     assert math.isnan(s["d"][0][1])

@@ -18,7 +18,7 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 # Text of a field value: anything but line breaks, with multi-byte UTF-8 favoured.
 VALUE = st.text(
     alphabet=st.one_of(
-        st.sampled_from("ab :{}\"é€😀\u2028\u0085\x00"),
+        st.sampled_from('ab :{}"é€😀\u2028\u0085\x00'),
         st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
     ),
     max_size=12,

@@ -94,8 +94,15 @@ def test_bounds_solve_the_binomial_tail_equations() -> None:
 
 @pytest.mark.parametrize(
     "pct,c,n",
-    [(99, 0.95, 299), (90, 0.95, 29), (50, 0.95, 5), (95, 0.95, 59), (99.9, 0.95, 2995), (99, 0.99, 459),
-     (90, 0.9, 22)],
+    [
+        (99, 0.95, 299),
+        (90, 0.95, 29),
+        (50, 0.95, 5),
+        (95, 0.95, 59),
+        (99.9, 0.95, 2995),
+        (99, 0.99, 459),
+        (90, 0.9, 22),
+    ],
 )
 def test_min_requests_known(pct: float, c: float, n: int) -> None:
     assert min_requests(pct, c) == n
@@ -168,8 +175,19 @@ fail_threshold = getattr(__import__("loadgen.stats", fromlist=["x"]), "fail_thre
 
 
 @pytest.mark.skipif(fail_threshold is None, reason="loadgen.stats.fail_threshold not present (proposed patch)")
-@pytest.mark.parametrize("n,q,c", [(29, 0.1, 0.95), (450, 0.1, 0.95), (900, 0.01, 0.95), (2700, 0.1, 0.95),
-                                   (3, 0.1, 0.95), (5, 0.5, 0.95), (897, 0.01, 0.99), (1, 0.5, 0.9)])
+@pytest.mark.parametrize(
+    "n,q,c",
+    [
+        (29, 0.1, 0.95),
+        (450, 0.1, 0.95),
+        (900, 0.01, 0.95),
+        (2700, 0.1, 0.95),
+        (3, 0.1, 0.95),
+        (5, 0.5, 0.95),
+        (897, 0.01, 0.99),
+        (1, 0.5, 0.9),
+    ],
+)
 def test_fail_threshold_is_the_smallest_count_proving_fail(n: int, q: float, c: float) -> None:
     k = fail_threshold(n, q, c)  # type: ignore[misc]
     if k <= n:

@@ -90,9 +90,22 @@ def test_cost_per_million_missing_inputs(cost: float | None, tps: float | None) 
 
 def probe(rate: float, verdict: str, concurrency: int | None = None) -> Probe:
     return Probe(
-        offered_rps=rate, verdict=verdict, low_confidence=False, exceedance_fraction={}, confidence_bounds={},
-        censored=0, duration_s=1.0, stopped_early=False, latency_ms={}, achieved_send_rps=rate, request_rps=rate,
-        output_tps=None, total_tps=None, goodput_rps=None, dir="x", concurrency=concurrency,
+        offered_rps=rate,
+        verdict=verdict,
+        low_confidence=False,
+        exceedance_fraction={},
+        confidence_bounds={},
+        censored=0,
+        duration_s=1.0,
+        stopped_early=False,
+        latency_ms={},
+        achieved_send_rps=rate,
+        request_rps=rate,
+        output_tps=None,
+        total_tps=None,
+        goodput_rps=None,
+        dir="x",
+        concurrency=concurrency,
     )
 
 
@@ -120,12 +133,28 @@ def test_invalid_and_closed_loop_probes_are_not_judged() -> None:
 # --------------------------------------------------------------------------- ProbeJudge
 
 
-def rec(index: int = 0, *, phase: str = "measure", scheduled: int = 0, first: int | None = None,
-        end: int | None = None, status: str = "ok", error_kind: str | None = None, tokens: int = 4,
-        answer: bool = True) -> RequestRecord:
+def rec(
+    index: int = 0,
+    *,
+    phase: str = "measure",
+    scheduled: int = 0,
+    first: int | None = None,
+    end: int | None = None,
+    status: str = "ok",
+    error_kind: str | None = None,
+    tokens: int = 4,
+    answer: bool = True,
+) -> RequestRecord:
     """A request scheduled at ``scheduled``; tokens 1 ms apart from ``first`` (absolute ns)."""
-    r = RequestRecord(index=index, phase=phase, scheduled_ns=scheduled, sent_ns=scheduled, end_ns=end,  # type: ignore[arg-type]
-                      status=status, error_kind=error_kind)  # type: ignore[arg-type]
+    r = RequestRecord(
+        index=index,
+        phase=phase,
+        scheduled_ns=scheduled,
+        sent_ns=scheduled,
+        end_ns=end,  # type: ignore[arg-type]
+        status=status,
+        error_kind=error_kind,
+    )  # type: ignore[arg-type]
     if first is not None:
         r.events = [TokenEvent(first + i * MS, "tok ", answer) for i in range(tokens)]
         r.completion_tokens = tokens
@@ -202,8 +231,11 @@ def test_cancelled_requests_over_the_threshold_count_as_exceedances() -> None:
 
 def test_cancelled_requests_still_under_the_threshold_are_censored() -> None:
     j = ProbeJudge([P90], n_cap=100, confidence=0.95)
-    feed(j, rec(0, end=30 * MS, status="error", error_kind="cancelled"),
-         rec(1, end=49 * MS, status="error", error_kind="cancelled"))
+    feed(
+        j,
+        rec(0, end=30 * MS, status="error", error_kind="cancelled"),
+        rec(1, end=49 * MS, status="error", error_kind="cancelled"),
+    )
     tj = j.targets[0]
     assert (tj.n, tj.k, tj.censored, j.censored) == (0, 0, 2, 2)
 
@@ -311,14 +343,23 @@ def test_certain_fail_is_cheap_enough_for_the_event_loop() -> None:
 
 def result(valid: bool = True) -> dict[str, Any]:
     checks = [
-        {"name": "schedule_lag_p99", "group": "generator", "ok": valid,
-         "detail": "p99 schedule lag 40.000 ms (excluding connection set-up) <= 5 ms"},
+        {
+            "name": "schedule_lag_p99",
+            "group": "generator",
+            "ok": valid,
+            "detail": "p99 schedule lag 40.000 ms (excluding connection set-up) <= 5 ms",
+        },
         {"name": "min_duration", "group": "measurement", "ok": False, "detail": "2.00 s measured (minimum 10 s)"},
     ]
     return {
         "validity": {"valid": valid, "checks": checks},
-        "throughput": {"achieved_send_rps": 50.0, "request_rps": 50.0, "output_tps": 400.0, "total_tps": 800.0,
-                       "goodput_rps": 0.0},
+        "throughput": {
+            "achieved_send_rps": 50.0,
+            "request_rps": 50.0,
+            "output_tps": 400.0,
+            "total_tps": 800.0,
+            "goodput_rps": 0.0,
+        },
         "latency_ms": {"ttft": {"p90": 12.0}, "itl": {}},
         "duration_s": 2.0,
     }
@@ -349,8 +390,7 @@ def test_finish_decided_and_low_confidence_verdicts() -> None:
 
 def test_finish_stopped_early_is_fail_with_its_censored_count() -> None:
     j = ProbeJudge([P90], n_cap=300, confidence=0.95)
-    feed(j, *[rec(i, first=10 * MS) for i in range(10)],
-         rec(50, end=10 * MS, status="error", error_kind="cancelled"))
+    feed(j, *[rec(i, first=10 * MS) for i in range(10)], rec(50, end=10 * MS, status="error", error_kind="cancelled"))
     j.stopped_early = True
     p = finish(j, [result()])
     assert (p.verdict, p.stopped_early, p.censored) == ("fail", True, 1)

@@ -202,7 +202,13 @@ def test_missing_text_input_tensor_is_a_config_error() -> None:
 
 def test_parse_generate_event_shapes() -> None:
     cfg = TritonConfig(url="http://x")
-    assert parse_generate_event({"text_output": ["a", "b"], "num_output_tokens": [2]}, cfg) == ("ab", 2, None, None, None)
+    assert parse_generate_event({"text_output": ["a", "b"], "num_output_tokens": [2]}, cfg) == (
+        "ab",
+        2,
+        None,
+        None,
+        None,
+    )
     assert parse_generate_event({"text_output": "x", "finish_reason": ""}, cfg)[3] is None
     assert parse_generate_event({"error": "bad"}, cfg)[4] == "bad"
     with pytest.raises(ProtocolError):
@@ -227,4 +233,3 @@ async def _many(fake: FakeTriton, n: int) -> list[RequestRecord]:
 def test_concurrent_requests() -> None:
     recs = asyncio.run(_many(FakeTriton(), 40))
     assert all(r.ok and r.completion_tokens == 3 for r in recs)
-

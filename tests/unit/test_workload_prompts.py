@@ -13,7 +13,7 @@ from loadgen.errors import ConfigError
 from loadgen.workload.prompts import CHAT_WORD_OVERHEAD, PromptBuilder
 from loadgen.workload.spec import Workload, WorkloadOptions
 from loadgen.workload.tokenizer import Tokenizer, load_tokenizer, render_chatml
-from tests.fixtures.tokenizer import CHATML_TEMPLATE, tokenizer_dir  # noqa: F401 - fixture
+from tests.fixtures.tokenizer import CHATML_TEMPLATE, tokenizer_dir  # noqa: F401 - a pytest fixture, used by name
 
 pytest.importorskip("tokenizers")
 
@@ -128,7 +128,11 @@ def test_mooncake_blocks_identical_across_rows_sharing_a_hash_id(
     sched = w.schedule()
     ids = []
     for s, n in zip(sched, (1300, 1100, 700, 512)):
-        got = list(s.spec.prompt_token_ids) if s.spec.prompt_token_ids else tok.encode(s.spec.prompt, add_special_tokens=True)
+        got = (
+            list(s.spec.prompt_token_ids)
+            if s.spec.prompt_token_ids
+            else tok.encode(s.spec.prompt, add_special_tokens=True)
+        )
         assert len(got) == n == s.spec.requested_input_tokens
         assert got == tok.encode(s.spec.prompt, add_special_tokens=True)  # blocks survive re-tokenization
         ids.append(got)
@@ -167,7 +171,8 @@ def test_salts_differ_between_runs_and_a_given_salt_repeats(tmp_path: Path) -> N
 
 
 def test_missing_tokenizers_package_is_a_clear_config_error(
-    tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    tokenizer_dir: Path,  # noqa: F811 - the fixture imported above
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(ConfigError, match=r"pip install 'loadgen\[tokenizers\]'"):

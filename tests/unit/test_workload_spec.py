@@ -135,7 +135,9 @@ def test_trace_inspect_cli() -> None:
         assert word in r.output
     r = CliRunner().invoke(trace_group, ["inspect", "builtin:azure-code-2023", "--json", "--max-requests", "10"])
     st = json.loads(r.output)
-    assert st["rows"] == 10 and st["format"] == "azure" and set(st["input_tokens"]) == {"mean", "p50", "p90", "p99", "max"}
+    assert (
+        st["rows"] == 10 and st["format"] == "azure" and set(st["input_tokens"]) == {"mean", "p50", "p90", "p99", "max"}
+    )
     r = CliRunner().invoke(trace_group, ["inspect", "builtin:azure-code-2023", "--trace-format", "mooncake"])
     assert r.exit_code == 2 and "field 'row'" in r.output
 
