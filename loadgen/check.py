@@ -361,8 +361,8 @@ def check_document(
     *, answers: bool,
 ) -> dict[str, Any]:  # fmt: skip
     """The ``check.json`` body (schema in the module docstring); ``agreement`` filled later."""
-    from loadgen import __version__
     from loadgen.redact import redact_url
+    from loadgen.version import __version__
 
     outputs = collected["outputs"]
     sha = hashlib.sha256(orjson.dumps([[q.id, q.prompt] for q in prompts])).hexdigest()

@@ -11,8 +11,8 @@ import platform
 import socket
 from typing import Any
 
-from loadgen import __version__
 from loadgen.affinity import current_cpus
+from loadgen.version import __version__
 
 
 def _cpu_model() -> str | None:

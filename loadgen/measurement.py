@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from loadgen import __version__
 from loadgen.clock import now_ns
 from loadgen.conditions import client_conditions
 from loadgen.endpoints import Endpoint
@@ -28,6 +27,7 @@ from loadgen.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan
 from loadgen.runplan import LoadConfig, build_plan, build_workload
 from loadgen.types import RequestRecord
 from loadgen.validity import validity as run_validity
+from loadgen.version import __version__
 from loadgen.workers import run_workers
 from loadgen.workload.prompts import new_salt
 

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 
-from loadgen import __version__
 from loadgen.cli.check import check_command
 from loadgen.cli.compare import compare_cmd
 from loadgen.cli.locust import LocustOutcome, locust_command
@@ -33,6 +32,7 @@ from loadgen.errors import ConfigError, EndpointUnreachable, LoadgenError
 from loadgen.serve import ServerStartError
 from loadgen.serve.command import ServeOutcome, report_start_error, serve_group
 from loadgen.sim.command import sim_command
+from loadgen.version import __version__
 from loadgen.workload.command import trace_group
 
 if TYPE_CHECKING:

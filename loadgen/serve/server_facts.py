@@ -21,9 +21,9 @@ from typing import Any
 
 import aiohttp
 
-from loadgen import __version__
 from loadgen.serve.nvml import accelerator_info
 from loadgen.serve.process import ServerProcess, server_env
+from loadgen.version import __version__
 
 __all__ = ["KEY_PACKAGES", "package_versions", "parse_engine_log", "server_conditions"]
 

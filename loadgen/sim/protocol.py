@@ -82,9 +82,9 @@ def sim_version() -> str:
     except Exception:
         pass
     try:
-        import loadgen
+        from loadgen.version import __version__
 
-        return str(loadgen.__version__)
+        return __version__
     except Exception:
         return "0.1.0"
 
