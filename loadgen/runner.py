@@ -277,23 +277,25 @@ class Runner:
             k += 1
             gc.collect(2 if k % GC_FULL_EVERY == 0 else 1)
 
-    async def _wait_until(self, deadline_ns: int) -> None:
-        """Sleep until an absolute deadline; wakes ~1 ms early and yields until it.
+    async def _wait_until(self, deadline_ns: int, *, precise: bool = True) -> None:
+        """Sleep until an absolute deadline; long waits also wake on a stop request.
 
-        The event loop's timers have millisecond granularity (epoll rounds up), so a
-        plain sleep lands up to 1 ms late; the last stretch is spent yielding to the
-        loop (I/O keeps flowing) instead. Long waits also wake on a stop request.
+        ``precise`` (a send): wakes ~1 ms early and yields until the deadline. The event
+        loop's timers have millisecond granularity (epoll rounds up), so a plain sleep lands
+        up to 1 ms late; the last stretch is spent yielding to the loop (I/O keeps flowing)
+        instead. Not ``precise`` (preparing ahead, never sending): a plain sleep, no spin.
         """
+        spin_ns = SPIN_NS if precise else 0
         delay = deadline_ns - now_ns()
         if delay > 20_000_000:
             assert self._stop_fut is not None
-            await asyncio.wait({self._stop_fut}, timeout=(delay - SPIN_NS) / 1e9)
+            await asyncio.wait({self._stop_fut}, timeout=(delay - spin_ns) / 1e9)
             if self._stop.is_set():
                 return
             delay = deadline_ns - now_ns()
-        if delay > SPIN_NS:
-            await asyncio.sleep((delay - SPIN_NS) / 1e9)
-        while now_ns() < deadline_ns:
+        if delay > spin_ns:
+            await asyncio.sleep((delay - spin_ns) / 1e9)
+        while precise and now_ns() < deadline_ns:
             await asyncio.sleep(0)
 
     async def _dispatch_open(self, tg: asyncio.TaskGroup) -> None:
@@ -368,7 +370,7 @@ class Runner:
                         if nxt > pos and due > deadline:
                             break
                         if nxt == pos or due < deadline - PREP_EARLY_NS:
-                            await self._sleep_until(due)
+                            await self._wait_until(due, precise=False)
                             continue
                     prepare(nxt)
             await self._wait_until(deadline)
@@ -397,15 +399,6 @@ class Runner:
             spec = take(pos)
             self._start(tg, spec, schedule.phase(pos), deadline, sem)
             del spec
-
-    async def _sleep_until(self, t_ns: int) -> None:
-        """A coarse, stop-aware sleep until ``t_ns`` (no spin: for preparing, not sending)."""
-        delay = t_ns - now_ns()
-        if delay > 20_000_000:
-            assert self._stop_fut is not None
-            await asyncio.wait({self._stop_fut}, timeout=delay / 1e9)
-        elif delay > 0:
-            await asyncio.sleep(delay / 1e9)
 
     def _count_unsent(self, schedule: Schedule, pos: int) -> None:
         measured, warm = schedule.count_phases(pos)

@@ -44,7 +44,18 @@ PROFILES = {
 VLLM_COST_PER_HOUR = 0.10
 SLO = "ttft:p99<=250ms"
 LEVELS = "1,2,4,8"
-CPU_ARGS = ["--max-model-len", "1024", "--enforce-eager", "--kv-cache-memory-bytes", str(64 << 20)]
+# --dtype float32: vLLM's CPU attention picks its AMX kernel for bfloat16 when the CPU reports AMX; on
+# machines whose kernel does not grant AMX tile state to the worker it dies of SIGILL (seen here on a
+# Xeon with amx_tile). The tiny model is float32 anyway.
+CPU_ARGS = [
+    "--max-model-len",
+    "1024",
+    "--enforce-eager",
+    "--kv-cache-memory-bytes",
+    str(64 << 20),
+    "--dtype",
+    "float32",
+]
 
 
 def loadgen(*args: str, check: bool = False) -> int:

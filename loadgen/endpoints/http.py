@@ -27,6 +27,7 @@ from loadgen.endpoints.base import EndpointBase
 from loadgen.endpoints.pool import current_record, open_session
 from loadgen.endpoints.quota import (
     ClientRateCap,
+    Headers,
     parse_ratelimit_headers,
     request_token_cost,
     retry_after_from_headers,
@@ -145,7 +146,7 @@ ERROR_BODY_LIMIT = 4096
 def fill_http_error(
     record: RequestRecord,
     status: int,
-    headers: Mapping[str, str],
+    headers: Headers,
     body: bytes,
     redact: Callable[[str], str],
     *,

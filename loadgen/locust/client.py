@@ -22,9 +22,9 @@ import gevent
 import orjson
 
 from loadgen.clock import now_ns
-from loadgen.endpoints.http import ERROR_BODY_LIMIT, classify_exception, fail
+from loadgen.endpoints.http import ERROR_BODY_LIMIT, classify_exception, fail, fill_http_error
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint, OpenAIStreamParser
-from loadgen.endpoints.quota import parse_ratelimit_headers, retry_after_from_headers
+from loadgen.endpoints.quota import parse_ratelimit_headers
 from loadgen.errors import ProtocolError
 from loadgen.types import RequestRecord, RequestSpec
 
@@ -164,22 +164,13 @@ class GeventClient:
                     conn.close()  # a half-read connection is never reused
 
     def _http_error(self, resp: http.client.HTTPResponse, rec: RequestRecord) -> bool:
-        """A non-200 answer: ``rate_limited`` (429, Retry-After kept) or ``http_error``, as
-        :func:`loadgen.endpoints.http.record_http_error` does for aiohttp."""
-        rec.http_status = resp.status
+        """A non-200 answer, through :func:`loadgen.endpoints.http.fill_http_error` (the one
+        non-200 handler of every HTTP client); True when the connection can be reused."""
         try:
             body = resp.read(ERROR_BODY_LIMIT)
         except Exception:
             body = b""
-        rec.end_ns = now_ns()
-        text = self.redact(body.decode("utf-8", "replace").strip().replace("\n", " "))[:300]
-        if resp.status == 429:
-            rec.retry_after_s = retry_after_from_headers(resp.headers)
-            rec.error_kind = "rate_limited"
-        else:
-            rec.error_kind = "http_error"
-        rec.status = "error"
-        rec.error_detail = self.redact(f"HTTP {resp.status}: {text}")
+        fill_http_error(rec, resp.status, resp.headers, body, self.redact)
         return resp.isclosed()
 
     def _read_stream(self, resp: http.client.HTTPResponse, rec: RequestRecord) -> bool:

