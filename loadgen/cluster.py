@@ -22,7 +22,11 @@ the minimum-RTT sample is kept (its uncertainty is ``rtt / 2``). The actor then 
 ``t0_actor = anchor_monotonic + (T + offset - anchor_wall)`` on its own monotonic clock. Each
 request's latencies are measured on one host's monotonic clock from its own scheduled time, so
 the skew shifts only when a shard starts, never a latency; it is reported in
-``result.json`` ``conditions.cluster``.
+``result.json`` ``conditions.cluster``. Every instant an actor reports (scheduled, sent, end,
+token arrivals, quota-header times) is on that host's own monotonic clock, which on another
+host can be hours away from the driver's: the collector maps each onto the driver's clock with
+``t_driver = t_actor + (t0_driver - t0_actor)`` (:func:`loadgen.workers.summary_on_clock`)
+before anything is aggregated, so the run's window and rates are those of one clock.
 
 Failures are bounded: an actor not ready after :data:`READY_TIMEOUT_S`, one that dies
 (``RayActorError``) or that does not answer a ``take()`` within :data:`STALL_TIMEOUT_S`
@@ -269,6 +273,17 @@ def ping(clock: Callable[[], int], samples: int = PINGS, local: Callable[[], int
     return {"offset_ms": best[1] / 1e6, "rtt_ms": best[0] / 1e6, "uncertainty_ms": best[0] / 2e6, "samples": samples}
 
 
+def actor_t0_ns(anchor: dict[str, int], t0_wall_ns: int, skew: dict[str, float]) -> int:
+    """The driver's wall-clock instant ``t0_wall_ns`` on an actor's monotonic clock.
+
+    ``anchor``: the actor's ``monotonic_ns``/``wall_ns`` read together; ``skew``: :func:`ping`'s
+    result (``offset_ms``: the actor's wall clock minus the driver's).
+    ``t0_actor = anchor_monotonic + (t0_wall + offset - anchor_wall)``.
+    """
+    offset_ns = round(skew["offset_ms"] * 1e6)
+    return anchor["monotonic_ns"] + (t0_wall_ns + offset_ns - anchor["wall_ns"])
+
+
 class Cluster:
     """A connection to a Ray cluster and the worker actors kept on it across runs (probes).
 
@@ -471,9 +486,9 @@ class Cluster:
             t0_wall = time.time_ns() + max(LEAD_IN_NS, MIN_LEAD_IN_NS, 20 * max_rtt_ns)
             t0_local = anchor_m + (t0_wall - anchor_w)
             for w in live:
-                anchor = ready_msgs[w][2]
-                offset_ns = round(skew[w]["offset_ms"] * 1e6)
-                actors[w].go.remote(anchor["monotonic_ns"] + (t0_wall + offset_ns - anchor["wall_ns"]))
+                t0_actor = actor_t0_ns(ready_msgs[w][2], t0_wall, skew[w])
+                col.clock_shift_ns[w] = t0_local - t0_actor  # its instants onto the driver's clock
+                actors[w].go.remote(t0_actor)
                 went.add(w)
             # stream: one outstanding take() per actor
             takes = {actors[w].take.remote(TAKE_WAIT_S): (w, time.monotonic()) for w in live}

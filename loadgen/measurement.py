@@ -141,7 +141,7 @@ async def measure(
             result["energy"] = {"joules": energy["energy_j"], **energy}
     from loadgen.timeseries import series  # per-interval throughput and latency (sustained behaviour)
 
-    result["timeseries"] = series(out_dir / "requests.jsonl", cfg.origin)
+    result["timeseries"] = series(out_dir / "requests.jsonl", cfg.origin, window=result["window"])
     write_json(out_dir / "result.json", result)
     write_hlog(out_dir / "histograms.hlog", agg, outcome)
     return MeasuredRun(result, outcome, agg, out_dir)
@@ -192,7 +192,14 @@ def build_result(
     config_record: dict[str, Any],
     fd_limit: tuple[int, int],
 ) -> dict[str, Any]:
-    """The ``result.json`` body (schema_version 1)."""
+    """The ``result.json`` body (schema_version 1).
+
+    ``window`` is the measurement window (:mod:`loadgen.window`; times in seconds from t0)
+    and every rate in ``throughput`` is over it, except the ``*_incl_drain`` figures;
+    ``duration_s`` is the run's whole span (first measured scheduled send to last
+    completion, drain included)."""
+    agg.open_loop = outcome.client.open_loop
+    window = agg.window()
     validity = run_validity(agg, outcome.client, cfg.bounds)
     cond = client_conditions()
     cond["endpoint"] = endpoint.describe()
@@ -208,9 +215,10 @@ def build_result(
         "config": config_record,
         "conditions": cond,
         "duration_s": agg.duration_s,
+        "window": window.to_json(outcome.t0_ns) if window is not None else None,
         "counts": agg.counts(),
         "tokens": agg.tokens(),
-        "throughput": agg.throughput(),
+        "throughput": agg.throughput(window),
         "latency_ms": agg.latency_ms(),
         "validity": validity,
     }

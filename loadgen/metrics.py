@@ -175,6 +175,94 @@ def itl_samples(events: list[TokenEvent], ks: list[int], output_tokens: int) -> 
     return out
 
 
+BUFFERED_TOKEN_SHARE = 0.9
+"""A stream is buffered when this share of its output tokens arrived in one burst (see :func:`is_buffered`)."""
+
+BUFFERED_SPAN_FRACTION = 0.1
+"""... a burst shorter than this fraction of the silence before it (the TTFT, or the previous gap)."""
+
+COALESCE_NS = 500_000
+"""Token events less than this apart arrive together: one read (HTTP events of one read share
+their stamp) or messages handled back to back (gRPC stamps each message as it is taken)."""
+
+BUFFERED_TOKENS_PER_ARRIVAL = 8
+"""Arrivals carrying this many tokens each are a burst even one event at a time (more than
+speculative decoding's few tokens a step)."""
+
+
+def arrivals(events: list[TokenEvent], ks: list[int]) -> list[tuple[int, int, int, int]]:
+    """Token events grouped into arrivals: ``(first_t_ns, last_t_ns, tokens, events)`` per group.
+
+    An event joins the group before it when it came less than :data:`COALESCE_NS` after
+    that group's last event; ``ks`` are the tokens of each event (:func:`tokens_per_event`)."""
+    out: list[tuple[int, int, int, int]] = []
+    for ev, k in zip(events, ks):
+        if out and ev.t_ns - out[-1][1] < COALESCE_NS:
+            first, _, n, e = out[-1]
+            out[-1] = (first, ev.t_ns, n + k, e + 1)
+        else:
+            out.append((ev.t_ns, ev.t_ns, k, 1))
+    return out
+
+
+def is_buffered(events: list[TokenEvent], ks: list[int], start_ns: int) -> bool:
+    """Whether a stream's tokens came in one burst, so that TPOT and ITL cannot be measured.
+
+    Buffered when some run ``W`` of consecutive arrivals (:func:`arrivals`) holds at least
+    :data:`BUFFERED_TOKEN_SHARE` (90 %) of the output tokens, spans less than
+    :data:`BUFFERED_SPAN_FRACTION` (a tenth) of the gap before it (from ``start_ns``, the
+    send, for the first arrival; else from the arrival before it), and its tokens came
+    together rather than one arrival at a time: ``W`` is one arrival, or its arrivals hold
+    two or more events each on average (events coalesced in reads), or
+    :data:`BUFFERED_TOKENS_PER_ARRIVAL` tokens each.
+
+    What it catches: one event carrying every token (a batching server, a non-streaming
+    backend behind a streaming API); a buffering proxy that hands the stream over in one
+    read or in a few reads milliseconds apart, with or without the first token sent ahead;
+    gRPC responses delivered in one batch. What it leaves alone: honest fast streams,
+    however short and whatever their TTFT (8 tokens 1 ms apart arrive one at a time);
+    multi-token chunks written one at a time (speculative decoding, ``stream_interval``);
+    a stream that resumes at its own pace after a long stall. One token, or none, has no
+    TPOT to protect. ``ks`` are the tokens of each event (summing to the output tokens).
+    """
+    n = sum(ks)
+    if n < 2 or not events:
+        return False
+    groups = arrivals(events, ks)
+    need = BUFFERED_TOKEN_SHARE * n
+    j, tokens, evs = 0, 0, 0
+    for i, (first, _, k_i, e_i) in enumerate(groups):
+        # the shortest run of arrivals starting at i that holds `need` tokens: groups[i..j-1]
+        while j < len(groups) and tokens < need:
+            tokens += groups[j][2]
+            evs += groups[j][3]
+            j += 1
+        if tokens < need:
+            return False
+        span = groups[j - 1][1] - first
+        gap = first - (groups[i - 1][1] if i else start_ns)
+        width = j - i
+        together = width == 1 or evs >= 2 * width or tokens >= BUFFERED_TOKENS_PER_ARRIVAL * width
+        if span < BUFFERED_SPAN_FRACTION * gap and together:
+            return True
+        tokens -= k_i
+        evs -= e_i
+    return False
+
+
+def stream_buffered(record: RequestRecord) -> bool:
+    """:func:`is_buffered` for a streamed record, from its own facts only (usage, else the
+    characters: no tokenizer), so that every endpoint's reader and :func:`compute` agree.
+    The gap before the first arrival runs from the send (the scheduled time if none)."""
+    events = record.events
+    if len(events) == 0:
+        return False
+    n, _ = count_output_tokens(record)
+    ks, _ = tokens_per_event(events, n)
+    start = record.sent_ns if record.sent_ns is not None else record.scheduled_ns
+    return is_buffered(events, ks, start)
+
+
 def compute(
     record: RequestRecord,
     tokenizer: TokenCounter | None = None,
@@ -183,8 +271,8 @@ def compute(
     """Derive the metrics of one finished request (see :class:`RequestMetrics`).
 
     A request with zero output tokens adds no TTFT/TPOT/ITL/E2E sample; a failed
-    request adds only ``error_e2e_ns``; a ``buffered`` one (all its events in one
-    read) no TPOT, ITL or inter-chunk sample.
+    request adds only ``error_e2e_ns``; a buffered one (its tokens in one burst,
+    :func:`is_buffered`) no TPOT, ITL or inter-chunk sample.
     """
     m = RequestMetrics()
     if record.sent_ns is not None:
@@ -213,12 +301,18 @@ def compute(
         if ev.answer:
             m.time_to_first_answer_token_ns = ev.t_ns - start
             break
-    if record.buffered:
-        # every event arrived in one read (a buffering proxy): TPOT and ITL are not measurable
+    ks, itl_est = tokens_per_event(events, n, tokenizer)
+    if tokenizer is None:  # the same token split stream_buffered uses: computed once
+        sent = record.sent_ns if record.sent_ns is not None else record.scheduled_ns
+        buffered = record.buffered or is_buffered(events, ks, sent)
+    else:
+        buffered = record.buffered or stream_buffered(record)
+    if buffered:
+        # the tokens came in one burst (a buffering proxy, a batching server): no TPOT or ITL
         return m
     if n >= 2:
         m.tpot_ns = (events[-1].t_ns - first) / (n - 1)
     m.inter_chunk_ns = [b.t_ns - a.t_ns for a, b in zip(events, events[1:])]
-    ks, m.itl_estimated = tokens_per_event(events, n, tokenizer)
+    m.itl_estimated = itl_est
     m.itl_ns = itl_samples(events, ks, n)
     return m

@@ -15,6 +15,11 @@ Formulas (all USD; token counts as the platform reports them in ``usage``):
   goodput_rps; hourly: cost_per_hour / 3600 / goodput_rps). Requests that fail are
   not priced (their usage is unknown); a 429 is not billed.
 
+Rates (``output_tps``, ``input_tps``, ``goodput_rps``) are those of ``result.json``
+``throughput``: over the run's measurement window (:mod:`loadgen.window`), never over
+the drain after the last send, so a price per million tokens does not move with the
+length of the tail.
+
 Everything here is a pure function.
 """
 

@@ -34,6 +34,7 @@ from loadgen.metrics import RequestMetrics
 from loadgen.samples import SampleLog, SpillFile
 from loadgen.slo import MISS, SLOTarget, exceeds, request_value, run_target_verdict
 from loadgen.types import RequestRecord
+from loadgen.window import END_CONFORMING, END_FAILED, END_OK, Window, WindowLog, rate, token_bins
 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
 PER_REQUEST_METRICS = ("ttft", "time_to_first_answer_token", "tpot", "e2e", "schedule_lag", "error_e2e")
@@ -121,11 +122,18 @@ class Aggregator:
         self.pool_queued = 0
         self.conforming = 0
         self.first_scheduled_ns: int | None = None
+        self.last_scheduled_ns: int | None = None
         self.last_end_ns: int | None = None
+        self.open_loop = True  # closed loop (users) takes another window: set by measurement.build_result
+        self.win = WindowLog(log)  # what the measurement window and its counts need (loadgen.window)
         self.first_sent_ns: int | None = None
         self.last_sent_ns: int | None = None
         self.sent = 0
         self.generator_lag = log()
+        # the generator's own send instants (scheduled + generator lag): validity's send-rate check
+        self.generator_sends = 0
+        self.first_generator_send_ns: int | None = None
+        self.last_generator_send_ns: int | None = None
         # per-target exceedance counting for SLO verdicts
         self.slo_values: dict[str, SampleLog] = {t.label: log() for t in self.slos}
         # provider quotas, the client's own cap, the network (see provider_result)
@@ -168,13 +176,18 @@ class Aggregator:
 
         Per-request metrics stay exact; per-token metrics arrive separately as HDR
         histograms (:meth:`merge_token_histograms`)."""
+        self.win.add_tokens(s.token_bins)
         if s.phase != "measure":
             self.warmup_requests += 1
+            self.win.add_warmup_end(s.end_ns)
             return
         self.requests += 1
         self._add_provider_facts(s)
+        self._log_end(s)
         if self.first_scheduled_ns is None or s.scheduled_ns < self.first_scheduled_ns:
             self.first_scheduled_ns = s.scheduled_ns
+        if self.last_scheduled_ns is None or s.scheduled_ns > self.last_scheduled_ns:
+            self.last_scheduled_ns = s.scheduled_ns
         if s.end_ns is not None and (self.last_end_ns is None or s.end_ns > self.last_end_ns):
             self.last_end_ns = s.end_ns
         if s.sent_ns is not None:
@@ -187,7 +200,13 @@ class Aggregator:
             self._sample("schedule_lag", s.schedule_lag_ns)
             # a slow handshake is not a slow generator, but only its part after the scheduled
             # time delayed the send (a prepared request connects before it)
-            self.generator_lag.append(max(s.schedule_lag_ns - s.connect_late_ns - s.throttle_ns, 0))
+            g = s.scheduled_ns + max(s.schedule_lag_ns - s.connect_late_ns - s.throttle_ns, 0)
+            self.generator_lag.append(g - s.scheduled_ns)
+            self.generator_sends += 1
+            if self.first_generator_send_ns is None or g < self.first_generator_send_ns:
+                self.first_generator_send_ns = g
+            if self.last_generator_send_ns is None or g > self.last_generator_send_ns:
+                self.last_generator_send_ns = g
         if s.pool_queued:
             self.pool_queued += 1
         if not s.ok:
@@ -238,6 +257,18 @@ class Aggregator:
         else:
             self.conforming += 1
 
+    def _log_end(self, s: RequestSummary) -> None:
+        """Keep what the window needs of a measured request: its end, kind and tokens."""
+        if s.end_ns is None:
+            return
+        if not s.ok:
+            kind = END_FAILED
+        elif s.zero_output or any(exceeds(t, v) for t, v in zip(self.slos, s.slo_values)):
+            kind = END_OK
+        else:
+            kind = END_CONFORMING
+        self.win.add_end(s.end_ns, kind, s.output_tokens if s.ok else 0, (s.input_tokens or 0) if s.ok else 0)
+
     def _add_provider_facts(self, s: RequestSummary) -> None:
         if s.buffered:
             self.buffered += 1
@@ -272,7 +303,9 @@ class Aggregator:
 
     @property
     def duration_s(self) -> float:
-        """First measured scheduled send to last measured completion, in seconds."""
+        """First measured scheduled send to last measured completion (drain included), in seconds.
+
+        The run's whole span, not the denominator of any headline rate (see :meth:`window`)."""
         if self.first_scheduled_ns is None or self.last_end_ns is None:
             return 0.0
         return max(self.last_end_ns - self.first_scheduled_ns, 0) / 1e9
@@ -286,19 +319,52 @@ class Aggregator:
                 out[name] = summarize_exact(self.samples[name])
         return out
 
-    def throughput(self) -> dict[str, Any]:
-        d = self.duration_s
-        per = (lambda x: x / d) if d > 0 else (lambda x: None)
+    def window(self) -> Window | None:
+        """The measurement window (:mod:`loadgen.window`); None without a measured request."""
+        if self.first_scheduled_ns is None or self.last_scheduled_ns is None:
+            return None
+        e2e = self.samples["e2e"]
+        return self.win.window(
+            self.open_loop,
+            self.first_scheduled_ns,
+            self.last_scheduled_ns,
+            self.requests,
+            median_e2e_ns=float(np.median(e2e.values())) if len(e2e) else None,
+            last_end_ns=self.last_end_ns,
+        )
+
+    def throughput(self, w: Window | None = None) -> dict[str, Any]:
+        """``result.json`` ``throughput``: rates over the measurement window ``w`` (default :meth:`window`).
+
+        Definitions and sources in :mod:`loadgen.window` (``request_rps`` = ``completion_rps``,
+        its older name); ``achieved_send_rps`` = (sent - 1) / (last send - first send), the
+        convention of ``offered_rps``. Only ``*_incl_drain`` divide the measured totals by
+        ``duration_s`` (to the last completion): they move with the tail, never the headline.
+        """
+        if w is None:
+            w = self.window()
         achieved = None
         if self.sent >= 2 and self.last_sent_ns and self.first_sent_ns and self.last_sent_ns > self.first_sent_ns:
             achieved = (self.sent - 1) / ((self.last_sent_ns - self.first_sent_ns) / 1e9)
+        c = self.win.counts(w) if w is not None else {}
+        out_tps = rate(c.get("output_tokens"), w)
+        in_tps = rate(c.get("input_tokens"), w)
+        d = self.duration_s
+        drain = (lambda x: x / d) if d > 0 else (lambda x: None)
+        completion = rate(c.get("completions"), w)
         return {
-            "request_rps": per(self.completed),
+            "offered_rps": w.offered_rps if w is not None else None,
             "achieved_send_rps": achieved,
-            "output_tps": per(self.output_tokens),
-            "input_tps": per(self.input_tokens),
-            "total_tps": per(self.input_tokens + self.output_tokens),
-            "goodput_rps": per(self.conforming) if self.slos else None,
+            "completion_rps": completion,
+            "request_rps": completion,
+            "goodput_rps": rate(c.get("conforming"), w) if self.slos else None,
+            "output_tps": out_tps,
+            "demanded_output_tps": rate(c.get("demanded_output_tokens"), w),
+            "input_tps": in_tps,
+            "total_tps": (in_tps + out_tps) if (in_tps is not None and out_tps is not None) else None,
+            "request_rps_incl_drain": drain(self.completed),
+            "output_tps_incl_drain": drain(self.output_tokens),
+            "goodput_rps_incl_drain": drain(self.conforming) if self.slos else None,
         }
 
     def slo_result(self) -> dict[str, Any] | None:
@@ -319,8 +385,9 @@ class Aggregator:
             "conforming_requests": self.conforming,
             "denominator": total,
             "attainment": (self.conforming / total) if total else None,
-            "goodput_rps": (self.conforming / self.duration_s) if self.duration_s > 0 else None,
-            "note": "failed and zero-output requests count as non-conforming; thresholds inclusive",
+            "goodput_rps": self.throughput()["goodput_rps"],
+            "note": "failed and zero-output requests count as non-conforming; thresholds inclusive; "
+            "goodput_rps over the measurement window (result.json window)",
         }
 
     def provider_result(self, t0_ns: int | None = None) -> dict[str, Any]:
@@ -429,6 +496,7 @@ class RequestSummary:
     connection_reused: bool | None = None
     network_ns: tuple[float | None, ...] = ()  # in NETWORK_METRICS order
     cached_input_tokens: int | None = None
+    token_bins: tuple[tuple[int, int], ...] = ()  # (t_ns // window.BIN_NS, output tokens then): window.token_bins
 
 
 def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> RequestSummary:
@@ -467,6 +535,7 @@ def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> R
         connection_reused=rec.connection_reused,
         network_ns=network_ns(rec),
         cached_input_tokens=rec.cached_prompt_tokens,
+        token_bins=token_bins(rec.events, m.output_tokens, rec.end_ns),
     )
 
 

@@ -16,6 +16,7 @@ from loadgen.errors import ConfigError
 from loadgen.runner import RunPlan
 from loadgen.slo import SLOTarget
 from loadgen.validity import ValidityBounds
+from loadgen.workload.arrivals import condition_on_rate
 from loadgen.workload.spec import Workload, WorkloadOptions
 
 __all__ = ["LoadConfig", "build_plan", "build_workload", "workload_options"]
@@ -51,6 +52,10 @@ class LoadConfig:
     drain_grace_s: float = 30.0
     bounds: ValidityBounds = field(default_factory=ValidityBounds)
     prices: Any = None  # loadgen.pricing.TokenPrices: the result gets a "cost" block
+    # Condition the measured sends on realizing rate_rps exactly (arrivals.condition_on_rate):
+    # set for sweep probes, whose nominal rates the search compares; a plain run keeps the
+    # unconditioned process (its offered_rps is the schedule's own realized rate).
+    exact_rate: bool = False
 
     @property
     def has_trace(self) -> bool:
@@ -104,6 +109,8 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
             warmup_requests=cfg.warmup_requests,
             warmup_s=cfg.warmup_s,
         )
+        if cfg.exact_rate and not cfg.has_trace and cfg.rate_rps and cfg.requests is not None:
+            schedule.offsets_ns = condition_on_rate(schedule.offsets_ns, ~schedule.warm, cfg.rate_rps)
         return RunPlan(
             mode="open",
             schedule=schedule,

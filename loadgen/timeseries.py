@@ -15,9 +15,14 @@ It is cut into ``INTERVALS`` equal intervals. Per interval:
   it (latency by arrival: a growing queue shows as rising latency of later arrivals).
   HDR precision (±0.1 %).
 
-``thirds``: the same figures over the first and the last third, cut for throughput from
-the first to the last *end* and for latency from the first to the last *origin* (so a
-steady run's ramp-up and drain edges do not read as drift).
+``thirds``: the same figures over the first and the last third, cut for latency from the
+first to the last *origin* and for throughput from the run's measurement window
+(``result.json`` ``window``, :mod:`loadgen.window`; given as ``window``): a third's
+``output_tokens`` are the tokens generated in it, each successful request's (warm-up
+included) spread evenly over [first token, end] and counted pro rata, and ``completed``
+the requests that ended in it. The drain after the window is never compared, so a long
+tail does not read as drift. Without a window (older callers) throughput thirds are cut
+from the first to the last *end*, completions attributed at their end.
 
 Drift (the scorecard's sustained-behaviour rows), last third against first third:
 ``change = last / first - 1`` for output tok/s, TTFT p50 and E2E p50. A metric
@@ -75,7 +80,7 @@ class _Bin:
     def __init__(self) -> None:
         self.completed = 0
         self.failed = 0
-        self.output_tokens = 0
+        self.output_tokens: float = 0
         self.arrivals = 0
         self.ttft = LatencyHistogram("ttft")
         self.e2e = LatencyHistogram("e2e")
@@ -87,7 +92,7 @@ class _Bin:
         return {
             "completed": self.completed,
             "failed": self.failed,
-            "output_tokens": self.output_tokens,
+            "output_tokens": round(self.output_tokens, 3),
             "request_rps": round(self.completed / span_s, 4) if span_s > 0 else None,
             "output_tps": round(self.output_tokens / span_s, 4) if span_s > 0 else None,
             "arrivals": self.arrivals,
@@ -97,12 +102,16 @@ class _Bin:
 
 
 def series(
-    lines: Iterable[dict[str, Any]] | Path, origin: str = "scheduled", intervals: int = INTERVALS
+    lines: Iterable[dict[str, Any]] | Path,
+    origin: str = "scheduled",
+    intervals: int = INTERVALS,
+    window: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The time series of one run's request lines (or its ``requests.jsonl`` path).
 
-    ``lines`` may be iterated twice (a path is re-read). Returns None when no measured
-    request ended. Times in the result are seconds from the run's t0.
+    ``lines`` may be iterated twice (a path is re-read); ``window`` is ``result.json``'s
+    ``window`` block (``start_s``/``end_s`` from t0) for the throughput thirds. Returns
+    None when no measured request ended. Times in the result are seconds from the run's t0.
     """
     src = (lambda: _lines(lines)) if isinstance(lines, Path) else (lambda it=list(lines): iter(it))
     o_lo = o_hi = e_lo = e_hi = None
@@ -116,6 +125,9 @@ def series(
     if o_lo is None or o_hi is None or e_lo is None or e_hi is None or e_hi <= o_lo:
         return None
     start, end = o_lo, e_hi
+    win = None
+    if window and window.get("end_s") is not None and window["end_s"] > window["start_s"]:
+        win = (float(window["start_s"]), float(window["end_s"]))
     width = (end - start) / intervals
     bins = [_Bin() for _ in range(intervals)]
     first, last = _Bin(), _Bin()
@@ -129,13 +141,15 @@ def series(
             continue
         o, e = t
         ok = d.get("status") == "ok"
-        # throughput by completion (thirds of [first end, last end]); latency by arrival (thirds of the origins)
-        for b in (bins[idx(e)], _third(e, e_lo, e_hi, first, last)):
+        # throughput by completion (thirds of the window, or of [first end, last end]); latency by arrival
+        thirds = (_third(e, e_lo, e_hi, first, last),) if win is None else (_win_third(e, win, first, last),)
+        for b in (bins[idx(e)], *thirds):
             if b is None:
                 continue
             if ok:
                 b.completed += 1
-                b.output_tokens += int(d.get("output_tokens") or 0)
+                if win is None or b is bins[idx(e)]:
+                    b.output_tokens += int(d.get("output_tokens") or 0)
             else:
                 b.failed += 1
         for b in (bins[idx(o)], _third(o, o_lo, o_hi, first, last)):
@@ -148,6 +162,10 @@ def series(
                 if d.get("e2e_ms") is not None:
                     b.e2e.record_ns(d["e2e_ms"] * 1e6)
     third_s = (e_hi - e_lo) / 3
+    if win is not None:
+        third_s = (win[1] - win[0]) / 3
+        for d in src():
+            _spread_tokens(d, origin, win, first, last)
     return {
         "version": TIMESERIES_VERSION,
         "start_s": round(start, 6),
@@ -164,6 +182,33 @@ def _third(t: float, start: float, end: float, first: _Bin, last: _Bin) -> _Bin 
     if t < start + third:
         return first
     return last if t >= end - third else None
+
+
+def _win_third(t: float, win: tuple[float, float], first: _Bin, last: _Bin) -> _Bin | None:
+    """The window's first-third bin, its last-third bin, or None (middle third, or outside the window)."""
+    if not win[0] <= t <= win[1]:
+        return None
+    return _third(t, win[0], win[1], first, last)
+
+
+def _spread_tokens(d: dict[str, Any], origin: str, win: tuple[float, float], first: _Bin, last: _Bin) -> None:
+    """Add a successful request's output tokens, spread evenly over [first token, end], to the window's thirds."""
+    n = int(d.get("output_tokens") or 0)
+    if d.get("status") != "ok" or n <= 0 or d.get("e2e_ms") is None:
+        return
+    o = d.get("sent_s") if origin == "sent" else d.get("scheduled_s")
+    if o is None:
+        return
+    end = o + d["e2e_ms"] / 1000.0
+    begin = o + (d["ttft_ms"] / 1000.0 if d.get("ttft_ms") is not None else d["e2e_ms"] / 1000.0)
+    third = (win[1] - win[0]) / 3
+    for b, lo, hi in ((first, win[0], win[0] + third), (last, win[1] - third, win[1])):
+        if end <= begin:
+            b.output_tokens += n if lo <= end < hi or (hi == win[1] and end == hi) else 0
+            continue
+        overlap = min(end, hi) - max(begin, lo)
+        if overlap > 0:
+            b.output_tokens += n * overlap / (end - begin)
 
 
 def _change(first: float | None, last: float | None) -> float | None:

@@ -22,6 +22,7 @@ ERROR_KINDS: tuple[str, ...] = (
     "protocol",  # malformed SSE framing or JSON
     "cancelled",  # still in flight at the drain deadline (stop or Ctrl-C)
     "client_limit",  # the client ran out of descriptors or pool slots: not a server fault
+    "filtered",  # a content filter stopped the output (finish_reason content_filter) or refused the prompt
 )
 """Every error kind a request can end with; each is counted separately."""
 
@@ -114,7 +115,7 @@ class RequestRecord:
     # --- provider dialects, quotas and the network (optional; None = not observed) ---
     response_headers_ns: int | None = None  # the (last attempt's) response status and headers arrived
     ratelimit: dict[str, float] | None = None  # x-ratelimit-* / anthropic-ratelimit-* of the response
-    buffered: bool = False  # every token event arrived in one read (buffering proxy): no TPOT/ITL
+    buffered: bool = False  # the tokens came in one burst (buffering proxy, batching server): no TPOT/ITL
     dns_ns: int | None = None  # DNS resolution for a new connection (0: cache hit; None: none done)
     tcp_connect_ns: int | None = None  # TCP connect of a new connection
     tls_ns: int | None = None  # TLS handshake of a new connection (None: plain TCP or reused)

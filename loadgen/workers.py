@@ -15,6 +15,13 @@ workers and merged in the parent (exact bucket merge; values at HDR precision,
 3 significant digits). A worker that dies is reported, its unreceived requests are
 counted as unsent, and the run never hangs: the parent waits on the pipes with a
 bound and reaps every process.
+
+Clocks. A summary's instants (:data:`SUMMARY_INSTANTS`) are on the sending process's
+CLOCK_MONOTONIC: one clock on one host, so local workers need no mapping. Actors on other
+hosts (:mod:`loadgen.cluster`) each have their own; the :class:`Collector` maps every
+instant an actor reports onto the driver's clock (:func:`summary_on_clock`, with the shift
+the driver measured for that actor) before anything is aggregated. ``requests.jsonl`` lines
+hold times relative to the worker's own t0, the same instant on every host: no mapping.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from loadgen.histograms import LatencyHistogram
 from loadgen.metrics import compute
 from loadgen.recordlog import record_line
 from loadgen.redact import Redactor
-from loadgen.results import Aggregator, summarize
+from loadgen.results import Aggregator, RequestSummary, summarize
 from loadgen.runner import LEAD_IN_NS, ClientStats, Runner, RunOutcome, RunPlan, realized_send_rps
 from loadgen.runplan import build_plan, build_workload
 from loadgen.schedule import as_schedule
@@ -45,6 +52,19 @@ from loadgen.schedule import as_schedule
 BATCH = 64
 FLUSH_S = 0.05
 READY_TIMEOUT_S = 60.0
+
+SUMMARY_INSTANTS = ("scheduled_ns", "sent_ns", "end_ns")
+""":class:`~loadgen.results.RequestSummary` fields that are instants of the sender's monotonic clock."""
+SUMMARY_INSTANT_POINTS = ("ratelimit_points",)
+"""Fields holding ``(instant_ns, value)`` pairs."""
+SUMMARY_INSTANT_BINS = ("token_bins",)
+"""Fields holding ``(instant_ns // loadgen.window.BIN_NS, value)`` pairs."""
+SUMMARY_DURATIONS = (
+    "connect_ns", "connect_late_ns", "throttle_ns", "ttft_ns", "ttfat_ns", "tpot_ns", "e2e_ns",
+    "error_e2e_ns", "schedule_lag_ns", "network_ns",
+)  # fmt: skip
+"""Time fields that are differences on one clock (never mapped). Every time field of a summary is in
+one of these four lists (``tests/unit/test_cluster_clock.py`` holds new fields to it)."""
 
 
 def shard_plan(plan: RunPlan, w: int, n: int) -> RunPlan:
@@ -182,11 +202,43 @@ async def worker_body(
         await ep.close()
 
 
+def summary_on_clock(s: RequestSummary, shift_ns: int) -> RequestSummary:
+    """``s`` with every instant moved onto another monotonic clock: ``t + shift_ns``.
+
+    ``shift_ns`` = (the receiver's clock) - (the sender's clock) at one instant; for a
+    cluster actor, the driver's t0 minus the actor's t0 (:meth:`loadgen.cluster.Cluster.run`:
+    the actor's t0 is the driver's wall-clock t0 through the measured clock offset, so the
+    mapping is as exact as that offset, ± its RTT / 2). Durations are unchanged. Token bins
+    move by the nearest whole number of bins (placed within half a bin, ``BIN_NS / 2``).
+    """
+    if not shift_ns:
+        return s
+    ch: dict[str, Any] = {}
+    for f in SUMMARY_INSTANTS:
+        v = getattr(s, f)
+        if v is not None:
+            ch[f] = v + shift_ns
+    for f in SUMMARY_INSTANT_POINTS:
+        pts = getattr(s, f, ())
+        if pts:
+            ch[f] = tuple((t + shift_ns, v) for t, v in pts)
+    for f in SUMMARY_INSTANT_BINS:
+        bins = getattr(s, f, ())
+        if bins:
+            from loadgen.window import BIN_NS
+
+            db = round(shift_ns / BIN_NS)
+            ch[f] = tuple((b + db, v) for b, v in bins)
+    return replace(s, **ch)
+
+
 class Collector:
     """The parent's side of N workers: lines written and summaries aggregated as they arrive.
 
     Shared by the local processes (:func:`run_workers`) and the Ray actors
-    (:mod:`loadgen.cluster`). ``handle(w, msg)`` takes one message of worker ``w``;
+    (:mod:`loadgen.cluster`). ``clock_shift_ns[w]`` maps worker ``w``'s instants onto
+    this process's clock (:func:`summary_on_clock`; 0, the default, on one host).
+    ``handle(w, msg)`` takes one message of worker ``w``;
     :meth:`outcome` merges the workers' statistics and histograms into one
     :class:`~loadgen.runner.RunOutcome`, counting whatever a failed worker never
     delivered as unsent.
@@ -211,14 +263,17 @@ class Collector:
         self.done: dict[int, tuple[dict, dict]] = {}
         self.failures: list[str] = []
         self.interrupted = False
+        self.clock_shift_ns: dict[int, int] = {}
 
     def fail(self, w: int, text: str) -> None:
         self.failures.append(f"worker {w} {text}")
 
     def handle(self, w: int, msg: tuple) -> bool:
         """Take one message from worker ``w``; True when that worker has finished (done or failed)."""
+        shift = self.clock_shift_ns.get(w, 0)
         if msg[0] == "recs":
             for line, s in msg[1]:
+                s = summary_on_clock(s, shift)
                 self.fh.write(line + b"\n")
                 self.agg.add_summary(s)
                 self.received[w] += 1
@@ -229,7 +284,10 @@ class Collector:
             self.fh.flush()
             return False
         if msg[0] == "done":
-            self.done[w] = (msg[1], msg[2])
+            st = msg[1]
+            if shift and st.get("end_ns") is not None:
+                st = {**st, "end_ns": st["end_ns"] + shift}
+            self.done[w] = (st, msg[2])
             return True
         if msg[0] == "ready":
             self.expected[w] = msg[1]

@@ -19,9 +19,15 @@ Profile ``fast`` is the CI test's (64 slots, 5 ms prefill, 5 ms + 0.5 ms/seq dec
    against an evenly spaced grid over the same range (the lowest to the highest rate the
    sweep probed) with step = precision x answer, grid probes of the same duration.
 
+5. Window truth: each answer's output tok/s against the tokens the simulated endpoint
+   generated inside the answer probe's measurement window (its ``--truth-log``), and its
+   goodput against conforming requests / window. ``--window-truth`` runs only this check, on
+   ``scripts/demo``'s profile and the short-output ``fast`` profile (one sweep each).
+
 Bars: median answer within 5 % of the probe-length reference; seeds within 10 % of each
 other ((max - min) / median); every sweep needed less probe time than its grid even
-counting its probes at full duration.
+counting its probes at full duration; output tok/s within 3 % of the truth and goodput ==
+conforming / window.
 
 About 10-12 minutes by default (30 s probes); ``--quick`` about 4 minutes.
 On a shared machine the generator's 5 ms schedule-lag bound can make probes INVALID from
@@ -212,7 +218,7 @@ def run_sweep(pr: Profile, args: argparse.Namespace, seed: int, out: Path) -> tu
         "--seed",
         str(seed),
         "--sim-args",
-        pr.sim_args,
+        f"{pr.sim_args} --truth-log {out.parent / (out.name + '-truth.jsonl')}",
         "--out",
         str(out),
     ]
@@ -222,6 +228,107 @@ def run_sweep(pr: Profile, args: argparse.Namespace, seed: int, out: Path) -> tu
     if not (out / "sweep.json").exists():
         raise SystemExit(f"sweep seed {seed} wrote no sweep.json (exit {p.returncode}):\n{p.stderr[-3000:]}")
     return p.returncode, json.loads((out / "sweep.json").read_text()), wall
+
+
+# --------------------------------------------------------------------------- window truth
+
+
+def truth_tokens_between(truth_log: Path, start_ns: int, end_ns: int) -> int:
+    """Output tokens the simulated endpoint generated in [start_ns, end_ns] (its truth log's chunk times)."""
+    n = 0
+    for line in truth_log.read_text().splitlines():
+        for t_ns, k in json.loads(line).get("chunks") or ():
+            if start_ns <= t_ns <= end_ns:
+                n += k
+    return n
+
+
+def window_truth(sweep_dir: Path, truth_log: Path, res: dict[str, Any]) -> dict[str, Any] | None:
+    """The answer's output tok/s and goodput against the truth over its probe's measurement window.
+
+    ``truth_tps`` = tokens the sim generated inside the window / window_s; ``conf_rps`` =
+    conforming requests (result.json ``slo``) / window_s. None without an answer probe."""
+    a = res["answer"]
+    probe = next(
+        (p for p in reversed(res["probes"]) if p["verdict"] == "pass" and p["offered_rps"] == a["max_rate_rps"]), None
+    )
+    if probe is None or not truth_log.exists():
+        return None
+    r = json.loads((sweep_dir / probe["dir"] / "result.json").read_text())
+    w = r["window"]
+    t0 = r["conditions"]["t0_monotonic_ns"]
+    truth = truth_tokens_between(truth_log, t0 + round(w["start_s"] * 1e9), t0 + round(w["end_s"] * 1e9))
+    conf = (r.get("slo") or {}).get("conforming_requests")
+    return {
+        "window_s": w["duration_s"],
+        "basis": w["basis"],
+        "out_tps": a["output_tps"],
+        "truth_tps": truth / w["duration_s"],
+        "incl_drain_tps": r["throughput"].get("output_tps_incl_drain"),
+        "goodput_rps": a["goodput_rps"],
+        "conf_rps": conf / w["duration_s"] if conf is not None else None,
+    }
+
+
+def print_truth(label: str, t: dict[str, Any] | None) -> bool:
+    """One line: answer output tok/s vs truth in the window (bar: within 3 %), goodput vs conforming/window."""
+    if t is None:
+        print(f"  {label}: no answer probe or no truth log")
+        return False
+    err = pct_err(t["out_tps"], t["truth_tps"])
+    drain = pct_err(t["incl_drain_tps"], t["truth_tps"]) if t["incl_drain_tps"] else math.nan
+    good_eq = t["conf_rps"] is not None and t["goodput_rps"] == t["conf_rps"]
+    print(
+        f"  {label}: window {t['window_s']:.2f} s ({t['basis']}); output tok/s {t['out_tps']:.1f} vs truth "
+        f"{t['truth_tps']:.1f} ({err:+.2f} %; drain-inclusive {t['incl_drain_tps']:.1f}, {drain:+.1f} %); goodput "
+        f"{t['goodput_rps']:.4f} vs conforming/window {t['conf_rps']:.4f} req/s ({'equal' if good_eq else 'DIFFERENT'})"
+    )
+    return abs(err) <= 3 and good_eq
+
+
+DEMO_SWEEP = [
+    "--slo-p99", "300ms", "--probe-duration", "10s", "--precision", "10%", "--calibration", "5s",
+    "--input-tokens", "empirical:builtin:azure-code-2023", "--output-tokens", "empirical:builtin:azure-code-2023",
+    "--cost-per-hour", "2.50",
+]  # fmt: skip
+DEMO_SIM = "--slots 64 --ttft-ms 5 --prefill-per-token-ms 0.005 --itl-ms 5 --itl-per-seq-ms 0.2"
+
+
+def window_truth_main(lag_bound_ms: float | None, timeout_s: float) -> int:
+    """``--window-truth``: one sweep on scripts/demo's profile and one on the short-output ``fast`` profile."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    bounds = [] if lag_bound_ms is None else ["--max-schedule-lag", f"{lag_bound_ms:g}ms"]
+    fast = PROFILES["fast"]
+    cases = {
+        "demo (azure-code-2023 lengths)": (DEMO_SWEEP, DEMO_SIM),
+        "short output (fast, 16 tokens)": (
+            ["--slo", fast.slo, "--probe-duration", "10s", "--precision", "10%", "--calibration", "3s",
+             "--input-tokens", "16", "--output-tokens", "16"],
+            fast.sim_args,
+        ),
+    }  # fmt: skip
+    base = tmpdir("bench-window-truth-")
+    ok = True
+    print("answer's output tok/s against the simulated endpoint's truth over the answer probe's window")
+    for i, (label, (args, sim)) in enumerate(cases.items()):
+        out, truth = base / f"sweep-{i}", base / f"truth-{i}.jsonl"
+        cmd = [sys.executable, "-m", "loadgen.cli", "sweep", *bounds, *args, "--sim-args",
+               f"{sim} --truth-log {truth}", "--out", str(out)]  # fmt: skip
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+        if not (out / "sweep.json").exists():
+            print(f"  {label}: no sweep.json (exit {p.returncode}): {p.stderr[-2000:]}")
+            ok = False
+            continue
+        res = json.loads((out / "sweep.json").read_text())
+        a = res["answer"]
+        print(
+            f"  {label}: exit {p.returncode}, answer {a['max_rate_rps']} req/s, ${a.get('cost_per_million_output_tokens_usd')} per M output tokens"
+        )
+        ok &= print_truth(label, window_truth(out, truth, res))
+    print(f"bar: output tok/s within 3 % of the truth and goodput == conforming/window: {'PASS' if ok else 'FAIL'}")
+    print(f"files under {base}")
+    return 0 if ok else 1
 
 
 def grid_probes(lo: float, hi: float, step: float) -> int:
@@ -258,7 +365,14 @@ def main() -> int:
     )
     ap.add_argument("--sweep-timeout", type=float, default=1800.0)
     ap.add_argument("--quick", action="store_true", help="the quick settings above (about 4 minutes)")
+    ap.add_argument(
+        "--window-truth",
+        action="store_true",
+        help="only the window check: the demo's profile and a short-output one against the sim's truth log (~5 min)",
+    )
     a = ap.parse_args()
+    if a.window_truth:
+        return window_truth_main(a.lag_bound_ms, a.sweep_timeout)
     defaults = dict(
         probe_duration=30.0,
         precision=0.05,
@@ -347,6 +461,7 @@ def main() -> int:
             "grid_s": grid_s,
             "wall": wall,
             "limited_by": res["answer"]["limited_by"],
+            "res": res,
             "verdicts": [
                 (p["offered_rps"], p["verdict"], p["stopped_early"], p.get("segments", 1)) for p in res["probes"]
             ],
@@ -365,6 +480,15 @@ def main() -> int:
         )
         if row["limited_by"]:
             print(f"       limited by {row['limited_by']}")
+    print("  the answer's output tok/s and goodput over its probe's window, against the sim's truth log")
+    truth_ok = all(
+        print_truth(
+            f"seed {row['seed']}",
+            window_truth(base / f"seed-{row['seed']}", base / f"seed-{row['seed']}-truth.jsonl", row["res"]),
+        )
+        for row in rows
+        if row["answer"] is not None
+    )
     for row in rows:
         desc = ", ".join(
             f"{r:.1f}:{v.upper()}{' early' if e else ''}{f' x{s}' if s > 1 else ''}" for r, v, e, s in row["verdicts"]
@@ -421,7 +545,10 @@ def main() -> int:
         worst = max(abs(s["measured_ms"] - s["virtual_ms"]) for s in spots)
         print(f"spot checks: largest |loadgen - virtual| p{target.percentile:g} TTFT {worst:.2f} ms")
     print(f"total wall time {time.monotonic() - t_start:.0f} s; files under {base}")
-    return 0 if (ok_all and bar3) else 1
+    print(
+        f"bar: output tok/s within 3 % of the truth in the window, goodput == conforming/window: {'PASS' if truth_ok else 'FAIL'}"
+    )
+    return 0 if (ok_all and bar3 and truth_ok) else 1
 
 
 if __name__ == "__main__":

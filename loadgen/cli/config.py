@@ -93,6 +93,7 @@ def base_load_config(kw: dict[str, Any]) -> LoadConfig:
         trace_start_s=duration_s(kw["trace_start"], "--trace-start") or 0.0,
         trace_duration_s=duration_s(kw["trace_duration"], "--trace-duration"),
         trace_loop=kw["trace_loop"],
+        trace_keep_zero_output=kw["trace_keep_zero_output"],
         output_tokens_override=explicit_out,
         dataset=kw["dataset"],
         tokenizer=kw["tokenizer"],
@@ -215,6 +216,10 @@ def build_sweep_config(kw: dict[str, Any]) -> SweepConfig:
         raise click.UsageError("--precision must be between 0% and 100%")
     if kw["repeats"] < 1:
         raise click.UsageError("--repeats must be at least 1")
+    # --max-schedule-lag given: it wins; else the sweep's own default (SweepConfig.schedule_lag_bound_ms)
+    lag_given = (
+        click.get_current_context().get_parameter_source("max_schedule_lag") != click.core.ParameterSource.DEFAULT
+    )
     return SweepConfig(
         slos=slos,
         probe_duration_s=duration_s(kw["probe_duration"], "--probe-duration") or 60.0,
@@ -233,4 +238,7 @@ def build_sweep_config(kw: dict[str, Any]) -> SweepConfig:
         accelerators=kw["accelerators"],
         concurrency_levels=levels,
         workers=parse_workers(kw["workers"]),
+        max_schedule_lag_ms=(duration_s(kw["max_schedule_lag"], "--max-schedule-lag") or 0.0) * 1e3
+        if lag_given
+        else None,
     )

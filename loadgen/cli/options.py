@@ -331,6 +331,12 @@ def workload_options(f: F) -> F:
         click.option(
             "--loop", "trace_loop", is_flag=True, help="Repeat the trace window to fill --requests or --duration."
         ),
+        click.option(
+            "--trace-keep-zero-output",
+            is_flag=True,
+            help="Replay trace rows with 0 output tokens (failed requests in the original log, e.g. BurstGPT) "
+            "asking for 1 token; by default they are skipped and counted.",
+        ),
         click.option("--dataset", help="Prompts from a ShareGPT JSON or a loadgen JSONL file."),
         click.option("--tokenizer", help="Hugging Face tokenizer directory or tokenizer.json: exact input lengths."),
         click.option("--prompt-format", type=click.Choice(["text", "token-ids"]), default="text", show_default=True),

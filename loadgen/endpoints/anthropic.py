@@ -30,8 +30,8 @@ import aiohttp
 import orjson
 
 from loadgen.clock import now_ns
-from loadgen.endpoints.http import HTTPSendMixin, fail, is_buffered
-from loadgen.endpoints.pool import network_baseline
+from loadgen.endpoints.http import HTTPSendMixin, drain_after_end, fail, settle
+from loadgen.endpoints.pool import connect_error_text, network_baseline, side_timeout
 from loadgen.endpoints.quota import ClientRateCap
 from loadgen.errors import EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
@@ -91,11 +91,13 @@ class AnthropicStreamParser:
     ``error`` event arrived; ``finish(t_ns)`` at the end of the body. Usage: input
     tokens from ``message_start`` (``input_tokens`` + cache reads + cache writes;
     cache reads also as ``cached_prompt_tokens``); output tokens = the last
-    ``message_delta`` ``usage.output_tokens``. Three or more token events in a single
-    read mark the record ``buffered`` (see :func:`loadgen.endpoints.http.is_buffered`).
+    ``message_delta`` ``usage.output_tokens``. The request ends at ``message_stop`` (a
+    server that keeps the body open after it costs its connection, not the request);
+    ``stop_reason: "refusal"`` makes it ``filtered``; tokens that came in one burst mark it
+    ``buffered`` (both by :func:`loadgen.endpoints.http.settle`).
     """
 
-    __slots__ = ("record", "redact", "dec", "done", "failed", "_token_reads")
+    __slots__ = ("record", "redact", "dec", "done", "failed")
 
     def __init__(self, record: RequestRecord, *, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024) -> None:
         self.record = record
@@ -103,16 +105,11 @@ class AnthropicStreamParser:
         self.dec = SSEDecoder(max_event_bytes)
         self.done = False
         self.failed = False
-        self._token_reads = 0
 
     def feed(self, chunk: bytes, t_ns: int) -> bool:
-        rec = self.record
-        n_before = len(rec.events)
         for ev in self.dec.feed(chunk):
             if self._event(ev.event, ev.data, t_ns):
                 break
-        if len(rec.events) > n_before:
-            self._token_reads += 1
         return self.done or self.failed
 
     def _event(self, name: str, data: str, t_ns: int) -> bool:
@@ -196,8 +193,7 @@ class AnthropicStreamParser:
             rec.end_ns = t_ns
             fail(rec, "incomplete_stream", "stream closed before message_stop")
             return
-        rec.buffered = is_buffered(len(rec.events), self._token_reads)
-        rec.status = "ok"
+        settle(rec)
 
 
 def _error_text(err: Any, redact: Redactor) -> str:
@@ -257,12 +253,14 @@ class AnthropicEndpoint(HTTPSendMixin):
                 self._root + "/models",
                 headers=self._headers,
                 allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout_s + 5),
+                timeout=side_timeout(self.config.connect_timeout_s, self.config.connect_timeout_s + 5),
             ) as resp:
                 raw = await resp.read()
                 status = resp.status
         except (TimeoutError, aiohttp.ClientConnectorError, aiohttp.ClientOSError, OSError) as exc:
-            raise EndpointUnreachable(f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}") from None
+            raise EndpointUnreachable(
+                f"cannot reach {self.url_for_record}: {self.redactor(connect_error_text(exc))}"
+            ) from None
         if self.network is not None:
             self.network["cheap_request_ms"] = [(now_ns() - t0) / 1e6]
         if status == 200:
@@ -327,10 +325,9 @@ class AnthropicEndpoint(HTTPSendMixin):
         async for chunk in resp.content.iter_any():
             if parser.feed(chunk, now_ns()):
                 break
+        parser.finish(now_ns())  # the request ends at message_stop, whatever the server does next
         if parser.done:
-            async for _ in resp.content.iter_any():  # drain, so the connection can be reused
-                pass
-        parser.finish(now_ns())
+            await drain_after_end(resp)  # a body left open after message_stop costs the connection only
 
     async def _read_body(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         raw = await resp.read()
@@ -356,4 +353,4 @@ class AnthropicEndpoint(HTTPSendMixin):
             if isinstance(usage.get("output_tokens"), int):
                 record.completion_tokens = usage["output_tokens"]
             AnthropicStreamParser(record, redact=self.redactor)._input_usage(usage)
-        record.status = "ok"
+        settle(record, streamed=False)

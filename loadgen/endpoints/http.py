@@ -3,7 +3,9 @@ Triton's ``generate_stream``) share.
 
 * :func:`classify_exception`: a transport exception -> an error kind.
 * :func:`note_response`, :func:`fail`, :func:`fill_http_error` / :func:`record_http_error`
-  (a non-2xx answer -> ``rate_limited`` or ``http_error``): filling the record.
+  (a non-2xx answer -> ``rate_limited``, ``filtered`` or ``http_error``): filling the record.
+* :func:`settle` (a cleanly ended response -> ``ok``, ``buffered`` or ``filtered``) and
+  :func:`drain_after_end` (the rest of a finished stream, read for a bounded time).
 * :func:`http_attempt`: one POST, its answer read by the endpoint's reader; never raises.
 * :class:`GatedPayload`: a body whose bytes go out only when the runner opens its gate.
 * :func:`send_with_attempts`: the client's own rate cap (:class:`~loadgen.endpoints.quota.ClientRateCap`,
@@ -24,7 +26,7 @@ import orjson
 
 from loadgen.clock import deadline_after, now_ns, sleep_until
 from loadgen.endpoints.base import EndpointBase
-from loadgen.endpoints.pool import current_record, open_session
+from loadgen.endpoints.pool import connect_error_text, current_record, open_session
 from loadgen.endpoints.quota import (
     ClientRateCap,
     Headers,
@@ -33,6 +35,7 @@ from loadgen.endpoints.quota import (
     retry_after_from_headers,
 )
 from loadgen.errors import ProtocolError
+from loadgen.metrics import stream_buffered
 from loadgen.types import RequestRecord, RequestSpec
 
 _CLIENT_LIMIT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.EADDRNOTAVAIL}
@@ -88,18 +91,46 @@ def classify_exception(exc: BaseException, *, response_started: bool) -> str:
     return "connect"
 
 
-BUFFERED_MIN_TOKEN_EVENTS = 3
-"""A stream is ``buffered`` when at least this many token events all arrived in one read.
-
-A buffering proxy hands over the whole stream at once. Two events in one read are as
-likely a client that stalled for one inter-token gap (a busy loop coalesces them in
-the socket buffer) as a proxy, so it takes three or more; a client stall long enough
-to swallow a whole longer stream also fails the run's event-loop-lag check."""
+FILTERED_FINISH_REASONS = {
+    "content_filter": "finish_reason content_filter",  # OpenAI, Azure OpenAI (and OpenAI-compatible hosts)
+    "refusal": "stop_reason refusal",  # Anthropic: a streaming classifier stopped the answer
+}
+"""Finish reasons that mean a provider's content filter ended the output: the request is ``filtered``."""
 
 
-def is_buffered(token_events: int, token_reads: int) -> bool:
-    """True when ``token_events`` (>= :data:`BUFFERED_MIN_TOKEN_EVENTS`) all came in one read."""
-    return token_events >= BUFFERED_MIN_TOKEN_EVENTS and token_reads == 1
+def settle(record: RequestRecord, *, streamed: bool = True) -> None:
+    """The outcome of a response that ended cleanly: ``ok``, or the ``filtered`` error kind
+    when its finish reason says a content filter cut it (:data:`FILTERED_FINISH_REASONS`).
+
+    A filtered request is not a success: it never enters the success latencies or goodput and
+    is counted under its kind (``errors_by_kind.filtered``); its end stays where the stream
+    ended. A streamed ``ok`` record is marked ``buffered`` when its tokens came in one burst
+    (:func:`loadgen.metrics.stream_buffered`)."""
+    why = FILTERED_FINISH_REASONS.get(record.finish_reason or "")
+    if why is not None:
+        fail(record, "filtered", f"{why}: the provider's content filter stopped the output")
+        return
+    if streamed:
+        record.buffered = stream_buffered(record)
+    record.status = "ok"
+
+
+DRAIN_AFTER_END_S = 1.0
+"""After a stream's clean end, what follows (the chunked terminator) is read this long, then the
+connection is dropped."""
+
+
+async def drain_after_end(resp: aiohttp.ClientResponse) -> None:
+    """Read the rest of a body whose stream has already ended, so the connection can be reused,
+    but never longer than :data:`DRAIN_AFTER_END_S`: a server that keeps the body open after
+    the stream's end (``[DONE]``, ``message_stop``, an error event) costs its connection, not the
+    request, whose outcome and end are already on its record."""
+    try:
+        async with asyncio.timeout(DRAIN_AFTER_END_S):
+            async for _ in resp.content.iter_any():
+                pass
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        resp.close()
 
 
 class GatedPayload(aiohttp.BytesPayload):
@@ -154,7 +185,8 @@ def fill_http_error(
 ) -> None:
     """Fill ``record`` from a non-2xx answer whose body (its first :data:`ERROR_BODY_LIMIT`
     bytes) has been read: ``rate_limited`` (429, its Retry-After kept, see
-    :func:`~loadgen.endpoints.quota.retry_after_from_headers`) or ``http_error``; the
+    :func:`~loadgen.endpoints.quota.retry_after_from_headers`), ``filtered`` (a 400 whose body
+    says a content filter refused the prompt, as Azure OpenAI answers) or ``http_error``; the
     first 300 characters of the body, secrets scrubbed first. Its end is now.
 
     ``error_field``: when the body is a JSON object with this key set (Triton: ``"error"``),
@@ -164,21 +196,36 @@ def fill_http_error(
     record.http_status = status
     record.end_ns = now_ns()
     text = body.decode("utf-8", "replace").strip().replace("\n", " ")
-    if error_field is not None:
+    obj: Any = None
+    if error_field is not None or status == 400:
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
             obj = None
-        if isinstance(obj, dict) and obj.get(error_field):
-            text = str(obj[error_field])
+    if error_field is not None and isinstance(obj, dict) and obj.get(error_field):
+        text = str(obj[error_field])
     text = redact(text)[:300]
     if status == 429:
         record.retry_after_s = retry_after_from_headers(headers)
         record.error_kind = "rate_limited"
+    elif status == 400 and _prompt_filtered(obj):
+        record.error_kind = "filtered"
     else:
         record.error_kind = "http_error"
     record.status = "error"
     record.error_detail = redact(f"HTTP {status}: {text}")
+
+
+def _prompt_filtered(obj: Any) -> bool:
+    """An HTTP 400 body that says a content filter refused the prompt (Azure OpenAI:
+    ``{"error": {"code": "content_filter", "innererror": {"code": "ResponsibleAIPolicyViolation"}}}``)."""
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(err, dict):
+        return False
+    inner = err.get("innererror")
+    return err.get("code") == "content_filter" or (
+        isinstance(inner, dict) and inner.get("code") == "ResponsibleAIPolicyViolation"
+    )
 
 
 async def record_http_error(
@@ -246,8 +293,7 @@ async def http_attempt(
     except Exception as exc:  # transport errors become data, never escape
         if record.status != "ok":  # a complete response stays ok (e.g. the deadline hit its slow close)
             kind = classify_exception(exc, response_started=response_started)
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            fail(record, kind, redact(detail))
+            fail(record, kind, redact(connect_error_text(exc, kind=False)))
     finally:
         current_record.reset(token)
     if record.sent_ns is None and record.error_kind not in ("connect", "client_limit"):

@@ -19,7 +19,6 @@ the record live in :func:`apply_stream_event`, shared with ``loadgen.locust``.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -28,8 +27,8 @@ import aiohttp
 import orjson
 
 from loadgen.clock import now_ns
-from loadgen.endpoints.http import ERROR_BODY_LIMIT, HTTPSendMixin, fail, is_buffered
-from loadgen.endpoints.pool import network_baseline
+from loadgen.endpoints.http import ERROR_BODY_LIMIT, HTTPSendMixin, drain_after_end, fail, settle
+from loadgen.endpoints.pool import connect_error_text, network_baseline, side_timeout
 from loadgen.endpoints.quota import ClientRateCap
 from loadgen.errors import EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
@@ -37,7 +36,6 @@ from loadgen.sse import SSEDecoder
 from loadgen.types import RequestRecord, RequestSpec, TokenEvent
 
 OPTIONAL_FIELDS = ("continuous_usage_stats", "include_usage", "ignore_eos", "min_tokens")
-DRAIN_AFTER_DONE_S = 1.0  # after [DONE], the end of the body is awaited this long, then the connection dropped
 __all__ = ["ERROR_BODY_LIMIT", "OpenAIConfig", "OpenAIEndpoint", "OpenAIStreamParser", "apply_stream_event"]
 
 
@@ -176,7 +174,7 @@ class OpenAIEndpoint(HTTPSendMixin):
                     url,
                     headers=self._headers,
                     allow_redirects=False,
-                    timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout_s + 5),
+                    timeout=side_timeout(self.config.connect_timeout_s, self.config.connect_timeout_s + 5),
                 ) as resp:
                     await resp.read()
                 out.append((now_ns() - t0) / 1e6)
@@ -235,7 +233,7 @@ class OpenAIEndpoint(HTTPSendMixin):
             self._root + path if path.startswith("/models") else _origin(self._root) + path,
             headers=self._headers,
             allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout_s + 5),
+            timeout=side_timeout(self.config.connect_timeout_s, self.config.connect_timeout_s + 5),
         ) as resp:
             if resp.status != 200:
                 return None
@@ -249,7 +247,9 @@ class OpenAIEndpoint(HTTPSendMixin):
         try:
             models = await self._get_json("/models")
         except (TimeoutError, aiohttp.ClientConnectorError, aiohttp.ClientOSError, OSError) as exc:
-            raise EndpointUnreachable(f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}") from None
+            raise EndpointUnreachable(
+                f"cannot reach {self.url_for_record}: {self.redactor(connect_error_text(exc))}"
+            ) from None
         if isinstance(models, dict):
             for m in models.get("data") or []:
                 if isinstance(m, dict) and m.get("id"):
@@ -298,12 +298,14 @@ class OpenAIEndpoint(HTTPSendMixin):
                 data=orjson.dumps(body),
                 headers=self._headers,
                 allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=min(self.config.timeout_s, 60.0)),
+                timeout=side_timeout(self.config.connect_timeout_s, min(self.config.timeout_s, 60.0)),
             ) as resp:
                 await resp.read()
                 return resp.status
         except (aiohttp.ClientConnectorError, OSError) as exc:
-            raise EndpointUnreachable(f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}") from None
+            raise EndpointUnreachable(
+                f"cannot reach {self.url_for_record}: {self.redactor(connect_error_text(exc))}"
+            ) from None
         except (TimeoutError, aiohttp.ClientError):
             return None
 
@@ -367,7 +369,7 @@ class OpenAIEndpoint(HTTPSendMixin):
             record.finish_reason = c.get("finish_reason")
         record.body_text = text
         _take_usage(record, obj.get("usage"))
-        record.status = "ok"
+        settle(record, streamed=False)
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         parser = OpenAIStreamParser(
@@ -378,15 +380,7 @@ class OpenAIEndpoint(HTTPSendMixin):
                 break
         parser.finish(now_ns())
         if parser.done:
-            # Complete. Read the rest of the body (the chunked terminator) so the connection can
-            # be reused, but never wait long for it: a server that does not end the body only
-            # costs its connection, not the request (it stays ok, its end at [DONE]).
-            try:
-                async with asyncio.timeout(DRAIN_AFTER_DONE_S):
-                    async for _ in resp.content.iter_any():
-                        pass
-            except (TimeoutError, aiohttp.ClientError, OSError):
-                resp.close()
+            await drain_after_end(resp)  # a body left open after [DONE] costs the connection, not the request
 
 
 def apply_stream_event(record: RequestRecord, data: str, t_ns: int, *, chat: bool, redact: Redactor) -> str | None:
@@ -456,13 +450,13 @@ class OpenAIStreamParser:
     once the stream has ended (``[DONE]``) or failed in-band; ``finish(t_ns)`` is
     called at the end of the body. A clean end is ``[DONE]``, or EOF after a
     ``finish_reason`` with no partial event pending; anything else is an
-    ``incomplete_stream``. When three or more token events all arrived in one read
-    (a buffering proxy delivered the whole stream at once; see
-    :data:`~loadgen.endpoints.http.BUFFERED_MIN_TOKEN_EVENTS`) the record is marked
-    ``buffered``: its TPOT and ITL are not measurable.
+    ``incomplete_stream``. A clean end with ``finish_reason: "content_filter"`` is the
+    ``filtered`` error kind; a stream whose tokens came in one burst (a buffering proxy,
+    see :func:`loadgen.metrics.is_buffered`) is marked ``buffered``: its TPOT and ITL
+    are not measurable (both by :func:`~loadgen.endpoints.http.settle`).
     """
 
-    __slots__ = ("record", "chat", "redact", "dec", "done", "failed", "_token_reads", "_last_read")
+    __slots__ = ("record", "chat", "redact", "dec", "done", "failed")
 
     def __init__(
         self, record: RequestRecord, *, chat: bool, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024
@@ -473,12 +467,9 @@ class OpenAIStreamParser:
         self.dec = SSEDecoder(max_event_bytes)
         self.done = False
         self.failed = False
-        self._token_reads = 0
-        self._last_read = -1
 
     def feed(self, chunk: bytes, t_ns: int) -> bool:
         rec = self.record
-        n_before = len(rec.events)
         for ev in self.dec.feed(chunk):
             r = apply_stream_event(rec, ev.data, t_ns, chat=self.chat, redact=self.redact)
             if r == "done":
@@ -488,8 +479,6 @@ class OpenAIStreamParser:
             if r == "failed":
                 self.failed = True
                 break
-        if len(rec.events) > n_before:
-            self._token_reads += 1
         return self.done or self.failed
 
     def finish(self, t_ns: int) -> None:
@@ -502,8 +491,7 @@ class OpenAIStreamParser:
             if rec.finish_reason is None or self.dec.pending:
                 _fail(rec, "incomplete_stream", "stream closed before [DONE] or finish_reason")
                 return
-        rec.buffered = is_buffered(len(rec.events), self._token_reads)
-        rec.status = "ok"
+        settle(rec)
 
 
 def _origin(url: str) -> str:

@@ -33,18 +33,25 @@ def _first_attempt(rec: Any) -> bool:
     return isinstance(rec, RequestRecord) and not rec.attempts
 
 
+_tls_stalled: contextvars.ContextVar[str | None] = contextvars.ContextVar("loadgen_tls_stalled", default=None)
+"""Set by :class:`TimedConnector` when this task's TCP connection was made but its TLS handshake
+did not finish (read once by :func:`connect_error_text`)."""
+
+
 class TimedConnector(aiohttp.TCPConnector):
     """A TCPConnector that splits a new connection's set-up into TCP connect and TLS.
 
     The protocol factory is called by the event loop once the socket is connected
     and before the TLS handshake starts; ``create_connection`` returns once the
     handshake is done. Both moments land on the record being sent (a context
-    variable set by the endpoint around each request).
+    variable set by the endpoint around each request). A connection that ends
+    (timed out or cancelled) between the two is a TLS handshake that did not finish:
+    noted for :func:`connect_error_text`, which names that phase in the error.
     """
 
     async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> Any:
         rec = current_record.get()
-        if not args or not _first_attempt(rec):
+        if not args:
             return await super()._wrap_create_connection(*args, **kwargs)
         factory = args[0]
         mark: list[int] = []
@@ -53,14 +60,43 @@ class TimedConnector(aiohttp.TCPConnector):
             mark.append(now_ns())
             return factory()
 
+        _tls_stalled.set(None)
         t0 = now_ns()
-        result = await super()._wrap_create_connection(timed_factory, *args[1:], **kwargs)
+        try:
+            result = await super()._wrap_create_connection(timed_factory, *args[1:], **kwargs)
+        except (TimeoutError, asyncio.CancelledError):
+            if mark and kwargs.get("ssl"):
+                _tls_stalled.set(_tls_note(kwargs))
+            raise
         t2 = now_ns()
-        t1 = mark[-1] if mark else t2
-        assert rec is not None
-        rec.tcp_connect_ns = t1 - t0
-        rec.tls_ns = (t2 - t1) if kwargs.get("ssl") else None
+        if _first_attempt(rec):
+            t1 = mark[-1] if mark else t2
+            assert rec is not None
+            rec.tcp_connect_ns = t1 - t0
+            rec.tls_ns = (t2 - t1) if kwargs.get("ssl") else None
         return result
+
+
+def _tls_note(kwargs: dict[str, Any]) -> str:
+    req, timeout = kwargs.get("req"), kwargs.get("timeout")
+    url = getattr(req, "url", None)
+    where = f"{url.host}:{url.port}" if url is not None else "the server"
+    limit = getattr(timeout, "sock_connect", None)
+    within = f" within {limit:g} s" if isinstance(limit, int | float) else ""
+    return f"TLS handshake with {where} did not finish{within}"
+
+
+def connect_error_text(exc: BaseException, *, kind: bool = True) -> str:
+    """One line for a transport error: ``TLS handshake with HOST:PORT did not finish within
+    N s`` when the connection timed out after its TCP connect, inside the TLS handshake (aiohttp
+    says only "Connection timeout to host"); else ``Type: message``. ``kind``: prefix the TLS
+    line with ``timeout: `` (for messages that carry no error kind of their own)."""
+    if isinstance(exc, TimeoutError):
+        note = _tls_stalled.get()
+        if note is not None:
+            _tls_stalled.set(None)
+            return f"timeout: {note}" if kind else note
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
@@ -121,6 +157,13 @@ async def _on_dns_hit(session: Any, ctx: Any, params: Any) -> None:
     rec = ctx.trace_request_ctx
     if _first_attempt(rec) and rec.dns_ns is None:
         rec.dns_ns = 0
+
+
+def side_timeout(connect_s: float, total_s: float) -> aiohttp.ClientTimeout:
+    """The timeout of a request made beside the load (discovery, pre-flight): ``total_s`` in all,
+    and the session's connect timeout (a per-request ``ClientTimeout`` replaces the session's
+    whole, so without it a stalled TCP or TLS set-up would run to ``total_s``)."""
+    return aiohttp.ClientTimeout(total=total_s, connect=connect_s, sock_connect=connect_s)
 
 
 CONNECTION_REUSE = ("keep-alive", "none")

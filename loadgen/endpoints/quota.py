@@ -5,7 +5,7 @@
   :func:`retry_after_from_headers` (the same over a response's headers).
 * :func:`parse_go_duration` (``6m0s``, ``9ms``, ``1h2m3.5s``).
 * :func:`parse_ratelimit_headers` (``x-ratelimit-*`` of OpenAI and Azure,
-  ``anthropic-ratelimit-*``).
+  ``anthropic-ratelimit-*``; Azure's ``-1`` and a limit of 0 as unknown).
 * :class:`ClientRateCap` (``--max-rpm``/``--max-tpm``) and :func:`request_token_cost`,
   the tokens a request reserves under it.
 """
@@ -157,9 +157,17 @@ def parse_ratelimit_headers(headers: Headers) -> dict[str, float] | None:
     (seconds until the quota refills: Go durations such as ``6m0s``, or an RFC 3339
     time read against the response's ``Date``), ``<what>`` with ``-`` as ``_``.
     Unparseable values are left out.
+
+    Unknown is left out, never a number. A quota (``<what>``) whose ``limit`` or
+    ``remaining`` is negative, or whose ``limit`` is 0, reports nothing: Azure OpenAI answers
+    ``limit: -1, remaining: -1, reset: 0`` where it keeps no such quota (and ``remaining: -1``
+    alone), and a quota of 0 could not have served the request that carries it; that quota's
+    ``reset`` (0 there) goes too. A ``remaining: 0`` beside a positive (or absent) limit is a
+    real zero (OpenAI: the quota is spent until the reset), and so is a ``reset`` of 0 then.
     """
     date = _get(headers, "date")
     out: dict[str, float] = {}
+    unknown: set[str] = set()
     for name, value in headers.items():
         low = name.lower()
         if not low.startswith(("x-ratelimit-", "anthropic-ratelimit-")):
@@ -184,7 +192,13 @@ def parse_ratelimit_headers(headers: Headers) -> dict[str, float] | None:
             continue
         if n != n or n in (float("inf"), float("-inf")):
             continue
+        if n < 0 or (kind == "limit" and n == 0):
+            unknown.add(what)
+            continue
         out[f"{kind}_{what}"] = int(n) if n.is_integer() else n
+    for what in unknown:
+        for key in (f"limit_{what}", f"remaining_{what}", f"reset_{what}_s"):
+            out.pop(key, None)
     return dict(sorted(out.items())) or None
 
 

@@ -48,7 +48,8 @@ import orjson
 
 from loadgen.clock import deadline_after, now_ns
 from loadgen.endpoints.base import EndpointBase
-from loadgen.endpoints.http import classify_exception, fail, record_http_error
+from loadgen.endpoints.http import classify_exception, drain_after_end, fail, record_http_error
+from loadgen.endpoints.pool import TimedConnector, connect_error_text, side_timeout
 from loadgen.endpoints.triton_config import StreamProgress, TritonConfig, error_line
 from loadgen.endpoints.triton_grpc import TritonGRPCMixin, decode_infer_response, grpc_library
 from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
@@ -79,6 +80,7 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
         self.batch_dim = False
         self._session: aiohttp.ClientSession | None = None
         self._channels: list[Any] = []  # [(channel, stub, in_flight)]
+        self.accounting: dict[str, int] = {}  # requests whose output accounting was corrected, by fix
         if config.protocol == "http":
             p = urlsplit(config.url if "://" in config.url else "http://" + config.url)
             self._origin = f"{p.scheme}://{p.netloc}"
@@ -139,6 +141,7 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
                 "request_timeout_s": cfg.timeout_s,
                 "retries": 0,
             },
+            **({"accounting_fixed": dict(sorted(self.accounting.items()))} if self.accounting else {}),
         }
 
     # --- discovery -------------------------------------------------------------------
@@ -146,7 +149,7 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
     async def _open_http(self) -> None:
         cfg = self.config
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=cfg.pool_limit, limit_per_host=0, ttl_dns_cache=300),
+            connector=TimedConnector(limit=cfg.pool_limit, limit_per_host=0, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(
                 total=None, connect=cfg.connect_timeout_s, sock_connect=cfg.connect_timeout_s
             ),
@@ -156,7 +159,9 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
         try:
             self.server = await self._get_json("/v2") or {}
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise EndpointUnreachable(f"cannot reach Triton at {self._origin}: {self.redactor(str(exc))}") from None
+            raise EndpointUnreachable(
+                f"cannot reach Triton at {self._origin}: {self.redactor(connect_error_text(exc))}"
+            ) from None
         if cfg.model is None:
             cfg.model = await self._first_model_http()
         conf = await self._get_json(f"/v2/models/{quote(cfg.model, safe='')}/config")
@@ -169,7 +174,7 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
         assert self._session is not None
         async with self._session.request(
             method, self._origin + path, allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout_s + 5),
+            timeout=side_timeout(self.config.connect_timeout_s, self.config.connect_timeout_s + 5),
         ) as resp:  # fmt: skip
             try:
                 return await resp.json(content_type=None)
@@ -249,6 +254,18 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
                 out.append((name, "BOOL", True))  # type: ignore[arg-type]  # the value column holds str, bool or int
         return out
 
+    def progress(self, spec: RequestSpec, record: RequestRecord) -> StreamProgress:
+        """A stream's bookkeeping for ``spec``: the prompt is checked for an echo when the model
+        could not be asked to exclude it (see :class:`StreamProgress`)."""
+        cfg = self.config
+        echo = None if self._has(cfg.exclude_input_input) else spec.prompt
+        return StreamProgress(record, cfg.cumulative_text, echo=echo, max_tokens=spec.requested_output_tokens)
+
+    def note_fixes(self, prog: StreamProgress) -> None:
+        """Count the accounting corrections of one finished stream (shown by :meth:`describe`)."""
+        for fix in prog.fixes:
+            self.accounting[fix] = self.accounting.get(fix, 0) + 1
+
     def http_body(self, spec: RequestSpec) -> dict[str, Any]:
         return {name: value for name, _, value in self.tensors(spec)}
 
@@ -285,21 +302,23 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
                     if resp.status != 200:
                         await record_http_error(resp, record, self.redactor, error_field="error")
                         return
-                    await self._read_sse(resp, record)
+                    prog = self.progress(spec, record)
+                    await self._read_sse(resp, record, prog)
+                    self.note_fixes(prog)
         except asyncio.CancelledError:
             raise
         except ProtocolError as exc:
             fail(record, "protocol", self.redactor(str(exc)))
         except Exception as exc:
-            kind = classify_exception(exc, response_started=started)
-            fail(record, kind, self.redactor(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__))
+            if record.status != "ok":  # a finished stream stays ok (e.g. the deadline hit its slow close)
+                kind = classify_exception(exc, response_started=started)
+                fail(record, kind, self.redactor(connect_error_text(exc, kind=False)))
         if record.sent_ns is None and record.error_kind not in ("connect", "client_limit"):
             record.sent_ns = t_call
 
-    async def _read_sse(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+    async def _read_sse(self, resp: aiohttp.ClientResponse, record: RequestRecord, prog: StreamProgress) -> None:
         cfg = self.config
         dec = SSEDecoder(cfg.max_event_bytes)
-        prog = StreamProgress(record, cfg.cumulative_text)
         async for chunk in resp.content.iter_any():
             t = now_ns()
             for ev in dec.feed(chunk):
@@ -314,9 +333,7 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
                 if err is not None:
                     record.end_ns = t
                     fail(record, "stream_error", self.redactor(error_line(err))[:300])
-                    # drain what is left so the connection can be reused
-                    async for _ in resp.content.iter_any():
-                        pass
+                    await drain_after_end(resp)  # a body left open after the error costs the connection only
                     return
                 prog.add(t, text, n_out, n_in, fr)
         dec.close()

@@ -7,9 +7,11 @@ Used by :mod:`loadgen.endpoints.triton` (the endpoint and its HTTP path) and
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loadgen.endpoints.http import settle
 from loadgen.types import RequestRecord, TokenEvent
 
 __all__ = ["StreamProgress", "TritonConfig", "error_line"]
@@ -66,16 +68,38 @@ def error_line(err: str) -> str:
 
 
 class StreamProgress:
-    """What a stream delivered so far, shared by both protocols."""
+    """What a stream delivered so far, shared by both protocols.
 
-    __slots__ = ("record", "cumulative", "n_out", "have_counts", "text_len")
+    Two faults of real models' accounting are detected and corrected here, each named in
+    ``fixes`` (the endpoint counts them in its description):
 
-    def __init__(self, record: RequestRecord, cumulative: bool) -> None:
+    * ``prompt_echo``: ``echo`` is the prompt when the request could not ask for
+      ``exclude_input_in_output`` (the model does not declare that input). A first text that
+      starts with the whole prompt has it removed: vLLM's backend prepends the prompt to its
+      first response (to every response with cumulative text), which would count the prompt's
+      tokens as output (1,100 for 100 generated) and stamp TTFT on the echo.
+    * ``cumulative_num_output_tokens``: counts that never fall and whose sum exceeds the
+      requested ``max_tokens`` while the last does not (or, with no length asked, that rise at
+      every one of three or more responses) are running totals, not per-response counts: the
+      output is their largest value, not their sum.
+
+    ``finish_ok`` settles the record (:func:`~loadgen.endpoints.http.settle`: ``ok`` or
+    ``filtered``, and ``buffered`` when the tokens came in one burst).
+    """
+
+    __slots__ = ("record", "cumulative", "counts", "ev_counts", "text_len", "echo", "max_tokens", "fixes")
+
+    def __init__(
+        self, record: RequestRecord, cumulative: bool, *, echo: str | None = None, max_tokens: int | None = None
+    ) -> None:
         self.record = record
         self.cumulative = cumulative
-        self.n_out = 0
-        self.have_counts = False
+        self.counts: list[int] = []  # num_output_tokens of each response that reported one
+        self.ev_counts: list[int] = []  # per token event: how many counts had arrived with it
         self.text_len = 0
+        self.echo = echo or None
+        self.max_tokens = max_tokens
+        self.fixes: list[str] = []
 
     def add(self, t: int, text: str, n_out: int | None, n_in: int | None, fr: str | None) -> None:
         rec = self.record
@@ -83,19 +107,40 @@ class StreamProgress:
             new = text[self.text_len :]
             self.text_len = len(text)
             text = new
+        if self.echo is not None and text:
+            if text.startswith(self.echo):
+                text = text[len(self.echo) :]
+                self.fixes.append("prompt_echo")
+            self.echo = None  # only the first text can start with an echo (later cumulative ones are cut above)
         if n_out is not None:
-            self.have_counts = True
-            self.n_out += n_out
+            self.counts.append(n_out)
         if n_in is not None:
             rec.prompt_tokens = n_in
         if fr:
             rec.finish_reason = fr
         if text:
-            rec.events.append(TokenEvent(t, text, True, self.n_out if self.have_counts else None))
+            rec.events.append(TokenEvent(t, text, True, None))
+            self.ev_counts.append(len(self.counts))
+
+    def counts_cumulative(self) -> bool:
+        """Whether the reported ``num_output_tokens`` are running totals (see the class)."""
+        c = [x for x in self.counts if x > 0]
+        if len(c) < 2 or any(b < a for a, b in zip(c, c[1:])):
+            return False
+        if self.max_tokens is not None:
+            return sum(c) > self.max_tokens >= c[-1]
+        return len(c) >= 3 and all(b > a for a, b in zip(c, c[1:]))
 
     def finish_ok(self, t: int) -> None:
         rec = self.record
         rec.end_ns = t
-        if self.have_counts:
-            rec.completion_tokens = self.n_out
-        rec.status = "ok"
+        if self.counts:
+            if self.counts_cumulative():
+                running = list(itertools.accumulate(self.counts, max))
+                self.fixes.append("cumulative_num_output_tokens")
+            else:
+                running = list(itertools.accumulate(self.counts))
+            for ev, k in zip(rec.events, self.ev_counts):
+                ev.usage_completion_tokens = running[k - 1] if k else None
+            rec.completion_tokens = running[-1]
+        settle(rec)

@@ -46,6 +46,12 @@ class TritonGRPCMixin:
     def tensors(self, spec: RequestSpec) -> list[tuple[str, str, Any]]:
         raise NotImplementedError  # TritonEndpoint.tensors
 
+    def progress(self, spec: RequestSpec, record: RequestRecord) -> StreamProgress:
+        raise NotImplementedError  # TritonEndpoint.progress
+
+    def note_fixes(self, prog: StreamProgress) -> None:
+        raise NotImplementedError  # TritonEndpoint.note_fixes
+
     async def _open_grpc(self) -> None:
         svc = _grpc_modules()
         pb, _stub = svc
@@ -141,7 +147,7 @@ class TritonGRPCMixin:
         slot[2] += 1
         request = self.grpc_request(spec)
         done = asyncio.Event()
-        prog = StreamProgress(record, cfg.cumulative_text)
+        prog = self.progress(spec, record)
         started = False
         t_call = now_ns()
 
@@ -165,6 +171,7 @@ class TritonGRPCMixin:
                     prog.add(t, text, n_out, n_in, fr)
                     if final:
                         prog.finish_ok(t)
+                        self.note_fixes(prog)
                         break
                 else:
                     fail(record, "incomplete_stream", "stream closed before the final response")

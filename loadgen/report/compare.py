@@ -11,7 +11,11 @@ reported (``comparable: false`` with reasons) and the ranking withheld unless ``
 
 Formulas: cost per million output tokens = cost_per_hour / (output_tps * 3600) * 1e6 (or, with
 per-token prices, the input and output prices weighted by the tokens of the run);
-output tokens per joule = output tokens / energy (J) over the same window.
+output tokens per joule = output_tps / mean power (W), the steady-state rate of the
+measurement window (``result.json`` ``window``, :mod:`loadgen.window`) over the energy
+meter's mean power (energy J / its window s); without the meter's window, output tokens /
+energy over the whole run. Rates (output tok/s, goodput) are the answer probe's, over its
+measurement window, never over the drain.
 
 Sustained behaviour: from the time series of the run at the answer (``result.json``
 ``timeseries``, or rebuilt from its ``requests.jsonl``), the change of output tok/s, TTFT
@@ -179,7 +183,8 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
     )
     ts = res.get("timeseries")
     if ts is None and run_dir is not None and (run_dir / "requests.jsonl").exists():
-        ts = series(run_dir / "requests.jsonl", (res.get("conditions") or {}).get("latency_origin") or "scheduled")
+        origin = (res.get("conditions") or {}).get("latency_origin") or "scheduled"
+        ts = series(run_dir / "requests.jsonl", origin, window=res.get("window"))
     sys_.drift = drift(ts)
     ch = sys_.drift["changes"]
     v["sustained"] = sys_.drift["verdict"] + (
@@ -196,10 +201,7 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
         sys_.check = {"source": str(check_path), "reference": (cdoc.get("reference") or {}).get("source"),
                       "token_unit": ag.get("token_unit"), "load": (cdoc.get("settings") or {}).get("load")}  # fmt: skip
         sys_.links["check"] = str(check_path)
-    energy = res.get("energy") or {}
-    joules = energy.get("joules")
-    out_tokens = (res.get("tokens") or {}).get("output")
-    v["output_tokens_per_joule"] = (out_tokens / joules) if (joules and out_tokens) else NOT_MEASURED
+    v["output_tokens_per_joule"] = tokens_per_joule(res) or NOT_MEASURED
     for k in list(v):
         if v[k] is None:
             v[k] = NOT_MEASURED
@@ -217,6 +219,20 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
         "loadgen_version": cond.get("loadgen_version") or doc.get("loadgen_version"),
     }
     return sys_
+
+
+def tokens_per_joule(res: dict[str, Any]) -> float | None:
+    """Output tokens per joule at the steady state: output_tps / (energy_j / energy window s)."""
+    energy = res.get("energy") or {}
+    joules = energy.get("joules")
+    if not joules:
+        return None
+    out_tps = (res.get("throughput") or {}).get("output_tps")
+    window_s = (res.get("server") or {}).get("window_s")
+    if out_tps and window_s:
+        return out_tps / (joules / window_s)
+    out_tokens = (res.get("tokens") or {}).get("output")
+    return (out_tokens / joules) if out_tokens else None
 
 
 def _first_slo_value(doc: dict[str, Any], p: dict[str, Any]) -> float | None:

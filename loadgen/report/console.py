@@ -27,6 +27,19 @@ def _f(v: Any, digits: int = 2) -> str:
     return f"{v:,}"
 
 
+def window_phrase(w: dict[str, Any]) -> str:
+    """One line naming the measurement window the rates are over (``result.json`` ``window``)."""
+    what = {
+        "scheduled_sends": "window of scheduled sends",
+        "closed_loop_steady": "window from the end of the users' ramp to the first user's stop",
+        "first_send_to_last_completion": "window from the first send to the last completion",
+    }.get(w.get("basis", ""), "window")
+    s = f"rates over the {w['duration_s']:.2f} s {what} ({w['requests']} requests counted)"
+    if w.get("fallback_reason"):
+        s += f"; fallback: {w['fallback_reason']}"
+    return s
+
+
 def render_run(result: dict[str, Any], console: Console, out_dir: str | None = None) -> None:
     """Print the summary of one ``result.json`` body."""
     c = result["counts"]
@@ -43,14 +56,24 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
     if c["errors_by_kind"]:
         console.print("errors by kind: " + ", ".join(f"{k}={v}" for k, v in c["errors_by_kind"].items()))
     console.print(
-        f"throughput: {_f(t['request_rps'])} req/s, {_f(t['output_tps'], 1)} output tok/s, "
-        f"{_f(t['total_tps'], 1)} total tok/s; sends {_f(t['achieved_send_rps'])} req/s"
+        f"throughput: {_f(t.get('completion_rps', t['request_rps']))} req/s completed, {_f(t['output_tps'], 1)} "
+        f"output tok/s, {_f(t['total_tps'], 1)} total tok/s; sends {_f(t['achieved_send_rps'])} req/s"
         + (f"; goodput {_f(t['goodput_rps'])} req/s" if t.get("goodput_rps") is not None else "")
     )
+    if result.get("window"):
+        console.print(window_phrase(result["window"]))
     console.print(
         f"tokens: {tok['input']:,} in, {tok['output']:,} out"
         + (f" ({tok['output_estimated_requests']} requests estimated)" if tok.get("output_estimated_requests") else "")
     )
+    tr = ((result.get("config") or {}).get("workload") or {}).get("trace") or {}
+    if tr.get("skipped_zero_output_rows"):
+        console.print(
+            f"trace: skipped {tr['skipped_zero_output_rows']:,} rows with 0 output tokens (failed requests in the "
+            "original log; --trace-keep-zero-output replays them)"
+        )
+    if tr.get("kept_zero_output_rows"):
+        console.print(f"trace: kept {tr['kept_zero_output_rows']:,} rows with 0 output tokens, each asking for 1 token")
     table = Table(title="latency (ms)", show_lines=False)
     table.add_column("metric")
     for col in ("count", "mean", "p50", "p90", "p99", "p99.9", "max"):

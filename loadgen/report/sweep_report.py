@@ -45,6 +45,33 @@ def answer_line(res: dict[str, Any]) -> str:
     return s
 
 
+def answer_probe(res: dict[str, Any]) -> dict[str, Any] | None:
+    """The probe whose rates the answer reports (the passing probe at the answer), or None."""
+    a = res["answer"]
+    for p in reversed(res.get("probes") or []):
+        if p.get("verdict") != "pass":
+            continue
+        if a.get("concurrency") is not None and p.get("concurrency") == a["concurrency"]:
+            return p
+        if a.get("concurrency") is None and p.get("concurrency") is None and p["offered_rps"] == a["max_rate_rps"]:
+            return p
+    return None
+
+
+def answer_window_line(res: dict[str, Any], out_dir: Path) -> str | None:
+    """ "rates over the 10.07 s window of scheduled sends ..." of the answer's probe (its result.json)."""
+    from loadgen.report.console import window_phrase
+
+    p = answer_probe(res)
+    if p is None:
+        return None
+    try:
+        w = orjson.loads((out_dir / p["dir"] / "result.json").read_bytes()).get("window")
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return f"the answer's {window_phrase(w)}" if w else None
+
+
 def _n(v: Any, d: int = 2) -> str:
     return "-" if v is None else f"{v:,.{d}f}"
 
@@ -92,6 +119,9 @@ def render_sweep(res: dict[str, Any], console: Console, out_dir: str) -> None:
             console.print("remedy: lower the rate, use more client CPU (--workers), or run the client elsewhere")
     console.print(f"total probe time {res['probe_time_s']:.1f} s")
     console.print(f"[bold]{answer_line(res)}[/]")
+    wl = answer_window_line(res, Path(out_dir))
+    if wl:
+        console.print(wl)
     console.print(f"results in {out_dir} (sweep.json, report.html)")
 
 
@@ -240,6 +270,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px}} .answer{{font-size
 figure{{display:inline-block;margin:1em}}</style></head><body>
 <h1>loadgen sweep</h1>
 <p class="answer">{html.escape(answer_line(res))}</p>
+<p>{html.escape(answer_window_line(res, out_dir) or "")}</p>
 <ul>{facts}</ul>
 <p>SLO: {html.escape(", ".join(t["target"] for t in res["slo"]))}; confidence {res["settings"]["confidence"]},
 precision {res["settings"]["precision"] * 100:g} %, probes of at least {res["settings"]["probe_duration_s"]:g} s and

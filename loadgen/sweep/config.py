@@ -9,6 +9,10 @@ from loadgen.slo import SLOTarget, judged_per_request
 from loadgen.stats import min_requests
 
 SWEEP_SCHEMA_VERSION = 1
+MAX_RERUNS = 2
+"""A probe INVALID on the generator's checks (a transient client stall) is run again at most this often."""
+LAG_FLOOR_MS = 5.0
+LAG_FRACTION = 0.02
 
 
 @dataclass
@@ -33,6 +37,8 @@ class SweepConfig:
     accelerators: int | None = None
     concurrency_levels: list[int] | None = None
     workers: int = 1
+    max_schedule_lag_ms: float | None = None  # None: the sweep default (schedule_lag_bound_ms)
+    max_reruns: int = MAX_RERUNS
 
     def needed_requests(self) -> int:
         pcts = [t.percentile for t in self.slos if judged_per_request(t)] or [50.0]
@@ -42,3 +48,21 @@ class SweepConfig:
         if self.probe_warmup_s is not None:
             return self.probe_warmup_s
         return min(5.0, 0.1 * self.probe_duration_s)
+
+    def schedule_lag_bound_ms(self) -> tuple[float, str]:
+        """The probes' p99 schedule-lag bound (ms) and why: max(5 ms, 2 % of the tightest TTFT or E2E threshold).
+
+        Latency already counts from the scheduled time (coordinated-omission free), so a send
+        late by L ms adds at most L ms to that request's TTFT/E2E: a lag of 2 % of the tightest
+        threshold cannot turn a PASS into a FAIL by more than 2 % of it, while a busy client's
+        few-ms hiccups no longer end a sweep with a generous SLO. TPOT/ITL targets do not tighten
+        it (lag does not enter them). An explicit ``--max-schedule-lag`` (``max_schedule_lag_ms``) wins.
+        """
+        if self.max_schedule_lag_ms is not None:
+            return self.max_schedule_lag_ms, "set by --max-schedule-lag"
+        ths = [t.threshold_ns / 1e6 for t in self.slos if t.metric in ("ttft", "time_to_first_answer_token", "e2e")]
+        if not ths:
+            return LAG_FLOOR_MS, "sweep default: 5 ms (no TTFT or E2E target)"
+        tight = min(ths)
+        bound = max(LAG_FLOOR_MS, LAG_FRACTION * tight)
+        return bound, f"sweep default: max(5 ms, 2 % of the tightest TTFT/E2E threshold {tight:g} ms)"

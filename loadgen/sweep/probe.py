@@ -19,9 +19,22 @@ exceed what the largest possible probe could absorb), the probe stops and cancel
 what is in flight; in-flight requests still under the threshold are *censored*
 (excluded from the denominator). Both counts are reported.
 
-Only the generator checks of a probe's validity make it ``invalid``. A probe whose
-requests mostly end rate-limited (HTTP 429, more than half of those not cancelled)
-is ``rate_limited``.
+Stability: an open-loop probe PASSes only if the system keeps up. After each segment
+:func:`loadgen.sweep.stability.backlog_trend` tests the first-token delay and the in-flight
+count for a growing backlog (one-sided Mann-Kendall at 1 % per series, and a material
+Theil-Sen rise); a growing backlog is FAIL with the reason ``unstable: backlog growing``,
+whatever the percentile says (a short probe at 110 % of capacity can pass p99 only because
+the queue has not yet had time to push it past the threshold). A probe is also long enough
+for its tail: while the p99 E2E of its finished requests exceeds
+:data:`~loadgen.sweep.stability.TAIL_FRACTION` of its window of scheduled sends, it is
+extended by a segment twice as long (within ``max_extensions``; past that, low confidence).
+The measured sends are conditioned on the nominal rate (``LoadConfig.exact_rate``), so a
+probe offers exactly the rate the search compares.
+
+The verdict table (docs/measurement.md): only the client's timing (the generator checks of
+:mod:`loadgen.validity`) makes a probe ``invalid``; everything the server causes (SLO
+misses, a growing backlog, errors) is ``fail`` with its reason. A probe whose requests
+mostly end rate-limited (HTTP 429, more than half of those not cancelled) is ``rate_limited``.
 """
 
 from __future__ import annotations
@@ -32,6 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.base import Endpoint
@@ -53,6 +68,7 @@ from loadgen.slo import (
     request_value,
 )
 from loadgen.sweep.config import SweepConfig
+from loadgen.sweep.stability import TAIL_FRACTION, backlog_trend
 from loadgen.types import RequestRecord
 from loadgen.validity import RATE_LIMIT_DOMINATED
 
@@ -73,14 +89,37 @@ class ProbeJudge:
         self.censored = 0
         # exceedances out of n_cap that make FAIL certain, computed once: certain_fail() runs every
         # 100 ms on the event loop that sends the requests and must not evaluate binomial bounds there
+        self.set_cap(n_cap)
+
+    def set_cap(self, n_cap: int) -> None:
+        """The largest possible probe (requests); sets the exceedance counts that make FAIL certain."""
+        self.n_cap = n_cap
         self.fail_k = {
-            tj.target.label: fail_count(n_cap, tj.target, confidence)
+            tj.target.label: fail_count(n_cap, tj.target, self.confidence)
             for tj in self.targets
             if tj.target.metric not in ("itl", "tpot")
         }
 
+    def new_segment(self) -> None:
+        """Start the per-request timing rows of a new segment (for the stability test)."""
+        self.rows: list[tuple[int, int | None, float, bool, bool]] = []
+
+    def timing(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """This segment's (scheduled_ns, end_ns, first_token_ns or NaN, measured, ok) arrays."""
+        rows = getattr(self, "rows", [])
+        ends = [r[1] for r in rows if r[1] is not None]
+        last = max(ends) if ends else 0
+        sched = np.asarray([r[0] for r in rows], dtype=np.int64)
+        end = np.asarray([r[1] if r[1] is not None else last for r in rows], dtype=np.int64)
+        first = np.asarray([r[2] for r in rows], dtype=np.float64)
+        meas = np.asarray([r[3] for r in rows], dtype=np.bool_)
+        ok = np.asarray([r[4] for r in rows], dtype=np.bool_)
+        return sched, end, first, meas, ok
+
     def on_summary(self, s: Any) -> None:
         """Count a request shipped by a worker process (no early stop across processes)."""
+        first = float(s.scheduled_ns + s.ttft_ns) if s.ttft_ns is not None else math.nan
+        getattr(self, "rows", []).append((s.scheduled_ns, s.end_ns, first, s.phase == "measure", bool(s.ok)))
         if s.phase != "measure":
             return
         if s.error_kind == "cancelled":
@@ -102,6 +141,8 @@ class ProbeJudge:
     def on_record(self, rec: RequestRecord | None, m: RequestMetrics | None) -> None:
         if rec is None or m is None:  # worker mode: counted in on_summary
             return
+        first = float(rec.events[0].t_ns) if rec.events else math.nan
+        getattr(self, "rows", []).append((rec.scheduled_ns, rec.end_ns, first, rec.phase == "measure", rec.ok))
         if rec.phase != "measure":
             return
         cancelled = rec.error_kind == "cancelled"
@@ -210,6 +251,9 @@ class Probe:
     validity_detail: list[str] = field(default_factory=list)
     rate_limited_fraction: float | None = None
     prefix_cache_reset: dict[str, Any] | None = None
+    stability: list[str] = field(default_factory=list)  # the backlog trend tests, one line per series
+    schedule_realized_rps: float | None = None  # the measured sends' own rate: (N - 1) / span
+    reruns: int = 0  # earlier INVALID probes at this rate, run again (a transient client stall)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -237,17 +281,26 @@ async def run_probe(
     per_segment = max(need, math.ceil(rate * scfg.probe_duration_s)) if concurrency is None else None
     n_cap = (per_segment or need) * (1 + scfg.max_extensions)
     judge = ProbeJudge(scfg.slos, n_cap, scfg.confidence)
+    lag_ms, lag_note = scfg.schedule_lag_bound_ms()
+    bounds = replace(base.bounds, max_schedule_lag_p99_ms=lag_ms, schedule_lag_note=lag_note)
     segments = 0
     results: list[dict[str, Any]] = []
     total_duration = 0.0
+    stability: list[str] = []
+    unstable = False
+    tail_short = False
+    seg_requests = per_segment
     while True:
         seg_dir = out_dir if segments == 0 else out_dir / f"extension-{segments}"
+        judge.new_segment()
         if concurrency is None:
             load = replace(
                 base,
                 rate_rps=rate,
                 concurrency=None,
-                requests=per_segment,
+                requests=seg_requests,
+                exact_rate=True,
+                bounds=bounds,
                 duration_s=None,
                 # the warm-up rides on the same arrival process before the measured requests
                 warmup_requests=math.ceil(scfg.warmup_s() * rate) if segments == 0 else 0,
@@ -273,6 +326,7 @@ async def run_probe(
                 salt=f"c{index}s{segments}-",
                 slos=scfg.slos,
                 max_concurrency=None,
+                bounds=bounds,
             )
 
         def hook(r: Runner) -> None:
@@ -308,16 +362,55 @@ async def run_probe(
         segments += 1
         if not run.result["validity"]["valid"] or judge.stopped_early:
             break
+        if concurrency is not None:
+            break
+        sched, end, first, meas, ok = judge.timing()
+        trends = backlog_trend(sched, end, first, meas)
+        stability += [f"segment {segments}: {t.describe()}" + (" GROWING" if t.growing else "") for t in trends]
+        if any(t.growing for t in trends):
+            unstable = True
+            break
+        tail_short = _tail_too_long(sched, end, meas, ok)
         verdicts = [
             judge_counts(tj.k, tj.n, tj.target, scfg.confidence)[0]
             for tj in judge.targets
             if judged_per_request(tj.target)
         ]
-        if "fail" in verdicts or all(v == "pass" for v in verdicts) or segments > scfg.max_extensions:
+        if segments > scfg.max_extensions:
             break
-        if concurrency is not None:
+        if tail_short and seg_requests is not None:
+            seg_requests = 2 * seg_requests  # a longer segment: its tail a smaller part of it
+            left = scfg.max_extensions - segments + 1  # segments still possible, this one included
+            done = sum((r.get("counts") or {}).get("requests") or 0 for r in results)
+            judge.set_cap(max(judge.n_cap, done + seg_requests * (2**left - 1)))
+            continue
+        if "fail" in verdicts or all(v == "pass" for v in verdicts):
             break
-    return _finish_probe(judge, scfg, results, rate, out_dir, total_duration, segments, concurrency)
+    probe = _finish_probe(judge, scfg, results, rate, out_dir, total_duration, segments, concurrency)
+    probe.stability = stability
+    probe.schedule_realized_rps = results[0].get("client", {}).get("schedule_realized_rps")
+    if unstable and probe.verdict not in ("invalid", "rate_limited"):
+        probe.verdict = "fail"
+        probe.reasons.insert(
+            0, "unstable: backlog growing (" + "; ".join(ln for ln in stability if "GROWING" in ln) + ")"
+        )
+    elif tail_short and probe.verdict == "pass":
+        probe.low_confidence = True
+        probe.reasons.append(
+            f"the p99 E2E of finished requests exceeds {TAIL_FRACTION:.0%} of the window even after "
+            f"{scfg.max_extensions} extensions: low confidence"
+        )
+    return probe
+
+
+def _tail_too_long(sched: np.ndarray, end: np.ndarray, meas: np.ndarray, ok: np.ndarray) -> bool:
+    """Is the p99 E2E of the finished measured requests over TAIL_FRACTION of the window of scheduled sends?"""
+    fin = meas & ok
+    if fin.sum() < 2 or meas.sum() < 2:
+        return False
+    window = float(sched[meas].max() - sched[meas].min())
+    e2e_p99 = float(np.percentile((end[fin] - sched[fin]).astype(np.float64), 99))
+    return window > 0 and e2e_p99 > TAIL_FRACTION * window
 
 
 def _finish_probe(

@@ -10,9 +10,13 @@ Calibrate, bracket, bisect:
    (fail - pass) / pass <= precision.
 
 Each probe is :func:`loadgen.sweep.probe.run_probe`. A probe ``invalid`` on the
-generator's checks stops the search, which reports that the client limited it ("at
-least R req/s"); a ``rate_limited`` probe stops it too and reports the provider's quota
-as the limit (``limited_by: rate_limit``), not as the server's latency.
+generator's checks (the client's timing only: see the verdict table in
+docs/measurement.md) is run again, at most ``max_reruns`` (2) times, because a transient
+stall of the client (a busy core, a descheduled process) is not a property of the load;
+each re-run is listed in ``sweep.json`` ``reruns``. Still invalid, it stops the search,
+which reports that the client limited it ("at least R req/s"); a ``rate_limited`` probe
+stops it too and reports the provider's quota as the limit (``limited_by: rate_limit``),
+not as the server's latency.
 
 Price at the answer: with ``--cost-per-hour``, cost_per_hour / (tokens/s * 3600) * 1e6;
 with per-token prices, (input_tps * p_in + output_tps * p_out) / output_tps per million
@@ -75,6 +79,7 @@ class Sweep:
         self.calibration: dict[str, Any] | None = None
         self.interrupted = False
         self.rate_limited_at: float | None = None  # the rate (or concurrency) where 429s took over
+        self.reruns: list[dict[str, Any]] = []  # INVALID probes run again (a transient client stall)
 
     async def _probe(self, rate: float, concurrency: int | None = None) -> Probe:
         idx = len(self.probes) + 1
@@ -107,6 +112,34 @@ class Sweep:
         self.progress(f"probe {idx}: {label}: {p.verdict.upper()}{extra}; " + "; ".join(p.reasons))
         return p
 
+    async def _probe_rerun(self, rate: float, concurrency: int | None = None) -> Probe:
+        """:meth:`_probe`, run again (at most ``max_reruns`` times) while INVALID on the client's timing."""
+        p = await self._probe(rate, concurrency)
+        n = 0
+        while (
+            p.verdict == "invalid"
+            and n < self.scfg.max_reruns
+            and not self.interrupted
+            and len(self.probes) < self.scfg.max_probes
+        ):
+            n += 1
+            self.reruns.append(
+                {
+                    "offered_rps": rate if concurrency is None else None,
+                    "concurrency": concurrency,
+                    "invalid_probe": p.dir,
+                    "rerun": n,
+                    "validity_detail": list(p.validity_detail),
+                }
+            )
+            self.progress(
+                f"probe {len(self.probes)} was INVALID on the client's timing ({'; '.join(p.validity_detail)}): "
+                f"re-run {n} of at most {self.scfg.max_reruns}"
+            )
+            p = await self._probe(rate, concurrency)
+            p.reruns = n
+        return p
+
     def _set_runner(self, r: Runner) -> None:
         self.current_runner = r
         if self.interrupted:
@@ -122,7 +155,7 @@ class Sweep:
     async def _verdict_at(self, rate: float) -> str:
         verdicts = []
         for _ in range(max(self.scfg.repeats, 1)):
-            p = await self._probe(rate)
+            p = await self._probe_rerun(rate)
             verdicts.append(p.verdict)
             if p.verdict != "pass":
                 break
@@ -224,7 +257,7 @@ class Sweep:
         for c in self.scfg.concurrency_levels or []:
             if self.interrupted:
                 break
-            p = await self._probe(0.0, concurrency=c)
+            p = await self._probe_rerun(0.0, concurrency=c)
             if p.verdict == "invalid":
                 break
             if p.verdict == "rate_limited":
@@ -325,6 +358,9 @@ class Sweep:
                 "max_rate_rps": s.max_rate_rps,
                 "min_requests_per_probe": s.needed_requests(),
                 "max_extensions": s.max_extensions,
+                "max_reruns": s.max_reruns,
+                "max_schedule_lag_ms": s.schedule_lag_bound_ms()[0],
+                "max_schedule_lag_rule": s.schedule_lag_bound_ms()[1],
                 "cost_per_hour_usd": s.cost_per_hour_usd,
                 "prices": s.prices.describe() if s.prices is not None else None,
                 "accelerators": s.accelerators,
@@ -333,6 +369,7 @@ class Sweep:
             "answer": answer,
             "non_monotonic": flags,
             "probe_time_s": sum(p.duration_s for p in self.probes),
+            "reruns": self.reruns,
             "probes": [p.to_json() for p in self.probes],
             "interrupted": self.interrupted,
         }

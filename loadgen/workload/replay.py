@@ -179,6 +179,7 @@ def trace_stats(tr: Trace) -> dict[str, object]:
         "format": tr.format,
         "rows": n,
         "skipped_zero_output_rows": tr.skipped_zero_output,
+        "kept_zero_output_rows": tr.kept_zero_output,
         "has_timestamps": tr.has_timestamps,
     }
     if tr.has_timestamps and n > 1:

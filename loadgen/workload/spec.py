@@ -400,6 +400,8 @@ class Workload:
                 "rows": len(tr),
                 "rows_before_window": tr.rows_before_window,
                 "skipped_zero_output_rows": tr.skipped_zero_output,
+                "zero_output_rows": "kept (each asks for 1 token)" if o.trace_keep_zero_output else "skipped",
+                "kept_zero_output_rows": tr.kept_zero_output,
                 "time_scale": o.trace_time_scale,
                 "output_tokens_override": o.output_tokens_override,
                 **self.replay,

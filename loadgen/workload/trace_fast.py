@@ -35,10 +35,11 @@ class AzureBlock:
         return int(self.ts_ns.shape[0])
 
     def lengths(self, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(input, output, ok) of rows ``i0:i1``; ok: plain 1..10-digit integers, input >= 1."""
+        """(input, output, ok) of rows ``i0:i1``; ok: plain 1..10-digit integers, input >= 1 unless
+        output is 0 (a failed request's row, as :func:`~loadgen.workload.trace_formats._lengths`)."""
         inp, ok_in = _ints(self._a, self._c1[i0:i1] + 1, self._c2[i0:i1])
         out, ok_out = _ints(self._a, self._c2[i0:i1] + 1, self._end[i0:i1])
-        return inp, out, ok_in & ok_out & (inp >= 1)
+        return inp, out, ok_in & ok_out & ((inp >= 1) | (out == 0))
 
 
 _PAD = b"\x00" * 64

@@ -71,6 +71,18 @@ def _int(value: bytes | str | Any, path: str, line: int, field: str, minimum: in
     return n
 
 
+def _lengths(raw_in: Any, raw_out: Any, path: str, line: int, in_field: str, out_field: str) -> tuple[int, int]:
+    """(input, output) lengths of a row: output >= 0; input >= 1, except on a failed request's row.
+
+    A row with 0 output tokens is a failed request of the original log (BurstGPT logs its
+    failures with 0 response tokens, some with 0 request tokens too): the reader skips it
+    (counted) or, kept, sends it asking for at least 1 token of each, so its input may be 0.
+    """
+    n_out = _int(raw_out, path, line, out_field, minimum=0)
+    n_in = _int(raw_in, path, line, in_field, minimum=0 if n_out == 0 else 1)
+    return n_in, n_out
+
+
 def _show(value: Any, limit: int = 40) -> str:
     """A short one-line rendering of a bad value for an error message."""
     if isinstance(value, bytes):
@@ -269,10 +281,15 @@ class AzureFormat(_CSVFormat):
 
     def row(self, fields: list[bytes], lineno: int) -> dict[str, Any]:
         i = self.idx
-        return {
-            "input": _int(fields[i["ContextTokens"]], self.path, lineno, "ContextTokens"),
-            "output": _int(fields[i["GeneratedTokens"]], self.path, lineno, "GeneratedTokens", minimum=0),
-        }
+        n_in, n_out = _lengths(
+            fields[i["ContextTokens"]],
+            fields[i["GeneratedTokens"]],
+            self.path,
+            lineno,
+            "ContextTokens",
+            "GeneratedTokens",
+        )
+        return {"input": n_in, "output": n_out}
 
 
 class BurstGPTFormat(_CSVFormat):
@@ -292,8 +309,14 @@ class BurstGPTFormat(_CSVFormat):
 
     def row(self, fields: list[bytes], lineno: int) -> dict[str, Any]:
         i = self.idx
-        req = _int(fields[i["Request tokens"]], self.path, lineno, "Request tokens")
-        resp = _int(fields[i["Response tokens"]], self.path, lineno, "Response tokens", minimum=0)
+        req, resp = _lengths(
+            fields[i["Request tokens"]],
+            fields[i["Response tokens"]],
+            self.path,
+            lineno,
+            "Request tokens",
+            "Response tokens",
+        )
         if "Total tokens" in i:
             _int(fields[i["Total tokens"]], self.path, lineno, "Total tokens", minimum=0)
         return {"input": req, "output": resp}
@@ -320,8 +343,9 @@ class MooncakeFormat(_JSONFormat):
         return _json_time_ns(obj.get("timestamp"), 1_000_000, self.path, lineno, "timestamp")
 
     def row(self, obj: dict[str, Any], lineno: int) -> dict[str, Any]:
-        n_in = _int(obj.get("input_length"), self.path, lineno, "input_length")
-        n_out = _int(obj.get("output_length"), self.path, lineno, "output_length", minimum=0)
+        n_in, n_out = _lengths(
+            obj.get("input_length"), obj.get("output_length"), self.path, lineno, "input_length", "output_length"
+        )
         ids = obj.get("hash_ids")
         if not isinstance(ids, list):
             raise InputFileError(self.path, lineno, "hash_ids", "missing or not a list")

@@ -14,7 +14,9 @@ Policies (documented in ``traces/README.md``):
 * Rows after the window are not read, so they are not validated.
 * Rows with 0 output tokens (BurstGPT failures, and the same in any format)
   are skipped and counted in :attr:`Trace.skipped_zero_output`, unless
-  ``keep_zero_output``.
+  ``keep_zero_output`` (``--trace-keep-zero-output``): then they are counted in
+  :attr:`Trace.kept_zero_output` and ask for 1 output token (and at least 1 input
+  token: a failure may log 0 of those too, which is not an error on such a row).
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class Trace:
     session_ids: list[str | None] | None = None
     rows_before_window: int = 0
     skipped_zero_output: int = 0
+    kept_zero_output: int = 0
     next_offset_ns: int | None = None
     start_s: float = 0.0
     duration_s: float | None = None
@@ -161,7 +164,7 @@ class _Reader:
         self.prompts: list[Any] = []
         self.messages: list[Any] = []
         self.sessions: list[Any] = []
-        self.before = self.skipped = 0
+        self.before = self.skipped = self.kept = 0
         self.next_off: int | None = None
         self.t0: int | None = None
         self.prev_t: int | None = None
@@ -212,12 +215,14 @@ class _Reader:
                 raise _Stop
             return  # reading on only to find the next instant
         r = parser.row(fields, lineno)
-        if r["output"] == 0 and not self.keep_zero:
-            self.skipped += 1
-            return
+        if r["output"] == 0:
+            if not self.keep_zero:
+                self.skipped += 1
+                return
+            self.kept += 1
         self.offs.append(off)
-        self.ins.append(r["input"])
-        self.outs.append(1 if r["output"] == 0 else r["output"])  # kept 0-output rows ask for 1
+        self.ins.append(max(r["input"], 1) if r["output"] == 0 else r["input"])  # kept failures ask for 1
+        self.outs.append(1 if r["output"] == 0 else r["output"])
         self.lines.append(lineno)
         if "hash_ids" in r:
             self.hflat.extend(r["hash_ids"])
@@ -265,11 +270,13 @@ class _Reader:
             processed_end = last + 1
         else:
             processed_end = i1
-        if not self.keep_zero:
+        if self.keep_zero:
+            self.kept += int(np.count_nonzero(zero[keep - i0]))
+        else:
             self.skipped += int(np.count_nonzero(zero[: processed_end - i0]))
         self.before += i0
         self.offs.frombytes(off[keep].astype(np.int64).tobytes())
-        self.ins.frombytes(inp[keep - i0].astype(np.int64).tobytes())
+        self.ins.frombytes(np.maximum(inp[keep - i0], 1).astype(np.int64).tobytes())  # 0 only on kept failures
         self.outs.frombytes(np.maximum(out[keep - i0], 1).astype(np.int64).tobytes())
         self.lines.frombytes((first_line + keep).astype(np.int64).tobytes())
         last_seen = (stop if stop is not None else n) - 1
@@ -364,6 +371,7 @@ def read_trace(
         has_timestamps=bool(rd.has_ts),
         rows_before_window=rd.before,
         skipped_zero_output=rd.skipped,
+        kept_zero_output=rd.kept,
         next_offset_ns=rd.next_off,
         start_s=start_s,
         duration_s=duration_s,
@@ -380,4 +388,6 @@ def read_trace(
         tr.notes.append(f"format: {name} (auto: {reason})")
     if rd.skipped:
         tr.notes.append(f"skipped {rd.skipped} rows with 0 output tokens (failed requests)")
+    if rd.kept:
+        tr.notes.append(f"kept {rd.kept} rows with 0 output tokens (failed requests): each asks for 1 token")
     return tr

@@ -214,6 +214,9 @@ def test_run_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -> 
     assert len(_lines(truth)) == 80
     _check_cluster_conditions(rc, 2)
     assert "cluster" not in rl["conditions"]
+    # the actors' instants are on the driver's clock: the run's span and send rate are one clock's
+    assert abs(rc["duration_s"] - rl["duration_s"]) < 0.5, (rc["duration_s"], rl["duration_s"])
+    assert abs(rc["throughput"]["achieved_send_rps"] - 40) < 2, rc["throughput"]
     # same counts per token, latencies within noise
     for m in ("ttft", "itl", "e2e"):
         assert rc["latency_ms"][m]["count"] == rl["latency_ms"][m]["count"], m

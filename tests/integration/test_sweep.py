@@ -133,8 +133,10 @@ def check_bounds_in_force(probe_dir: Path, relaxed: bool) -> None:
     """The probe ran under the schedule-lag bound this test meant."""
     res = json.loads((probe_dir / "result.json").read_text())
     detail = next(c["detail"] for c in res["validity"]["checks"] if c["name"] == "schedule_lag_p99")
-    want = f"{LAG_BOUND_MS:g} ms" if relaxed else "5 ms"
-    assert detail.endswith(want), detail
+    # relaxed: the test's --max-schedule-lag; shipped: the sweep default max(5 ms, 2 % of the tightest
+    # TTFT/E2E threshold), printed with its rule
+    want = f"<= {LAG_BOUND_MS:g} ms (set by --max-schedule-lag)" if relaxed else "<= 5 ms (sweep default"
+    assert want in detail, detail
 
 
 # --------------------------------------------------------------------------- reference answers
@@ -339,7 +341,7 @@ def test_client_limited_ends_with_exit_5(tmp_path: Path) -> None:
     p = sweep_cli(
         [
             "--slo",
-            "ttft:p90<=5s",
+            "ttft:p90<=200ms",  # the sweep's default lag bound: max(5 ms, 2 % of 200 ms) = 5 ms
             "--probe-duration",
             "1s",
             "--calibration",
@@ -363,6 +365,9 @@ def test_client_limited_ends_with_exit_5(tmp_path: Path) -> None:
     assert res["answer"]["limited_by"] == "client"
     last = res["probes"][-1]
     assert last["verdict"] == "invalid"
+    # a transient stall is re-run twice before the sweep concludes client-limited
+    assert [q["verdict"] for q in res["probes"]] == ["invalid"] * 3 and last["reruns"] == 2
+    assert len(res["reruns"]) == 2
     assert last["validity_detail"], last
     assert all(q["verdict"] != "fail" for q in res["probes"])
     for d in last["validity_detail"]:

@@ -44,6 +44,7 @@ FLOORS: dict[str, int] = {
     "loadgen.slo": 0,
     "loadgen.conditions": 0,
     "loadgen.version": 0,
+    "loadgen.window": 0,
     # what is sent, over what, against what
     "loadgen.workload": 1,
     "loadgen.endpoints": 1,

@@ -136,12 +136,71 @@ def test_first_chunk_with_k_tokens_gives_k_minus_1_zero_samples() -> None:
     assert m.ttft_ns == 100 * MS
 
 
-def test_all_tokens_in_one_chunk() -> None:
+def test_all_tokens_in_one_chunk_is_buffered_not_tpot_zero() -> None:
+    # one event carrying every token: nothing says how fast they were generated (was TPOT 0.0)
     r = rec([ev(100, "abc", usage=3)], completion_tokens=3, end=110 * MS)
     m = compute(r)
-    assert m.itl_ns == [0.0, 0.0]
-    assert m.tpot_ns == 0.0
-    assert m.inter_chunk_ns == []
+    assert m.ttft_ns == 100 * MS and m.e2e_ns == 110 * MS
+    assert m.tpot_ns is None and m.itl_ns == [] and m.inter_chunk_ns == []
+
+
+# --------------------------------------------------------------------------- buffered streams
+
+
+def _burst(times_ms: list[float], per_event: int = 1, usage: bool = True) -> RequestRecord:
+    """A record with one event per time, ``per_event`` tokens each (continuous usage when ``usage``)."""
+    es = [ev(t, "w" * 4 * per_event, usage=(i + 1) * per_event if usage else None) for i, t in enumerate(times_ms)]
+    return rec(es, completion_tokens=per_event * len(times_ms), end=int(times_ms[-1] * MS) + MS)
+
+
+_STEP_1MS = [200 + i for i in range(8)]
+BUFFERED_CASES = [
+    # (name, times in ms (one event each), tokens per event, buffered?)
+    ("one event, every token", [200.0], 8, True),
+    ("two reads 3 ms apart", [200.0] * 4 + [203.0] * 4, 1, True),
+    ("first token, then the rest in one read 3 ms later", [200.0] + [203.0] * 99, 1, True),
+    ("proxy flushes a few reads 0.5-2 ms apart", [900.0] * 30 + [901.0] * 30 + [903.0] * 40, 1, True),
+    ("gRPC messages handled back to back (50 us apart)", [200 + 0.05 * i for i in range(20)], 1, True),
+    ("two tokens in one read", [150.0, 150.0], 1, True),
+    ("two events of 50 tokens, 3 ms apart", [200.0, 203.0], 50, True),
+    # must not flag
+    ("8 tokens 1 ms apart after 10 ms", [10.0 + i for i in range(8)], 1, False),
+    ("8 tokens 1 ms apart after 200 ms", _STEP_1MS, 1, False),
+    ("2 tokens 1 ms apart after 100 ms", [100.0, 101.0], 1, False),
+    ("4-token chunks 20 ms apart after 100 ms", [100.0 + 20 * i for i in range(10)], 4, False),
+    ("4-token chunks 4 ms apart after 2 s", [2000.0 + 4 * i for i in range(40)], 4, False),
+    ("a 1 s stall, then 1 token a ms", [10.0, 20, 30, 40, 50] + [1050.0 + i for i in range(95)], 1, False),
+    ("one token", [100.0], 1, False),
+    ("client stall coalesced the last 3 of 20", [50.0 + 10 * i for i in range(17)] + [250.0] * 3, 1, False),
+]
+
+
+@pytest.mark.parametrize(
+    "times, per_event, buffered", [c[1:] for c in BUFFERED_CASES], ids=[c[0] for c in BUFFERED_CASES]
+)
+@pytest.mark.parametrize("usage", [True, False])
+def test_buffered_rule(times: list[float], per_event: int, buffered: bool, usage: bool) -> None:
+    r = _burst(times, per_event, usage=usage)
+    assert metrics.stream_buffered(r) is buffered
+    m = compute(r)
+    if buffered:
+        assert m.tpot_ns is None and m.itl_ns == [] and m.inter_chunk_ns == []
+        assert m.ttft_ns == int(times[0] * MS)
+    elif len(times) * per_event > 1:
+        assert m.tpot_ns is not None and m.tpot_ns > 0
+
+
+def test_honest_fast_stream_keeps_its_exact_tpot() -> None:
+    m = compute(_burst(_STEP_1MS))
+    assert m.tpot_ns == 1 * MS and m.itl_ns == [float(MS)] * 7
+
+
+def test_buffered_gap_runs_from_the_send() -> None:
+    # the gap before the first arrival is the TTFT from the send: 8 tokens 1 ms apart sent late
+    r = _burst([200.0 + 0.05 * i for i in range(8)])
+    assert metrics.stream_buffered(r)
+    r.sent_ns = 199 * MS + 900_000  # the send 0.1 ms before: the burst is no shorter than a tenth of it
+    assert not metrics.stream_buffered(r)
 
 
 # --------------------------------------------------------------------------- edge counts
@@ -295,6 +354,9 @@ def test_mean_itl_equals_tpot_with_continuous_usage(s) -> None:
     r = rec(events, completion_tokens=total, end=events[-1].t_ns + 1)
     m = compute(r)
     assert m.output_tokens == total
+    if metrics.stream_buffered(r):  # tokens in one burst: no TPOT, no ITL (never 0)
+        assert total >= 2 and m.tpot_ns is None and m.itl_ns == []
+        return
     if total <= 1:
         assert m.tpot_ns is None and m.itl_ns == []
         return
@@ -314,6 +376,9 @@ def test_mean_itl_equals_tpot_with_estimated_allocation(s, drop_usage: bool) -> 
         events = [TokenEvent(e.t_ns, e.text, e.answer, None) for e in events]
     r = rec(events, completion_tokens=total, end=events[-1].t_ns + 1)
     m = compute(r)
+    if metrics.stream_buffered(r):
+        assert total >= 2 and m.tpot_ns is None and m.itl_ns == []
+        return
     if total <= 1:
         assert m.tpot_ns is None and m.itl_ns == []
         return

@@ -189,17 +189,99 @@ def test_buffered_stream_has_no_tpot_or_itl(dialect: str) -> None:
     assert m.output_tokens > 1
 
 
-@pytest.mark.parametrize("tokens", [["only"], ["a", "b"]])
-def test_one_or_two_token_events_in_one_read_are_not_buffered(tokens: list[str]) -> None:
-    # two events in one read may be a client that stalled for one gap, not a proxy
+def test_one_token_in_one_read_is_not_buffered_two_are() -> None:
+    # one token has no TPOT to protect; two tokens in one read would give TPOT 0 (it used to)
+    for tokens, buffered in ((["only"], False), (["a", "b"], True)):
+        rec = _rec()
+        w = openai_chat_writes(
+            tokens,
+            [0.1 * (i + 1) for i in range(len(tokens))],
+            usage={"prompt_tokens": 1, "completion_tokens": len(tokens), "total_tokens": 3},
+        )
+        feed(OpenAIStreamParser(rec, chat=True, redact=Redactor()), w, one_read=True)
+        assert rec.ok and rec.buffered is buffered
+        assert compute(rec).tpot_ns is None
+
+
+def feed_two_reads(parser, writes, t1_s: float, gap_s: float) -> int:
+    """Feed the writes as two reads: the first half at ``t1_s``, the rest ``gap_s`` later (a
+    proxy that flushes twice). Returns the second read's time (ns)."""
+    half = len(writes) // 2
+    t1 = round(t1_s * 1e9)
+    t2 = t1 + round(gap_s * 1e9)
+    parser.feed(b"".join(w[1].encode() for w in writes[:half]), t1)
+    parser.feed(b"".join(w[1].encode() for w in writes[half:]), t2)
+    parser.finish(t2)
+    return t2
+
+
+TOKENS_8 = ["w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7"]
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+def test_two_reads_a_few_ms_apart_are_buffered(dialect: str) -> None:
+    # 8 tokens generated over 350 ms reach the client in two reads 3 ms apart: TPOT would read
+    # 3/7 ms (it did: only one read was "buffered")
     rec = _rec()
-    w = openai_chat_writes(
-        tokens,
-        [0.1 * (i + 1) for i in range(len(tokens))],
-        usage={"prompt_tokens": 1, "completion_tokens": len(tokens), "total_tokens": 3},
-    )
-    feed(OpenAIStreamParser(rec, chat=True, redact=Redactor()), w, one_read=True)
+    times = [0.2 + 0.05 * i for i in range(8)]
+    if dialect == "openai":
+        p = OpenAIStreamParser(rec, chat=True, redact=Redactor())
+        w = openai_chat_writes(TOKENS_8, times, usage={"prompt_tokens": 1, "completion_tokens": 8, "total_tokens": 9})
+    else:
+        p = AnthropicStreamParser(rec, redact=Redactor())
+        w = anthropic_writes([("text", list(zip(times, TOKENS_8)))], output_deltas=[(0.6, 8)], stop_at_s=0.6)
+    t2 = feed_two_reads(p, w, 0.2, 0.003)
+    assert rec.ok and rec.buffered
+    assert len({e.t_ns for e in rec.events}) == 2
+    m = compute(rec)
+    assert m.tpot_ns is None and m.itl_ns == [] and m.output_tokens == 8
+    assert m.ttft_ns == 200 * MS and m.e2e_ns == t2
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+@pytest.mark.parametrize("ttft_s", [0.01, 0.5])
+def test_fast_short_honest_stream_is_not_buffered(dialect: str, ttft_s: float) -> None:
+    # 8 tokens 1 ms apart, each in its own read, after a short or a long TTFT: TPOT exactly 1 ms
+    rec = _rec()
+    times = [ttft_s + 0.001 * i for i in range(8)]
+    if dialect == "openai":
+        p = OpenAIStreamParser(rec, chat=True, redact=Redactor())
+        w = openai_chat_writes(TOKENS_8, times, usage={"prompt_tokens": 1, "completion_tokens": 8, "total_tokens": 9})
+    else:
+        p = AnthropicStreamParser(rec, redact=Redactor())
+        w = anthropic_writes([("text", list(zip(times, TOKENS_8)))], output_deltas=[(times[-1], 8)])
+    feed(p, w)
     assert rec.ok and not rec.buffered
+    m = compute(rec)
+    assert m.tpot_ns == pytest.approx(1 * MS) and m.ttft_ns == round(ttft_s * 1e9)
+
+
+# ------------------------------------------------------------------ content filter: its own outcome
+
+
+def test_azure_content_filter_finish_is_filtered_not_ok() -> None:
+    rec = _rec()
+    w = azure_chat_writes(
+        ["Hel", "lo"],
+        [0.2, 0.25],
+        filter_at_s=0.05,
+        offsets_at_s=0.3,
+        usage={"completion_tokens": 2, "prompt_tokens": 12, "total_tokens": 14},
+        finish_reason="content_filter",
+    )
+    feed(OpenAIStreamParser(rec, chat=True, redact=Redactor()), w)
+    assert rec.status == "error" and not rec.ok and rec.error_kind == "filtered"
+    assert rec.finish_reason == "content_filter" and rec.end_ns == 300 * MS
+    assert rec.error_detail == "finish_reason content_filter: the provider's content filter stopped the output"
+    m = compute(rec)
+    assert m.ttft_ns is None and m.e2e_ns is None and m.tpot_ns is None and m.error_e2e_ns == 300 * MS
+
+
+def test_anthropic_refusal_is_filtered() -> None:
+    rec = _rec()
+    w = anthropic_writes([("text", [(0.1, "I"), (0.2, " can")])], output_deltas=[(0.21, 2)], stop_reason="refusal")
+    feed(AnthropicStreamParser(rec, redact=Redactor()), w)
+    assert rec.error_kind == "filtered" and rec.error_detail.startswith("stop_reason refusal")
 
 
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:

@@ -159,6 +159,37 @@ def test_anthropic_ratelimit_headers_rfc3339_reset_against_date() -> None:
     }
 
 
+def test_azure_minus_one_and_its_zero_reset_are_unknown() -> None:
+    # Azure OpenAI (Responses API) where it keeps no such quota: limit -1, remaining -1, reset 0.
+    # Unknown is left out, never -1 remaining or a 0 s reset; the requests quota beside it stays.
+    h = {
+        "x-ratelimit-limit-tokens": "-1",
+        "x-ratelimit-remaining-tokens": "-1",
+        "x-ratelimit-reset-tokens": "0",
+        "x-ratelimit-remaining-requests": "99",
+    }
+    assert parse_ratelimit_headers(h) == {"remaining_requests": 99}
+    assert parse_ratelimit_headers({"x-ratelimit-remaining-requests": "-1", "x-ratelimit-reset-requests": "0"}) is None
+    # a quota of 0 could not have served this response: unknown too, with its remaining and reset
+    assert parse_ratelimit_headers({"x-ratelimit-limit-requests": "0", "x-ratelimit-remaining-requests": "0"}) is None
+
+
+def test_openai_remaining_zero_is_a_real_zero() -> None:
+    # OpenAI: the quota is spent until the reset; 0 remaining and a 0 s reset are facts
+    h = {
+        "x-ratelimit-limit-requests": "60",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "0s",
+        "x-ratelimit-remaining-tokens": "0",
+    }
+    assert parse_ratelimit_headers(h) == {
+        "limit_requests": 60,
+        "remaining_requests": 0,
+        "remaining_tokens": 0,
+        "reset_requests_s": 0.0,
+    }
+
+
 def test_ratelimit_headers_bad_values_left_out_and_none_without_any() -> None:
     assert (
         parse_ratelimit_headers({"x-ratelimit-remaining-tokens": "lots", "x-ratelimit-reset-tokens": "later"}) is None

@@ -55,3 +55,17 @@ def test_throughput_drop_failures_and_too_few() -> None:
     few = drift(series([_line(i) for i in range(6)]))
     assert few["verdict"] == "not measured" and "fewer than 10" in few["reason"]
     assert series([]) is None and drift(None)["verdict"] == "not measured"
+
+
+def test_drain_is_not_drift_over_the_window() -> None:
+    # 60 requests a second apart after 12 warm-up ones; every third one is long (10 s, 200 tokens):
+    # over [first end, last end] the tail of long requests reads as +76 % output tok/s in the
+    # last third; over the measurement window [0, 60 s] the run is steady (tokens where generated).
+    def mk(i: int) -> dict:
+        return _line(i, e2e_ms=10_000.0 if i % 3 == 2 else 500.0, out=200 if i % 3 == 2 else 10)
+
+    lines = [{**mk(i), "phase": "warmup"} for i in range(-12, 0)] + [mk(i) for i in range(60)]
+    old = drift(series(lines))
+    assert old["verdict"] == "drifting" and "output_tps" in old["drifting"]
+    d = drift(series(lines, window={"start_s": 0.0, "end_s": 60.0}))
+    assert d["verdict"] == "steady" and abs(d["changes"]["output_tps"]) < 0.05, d

@@ -36,9 +36,22 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
     "error" (an error message after two tokens).
     """
 
-    def __init__(self, final: str = "empty", counts: bool = True) -> None:
+    def __init__(
+        self,
+        final: str = "empty",
+        counts: bool = True,
+        *,
+        batch: bool = False,
+        gap_s: float = 0.003,
+        ttft_s: float = 0.0,
+    ) -> None:
+        """``batch``: one response carrying every token (a batching model); ``gap_s`` between
+        responses, ``ttft_s`` before the first."""
         self.final = final
         self.counts = counts
+        self.batch = batch
+        self.gap_s = gap_s
+        self.ttft_s = ttft_s
         self.requests: list[Any] = []
         self.max_concurrent = 0
         self._now = 0
@@ -64,14 +77,14 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
             models=[service_pb2.RepositoryIndexResponse.ModelIndex(name="m", version="1", state="READY")]
         )
 
-    def _response(self, req: Any, text: str | None, final: bool, fr: str | None = None) -> Any:
+    def _response(self, req: Any, text: str | None, final: bool, fr: str | None = None, k: int = 1) -> Any:
         r = service_pb2.ModelInferResponse(model_name="m", model_version="1", id=req.id)
         if text is not None:
             r.outputs.add(name="text_output", datatype="BYTES", shape=[1])
             r.raw_output_contents.append(_bytes_tensor(text))
             if self.counts:
                 r.outputs.add(name="num_output_tokens", datatype="UINT32", shape=[1])
-                r.raw_output_contents.append((1).to_bytes(4, "little"))
+                r.raw_output_contents.append(k.to_bytes(4, "little"))
             if fr:
                 r.outputs.add(name="finish_reason", datatype="BYTES", shape=[1])
                 r.raw_output_contents.append(_bytes_tensor(fr))
@@ -88,8 +101,12 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
                 names = [t.name for t in req.inputs]
                 sp = json.loads(req.inputs[names.index("sampling_parameters")].contents.bytes_contents[0])
                 n = sp["max_tokens"]
+                await asyncio.sleep(self.ttft_s)
+                if self.batch:
+                    yield self._response(req, "".join(f" t{i}" for i in range(n)), False, "length", k=n)
+                    n = 0
                 for i in range(n):
-                    await asyncio.sleep(0.003)
+                    await asyncio.sleep(self.gap_s)
                     if self.final == "error" and i == 2:
                         yield service_pb2.ModelStreamInferResponse(error_message="Error generating stream: boom")
                         return
@@ -202,3 +219,19 @@ def test_decode_typed_contents() -> None:
     c = r.outputs.add(name="num_output_tokens", datatype="UINT32", shape=[1])
     c.contents.uint_contents.append(3)
     assert decode_infer_response(r, cfg) == ("hi", 3, None, None, False)
+
+
+def test_one_response_carrying_every_token_is_buffered() -> None:
+    # a batching model answers the stream with one response of 8 tokens 100 ms after the send
+    rec = asyncio.run(_with_server(FakeTriton(batch=True, ttft_s=0.1), lambda ep: _send(ep, 8), model="m"))
+    assert rec.ok and rec.completion_tokens == 8 and rec.buffered
+    m = compute(rec)
+    assert m.tpot_ns is None and m.itl_ns == [] and m.ttft_ns is not None and m.ttft_ns >= 100_000_000
+
+
+def test_streamed_responses_after_a_long_ttft_are_not_buffered() -> None:
+    # 8 responses 3 ms apart after 200 ms: the tokens come one at a time
+    rec = asyncio.run(_with_server(FakeTriton(ttft_s=0.2), lambda ep: _send(ep, 8), model="m"))
+    assert rec.ok and not rec.buffered
+    m = compute(rec)
+    assert m.tpot_ns is not None and m.tpot_ns >= 2_000_000

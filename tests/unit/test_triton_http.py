@@ -31,10 +31,30 @@ def _config(name: str, inputs: list[str], max_batch_size: int = 0) -> dict[str, 
 class FakeTriton:
     """/v2, /v2/models/M/config and generate_stream; ``mode`` picks the stream's behaviour."""
 
-    def __init__(self, inputs: list[str] | None = None, mode: str = "ok", split: int = 0) -> None:
+    def __init__(
+        self,
+        inputs: list[str] | None = None,
+        mode: str = "ok",
+        split: int = 0,
+        *,
+        echo: bool = True,
+        cumulative_counts: bool = False,
+        delivery: str = "each",
+        ttft_s: float = 0.0,
+    ) -> None:
+        """``echo``: without ``exclude_input_in_output`` in the request, the first text starts with
+        the prompt (every text with ``mode="cumulative"``), as vLLM's backend does;
+        ``cumulative_counts``: ``num_output_tokens`` is the running total, not this response's;
+        ``delivery``: ``each`` (one write per event, 5 ms apart), ``batch`` (one event carrying
+        every token) or ``two_writes`` (the events in two writes 3 ms apart); ``ttft_s`` before
+        the first."""
         self.inputs = VLLM_INPUTS if inputs is None else inputs
         self.mode = mode
         self.split = split
+        self.echo = echo
+        self.cumulative_counts = cumulative_counts
+        self.delivery = delivery
+        self.ttft_s = ttft_s
         self.bodies: list[dict[str, Any]] = []
         self.url = ""
 
@@ -58,6 +78,11 @@ class FakeTriton:
         n = json.loads(body.get("sampling_parameters", "{}")).get("max_tokens", 3)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        echo = body["text_input"] if self.echo and not body.get("exclude_input_in_output") else ""
+        await asyncio.sleep(self.ttft_s)
+        if self.delivery != "each":
+            await self._deliver(resp, body, n, echo)
+            return resp
         text = ""
         for i in range(n):
             if self.mode == "error" and i == 2:
@@ -70,10 +95,11 @@ class FakeTriton:
                 return resp
             tok = f" t{i}"
             text += tok
-            ev: dict[str, Any] = {"model_name": "m", "model_version": "1",
-                                  "text_output": text if self.mode == "cumulative" else tok}  # fmt: skip
+            out = echo + text if self.mode == "cumulative" else (echo + tok if i == 0 else tok)
+            ev: dict[str, Any] = {"model_name": "m", "model_version": "1", "text_output": out}
             if body.get("return_num_output_tokens"):
-                ev["num_output_tokens"] = [1] if i % 2 else 1
+                k = i + 1 if self.cumulative_counts else 1
+                ev["num_output_tokens"] = [k] if i % 2 else k
             if body.get("return_num_input_tokens"):
                 ev["num_input_tokens"] = len(body["text_input"].split())
             if body.get("return_finish_reason") and i == n - 1:
@@ -82,6 +108,22 @@ class FakeTriton:
             await asyncio.sleep(0.005)
         await resp.write_eof()
         return resp
+
+    async def _deliver(self, resp: web.StreamResponse, body: dict[str, Any], n: int, echo: str) -> None:
+        """``batch``: one event with all n tokens; ``two_writes``: n events in two writes 3 ms apart."""
+        toks = [f" t{i}" for i in range(n)]
+        if self.delivery == "batch":
+            evs = [{"text_output": echo + "".join(toks), "num_output_tokens": n}]
+        else:
+            evs = [{"text_output": (echo if i == 0 else "") + t, "num_output_tokens": 1} for i, t in enumerate(toks)]
+        datas = [f"data: {json.dumps({'model_name': 'm', **ev})}\n\n".encode() for ev in evs]
+        half = (len(datas) + 1) // 2
+        for k, part in enumerate((datas[:half], datas[half:])):
+            if part:
+                await resp.write(b"".join(part))
+            if k == 0 and self.delivery == "two_writes":
+                await asyncio.sleep(0.003)
+        await resp.write_eof()
 
     async def _write(self, resp: web.StreamResponse, ev: dict[str, Any]) -> None:
         data = f"data: {json.dumps(ev)}\n\n".encode()
@@ -107,13 +149,15 @@ async def _serve(fake: FakeTriton) -> web.AppRunner:
     return runner
 
 
-async def _one(fake: FakeTriton, n: int = 5, **cfg: Any) -> tuple[RequestRecord, TritonEndpoint]:
+async def _one(
+    fake: FakeTriton, n: int | None = 5, prompt: str = "a b c d", **cfg: Any
+) -> tuple[RequestRecord, TritonEndpoint]:
     runner = await _serve(fake)
     ep = TritonEndpoint(TritonConfig(url=fake.url, **cfg))
     try:
         await ep.open()
         rec = RequestRecord(index=0, phase="measure", scheduled_ns=now_ns())
-        await ep.send(RequestSpec(index=0, prompt="a b c d", requested_output_tokens=n), rec)
+        await ep.send(RequestSpec(index=0, prompt=prompt, requested_output_tokens=n), rec)
         return rec, ep
     finally:
         await ep.close()
@@ -233,3 +277,68 @@ async def _many(fake: FakeTriton, n: int) -> list[RequestRecord]:
 def test_concurrent_requests() -> None:
     recs = asyncio.run(_many(FakeTriton(), 40))
     assert all(r.ok and r.completion_tokens == 3 for r in recs)
+
+
+# ------------------------------------------------------------------ buffered delivery (burst, no TPOT)
+
+
+@pytest.mark.parametrize("delivery", ["batch", "two_writes"])
+def test_batched_or_two_write_delivery_is_buffered(delivery: str) -> None:
+    # one event carrying all 8 tokens (a batching model) or all events in two writes 3 ms apart,
+    # 100 ms after the send: TPOT would read 0 (or 3/7 ms)
+    rec, _ = asyncio.run(_one(FakeTriton(delivery=delivery, ttft_s=0.1), n=8, model="m"))
+    assert rec.ok and rec.completion_tokens == 8 and rec.buffered
+    m = compute(rec)
+    assert m.tpot_ns is None and m.itl_ns == [] and m.ttft_ns is not None and m.ttft_ns >= 100 * 1_000_000
+
+
+def test_streamed_tokens_5ms_apart_after_a_long_ttft_are_not_buffered() -> None:
+    rec, _ = asyncio.run(_one(FakeTriton(ttft_s=0.2), n=8, model="m"))
+    assert rec.ok and not rec.buffered
+    m = compute(rec)
+    assert m.tpot_ns is not None and m.tpot_ns >= 4 * 1_000_000
+
+
+# ------------------------------------------------------------------ output accounting
+
+LONG_PROMPT = " ".join(f"word{i}" for i in range(200))  # 1,599 characters: ~400 estimated tokens
+
+
+@pytest.mark.parametrize("cumulative", [False, True])
+def test_prompt_echo_is_not_output(cumulative: bool) -> None:
+    # the model cannot be asked to exclude the prompt (no exclude_input_in_output input) and
+    # prepends it to its first text (every text when cumulative): the output is 5 tokens of
+    # text, not the prompt's ~400 more (it was 404 estimated tokens)
+    fake = FakeTriton(inputs=["text_input", "stream", "sampling_parameters"], mode="cumulative" if cumulative else "ok")
+    rec, ep = asyncio.run(_one(fake, n=5, prompt=LONG_PROMPT, model="m", cumulative_text=cumulative))
+    assert "exclude_input_in_output" not in fake.bodies[0]
+    assert rec.ok and rec.text == " t0 t1 t2 t3 t4" and [e.text for e in rec.events][0] == " t0"
+    m = compute(rec)
+    assert m.output_tokens == 4 and m.output_tokens_estimated  # ceil(15 / 4): the text, not the prompt
+    assert ep.describe()["accounting_fixed"] == {"prompt_echo": 1}
+
+
+def test_no_echo_check_when_the_model_was_asked_to_exclude_the_prompt() -> None:
+    # exclude_input_in_output was sent: a text that starts like the prompt is the model's own
+    fake = FakeTriton()  # echoes only when not asked to exclude
+    rec, ep = asyncio.run(_one(fake, n=3, prompt=" t0", model="m"))
+    assert rec.text == " t0 t1 t2" and "accounting_fixed" not in ep.describe()
+
+
+@pytest.mark.parametrize("requested", [5, None])
+def test_cumulative_num_output_tokens_are_not_summed(requested: int | None) -> None:
+    # num_output_tokens 1, 2, 3, 4, 5 (running totals): 5 tokens, not 15
+    fake = FakeTriton(cumulative_counts=True)
+    rec, ep = asyncio.run(_one(fake, n=requested, model="m"))
+    n = 5 if requested else 3
+    assert rec.ok and rec.completion_tokens == n
+    assert [e.usage_completion_tokens for e in rec.events] == list(range(1, n + 1))
+    m = compute(rec)
+    assert m.output_tokens == n and not m.itl_estimated and len(m.itl_ns) == n - 1
+    assert ep.describe()["accounting_fixed"] == {"cumulative_num_output_tokens": 1}
+
+
+def test_per_response_counts_are_summed() -> None:
+    # the usual per-response counts (1 each) stay a sum; nothing is corrected
+    rec, ep = asyncio.run(_one(FakeTriton(), n=5, model="m"))
+    assert rec.completion_tokens == 5 and "accounting_fixed" not in ep.describe()

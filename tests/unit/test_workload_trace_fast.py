@@ -42,7 +42,8 @@ def _azure_file(path: Path, n: int, seed: int, *, crlf: bool, bad_line: int | No
         else:
             ts = t.strftime("%Y-%m-%d %H:%M:%S.%f")
         out = 0 if rng.random() < 0.05 else rng.randrange(1, 2000)
-        lines.append(f"{ts},{rng.randrange(1, 100_000)},{out}")
+        inp = 0 if out == 0 and rng.random() < 0.5 else rng.randrange(1, 100_000)  # failures may log 0 input
+        lines.append(f"{ts},{inp},{out}")
     if bad_line is not None:
         ts, a, b = lines[bad_line - 1].split(",")
         lines[bad_line - 1] = f"{ts},{a},x{b}"
@@ -76,8 +77,8 @@ def test_fast_path_equals_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         got = _read(path, True, monkeypatch, **kw)
         for f in FIELDS:
             assert np.array_equal(getattr(ref, f), getattr(got, f)), (kw, f)
-        assert (ref.rows_before_window, ref.skipped_zero_output, ref.next_offset_ns) == (
-            got.rows_before_window, got.skipped_zero_output, got.next_offset_ns), kw  # fmt: skip
+        assert (ref.rows_before_window, ref.skipped_zero_output, ref.kept_zero_output, ref.next_offset_ns) == (
+            got.rows_before_window, got.skipped_zero_output, got.kept_zero_output, got.next_offset_ns), kw  # fmt: skip
 
 
 def test_fast_path_errors_name_the_same_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.errors import ConfigError
+from loadgen.errors import ConfigError, InputFileError
 from loadgen.workload.replay import loop_offsets, replay_offsets, spread_instants, trace_stats
 from loadgen.workload.trace_formats import parse_datetime_ns, parse_seconds_ns
 from loadgen.workload.traces import BUILTIN_TRACES, read_trace
@@ -171,6 +171,35 @@ Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type
     kept = read_trace(p, keep_zero_output=True)
     assert len(kept) == 5 and kept.skipped_zero_output == 0
     assert trace_stats(tr)["skipped_zero_output_rows"] == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("b.csv", "Timestamp,Request tokens,Response tokens\n0,20,8\n1,0,0\n2,30,0\n3,10,5\n"),
+        ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+         + "".join(f"2023-11-16 18:17:0{i}.5,{n},{m}\n" for i, (n, m) in enumerate([(20, 8), (0, 0), (30, 0), (10, 5)]))),
+        ("m.jsonl", "".join(orjson.dumps({"timestamp": i * 1000, "input_length": n, "output_length": m,
+                                          "hash_ids": list(range(-(-n // 512)))}).decode() + "\n"
+                            for i, (n, m) in enumerate([(20, 8), (0, 0), (30, 0), (10, 5)]))),
+    ],
+)  # fmt: skip
+def test_a_failed_row_may_log_0_input_tokens_too(tmp_path: Path, name: str, text: str) -> None:
+    """A row with 0 output tokens is a failed request: its 0 input is no error (skipped or kept),
+    on the line-by-line path and the Azure block path alike; a 0 input on a row with output is."""
+    p = _write(tmp_path, name, text)
+    tr = read_trace(p)
+    assert (tr.input_tokens.tolist(), tr.output_tokens.tolist()) == ([20, 10], [8, 5])
+    assert (tr.skipped_zero_output, tr.kept_zero_output) == (2, 0)
+    kept = read_trace(p, keep_zero_output=True)
+    assert (kept.input_tokens.tolist(), kept.output_tokens.tolist()) == ([20, 1, 30, 10], [8, 1, 1, 5])
+    assert (kept.skipped_zero_output, kept.kept_zero_output) == (0, 2)
+    assert any("kept 2 rows" in n for n in kept.notes)
+    bad = _write(
+        tmp_path, "bad-" + name, text.replace("10,5", "0,5").replace('"input_length":10,', '"input_length":0,')
+    )
+    with pytest.raises(InputFileError, match="must be >= 1, got 0"):
+        read_trace(bad)
 
 
 def test_loadgen_jsonl_with_and_without_timestamps(tmp_path: Path) -> None:

@@ -1,0 +1,100 @@
+"""Stable probes and client-stall re-runs, end to end against the simulated endpoint (127.0.0.1 only).
+
+* overload: one FIFO slot, TTFT 50 ms, ITL 2 ms, 26 output tokens (10 req/s of capacity),
+  SLO p99 TTFT <= 5 s, a 20 s probe at 11 req/s: its p99 passes (the queue has not yet
+  pushed it past 5 s) but the backlog grows, so the probe FAILs with reason ``unstable``
+  (``loadgen sweep`` as the user types it; about 30 s);
+* a probe made INVALID by a simulated client stall (the event loop blocked 300 ms) is run
+  again and the sweep goes on (about 10 s; 8 req/s, well under the default simulated endpoint's ~19 req/s for 4-token outputs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(150)
+def test_an_overloaded_probe_whose_p99_passes_fails_unstable(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["COLUMNS"] = "250"
+    out = tmp_path / "sweep"
+    args = ["--slo", "ttft:p99<=5s", "--probe-duration", "20s", "--calibration", "0", "--seed", "3",
+            "--start-rate", "11", "--min-rate", "11", "--max-rate", "11", "--input-tokens", "16",
+            "--output-tokens", "26", "--sim-args", "--slots 1 --ttft-ms 50 --itl-ms 2", "--out", str(out)]  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", "sweep", *args], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=140,
+    )  # fmt: skip
+    assert "Traceback" not in p.stderr, p.stderr
+    res = json.loads((out / "sweep.json").read_text())
+    probes = [q for q in res["probes"] if q["verdict"] != "invalid"]  # a client stall is re-run
+    assert probes, res["probes"]
+    q = probes[-1]
+    assert q["offered_rps"] == 11.0
+    assert q["verdict"] == "fail", q
+    assert q["reasons"][0].startswith("unstable: backlog growing"), q["reasons"]
+    assert not q["stopped_early"]
+    assert q["exceedance_fraction"]["ttft:p99<=5000ms"] < 0.01  # its p99 passes
+    assert q["schedule_realized_rps"] == pytest.approx(11.0, rel=0.005)  # the rate actually offered
+    assert res["answer"]["max_rate_rps"] is None
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "unstable" in p.stderr and "client limit" not in p.stdout
+
+
+def _stall_sweep(sim_url: str, out: Path) -> Any:
+    from loadgen.endpoints.providers import make_endpoint
+    from loadgen.runner import Runner
+    from loadgen.runplan import LoadConfig
+    from loadgen.slo import parse_slo
+    from loadgen.sweep import Sweep, SweepConfig
+    from loadgen.validity import ValidityBounds
+
+    class StallOnce(Sweep):
+        stalled = False
+
+        def _set_runner(self, r: Runner) -> None:
+            super()._set_runner(r)
+            if not StallOnce.stalled:
+                StallOnce.stalled = True
+                asyncio.get_running_loop().call_later(0.8, time.sleep, 0.3)  # the client's loop stalls 300 ms
+
+    async def go() -> Any:
+        ep = make_endpoint("openai-compatible", base_url=sim_url, api="completions", preflight=False)
+        await ep.open()
+        try:
+            scfg = SweepConfig(
+                slos=[parse_slo("ttft:p50<=2s")], probe_duration_s=3.0, probe_warmup_s=0.0, calibration_s=0.0,
+                max_extensions=0, start_rate_rps=8.0, max_rate_rps=8.0, max_schedule_lag_ms=100.0,
+            )  # fmt: skip
+            # only the schedule lag is judged here: a busy 2-core test machine must not fail the rest
+            loose = ValidityBounds(send_rate_tolerance=1.0, max_client_cpu=2.0, max_loop_lag_p99_ms=1000)
+            base = LoadConfig(input_tokens=16, output_tokens=4, arrival="constant", bounds=loose)
+            return await StallOnce(ep, base, scfg, out, config_record={}).search()
+        finally:
+            await ep.close()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.timeout(60)
+def test_a_probe_invalid_from_a_client_stall_is_rerun_and_the_sweep_goes_on(sim_url: str, tmp_path: Path) -> None:
+    res = _stall_sweep(sim_url, tmp_path / "sweep").result
+    verdicts = [q["verdict"] for q in res["probes"]]
+    assert verdicts[0] == "invalid", res["probes"][0]
+    assert any("schedule lag" in d for d in res["probes"][0]["validity_detail"])
+    assert verdicts[-1] == "pass" and res["probes"][-1]["reruns"] == len(verdicts) - 1
+    assert len(res["reruns"]) == len(verdicts) - 1 >= 1
+    assert res["reruns"][0]["invalid_probe"] == res["probes"][0]["dir"]
+    assert res["answer"]["limited_by"] == "max_rate" and res["answer"]["max_rate_rps"] == 8.0
