@@ -163,6 +163,14 @@ class Runner:
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.add_signal_handler(sig, self._on_signal)
                     installed.append(sig)
+        # Cyclic GC passes over many live objects stall the loop for milliseconds: freeze what
+        # exists now and collect young generations less often while the run is on. Collected
+        # before t0 is set: on a large heap (a notebook, a long-lived process) the collection
+        # itself takes longer than the lead-in and made the first sends late.
+        gc_threshold = gc.get_threshold()
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(max(gc_threshold[0], 50_000), 50, 1000)
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         anchor_m, anchor_w = wall_anchor()
         self.t0_ns = self._t0_override if self._t0_override is not None else now_ns() + LEAD_IN_NS
@@ -171,12 +179,6 @@ class Runner:
         monitor = asyncio.create_task(self._loop_monitor())
         collector = asyncio.create_task(self._gc_loop())
         sink_task = asyncio.create_task(self._sink_loop()) if self._defer_sink else None
-        # Cyclic GC passes over many live objects stall the loop for milliseconds: freeze what
-        # exists now and collect young generations less often while the run is on.
-        gc_threshold = gc.get_threshold()
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(max(gc_threshold[0], 50_000), 50, 1000)
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg

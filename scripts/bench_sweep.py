@@ -88,6 +88,16 @@ PROFILES = {
         "ttft:p90<=50ms",
         64,
     ),
+    # issue 15's accuracy case: 4 independent FIFO servers, 20 ms + 15 x 2 ms = 50 ms a request
+    # (80 req/s of capacity), SLO p99 TTFT <= 120 ms: the M/D/4 answer is ~59.7 req/s (virtual clock)
+    "md4": Profile(
+        SimParams(slots=4, ttft_ms=20, itl_ms=2, fifo=True),
+        "--slots 4 --fifo --ttft-ms 20 --itl-ms 2",
+        16,
+        16,
+        "ttft:p99<=120ms",
+        8,
+    ),
 }
 
 CONFIDENCE = 0.95
@@ -366,6 +376,12 @@ def main() -> int:
     ap.add_argument("--sweep-timeout", type=float, default=1800.0)
     ap.add_argument("--quick", action="store_true", help="the quick settings above (about 4 minutes)")
     ap.add_argument(
+        "--busy-core",
+        action="store_true",
+        help="keep a core busy with a low-priority process (nice -n 19 yes) during the sweeps; bar: every "
+        "answer within 0.85-1.08 x the steady-state reference (use with --profile md4), re-runs reported",
+    )
+    ap.add_argument(
         "--window-truth",
         action="store_true",
         help="only the window check: the demo's profile and a short-output one against the sim's truth log (~5 min)",
@@ -441,8 +457,14 @@ def main() -> int:
     )
     rows = []
     base = tmpdir("bench-sweep-")
-    for seed in seeds:
-        rc, res, wall = run_sweep(pr, a, seed, base / f"seed-{seed}")
+    busy = subprocess.Popen(["nice", "-n", "19", "yes"], stdout=subprocess.DEVNULL) if a.busy_core else None
+    try:
+        swept = [(seed, *run_sweep(pr, a, seed, base / f"seed-{seed}")) for seed in seeds]
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    for seed, rc, res, wall in swept:
         ans = res["answer"]["max_rate_rps"]
         lo_b, hi_b = res["answer"]["bracket_rps"]
         rates_probed = [p["offered_rps"] for p in res["probes"] if p.get("concurrency") is None]
@@ -499,6 +521,15 @@ def main() -> int:
     answers = [r["answer"] for r in rows if r["answer"] is not None and r["limited_by"] is None]
     print()
     ok_all = True
+    if a.busy_core:
+        print("with a core kept busy (nice -n 19 yes): answer / steady-state reference, probe re-runs")
+        for r in rows:
+            ratio = r["answer"] / ref["steady"] if r["answer"] else float("nan")
+            reruns = r["res"].get("reruns") or []
+            print(f"  seed {r['seed']}: {ratio:.3f} x ({r['answer'] or 0:.2f} req/s), {len(reruns)} re-run(s)")
+        busy_ok = all(r["answer"] and 0.85 <= r["answer"] / ref["steady"] <= 1.08 for r in rows)
+        print(f"bar: every answer within 0.85-1.08 x the steady-state reference: {'PASS' if busy_ok else 'FAIL'}")
+        ok_all &= busy_ok
     if len(answers) == len(rows) and answers:
         med = statistics.median(answers)
         spread = (max(answers) - min(answers)) / med * 100
@@ -524,7 +555,7 @@ def main() -> int:
         bar2 = spread <= 10
         print(f"bar: median answer within 5 % of the probe-length reference: {'PASS' if bar1 else 'FAIL'}")
         print(f"bar: seeds within 10 % of each other (spread {spread:.1f} %): {'PASS' if bar2 else 'FAIL'}")
-        ok_all = bar1 and bar2
+        ok_all = ok_all and bar1 and bar2
     else:
         print("bar: answers: FAIL (a sweep gave no answer or was limited; see above)")
         ok_all = False

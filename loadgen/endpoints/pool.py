@@ -89,13 +89,17 @@ def _tls_note(kwargs: dict[str, Any]) -> str:
 def connect_error_text(exc: BaseException, *, kind: bool = True) -> str:
     """One line for a transport error: ``TLS handshake with HOST:PORT did not finish within
     N s`` when the connection timed out after its TCP connect, inside the TLS handshake (aiohttp
-    says only "Connection timeout to host"); else ``Type: message``. ``kind``: prefix the TLS
-    line with ``timeout: `` (for messages that carry no error kind of their own)."""
+    says only "Connection timeout to host"); else the error's own message. ``kind``: for
+    messages that carry no error kind of their own ("cannot reach URL: ..."): the TLS line is
+    prefixed with ``timeout: `` and another error is its message alone; without ``kind`` (a
+    request's ``error_detail``, next to its ``error_kind``) ``Type: message``."""
     if isinstance(exc, TimeoutError):
         note = _tls_stalled.get()
         if note is not None:
             _tls_stalled.set(None)
             return f"timeout: {note}" if kind else note
+    if kind:
+        return str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 

@@ -145,6 +145,12 @@ async def _serve(
     show_default=True,
     help="Output tokens when a request gives no max_tokens.",
 )
+@click.option(
+    "--fifo",
+    is_flag=True,
+    help="Serve as --slots independent servers behind one FIFO queue (no batching: M/D/c for "
+    "fixed lengths), each request TTFT + ITL per further token.",
+)
 @click.option("--strict", is_flag=True, help="Reject unknown request fields with HTTP 400.")
 @click.option("--fault-429", type=_PROB, default=0.0, help="Probability of HTTP 429 (Retry-After: 1).")
 @click.option("--fault-500", type=_PROB, default=0.0, help="Probability of HTTP 500.")
@@ -203,6 +209,7 @@ def sim_command(**kw: Any) -> None:
         itl_per_seq_ms=kw["itl_per_seq_ms"],
         tokens_per_chunk=kw["tokens_per_chunk"],
         default_max_tokens=kw["default_max_tokens"],
+        fifo=kw["fifo"],
     )
     faults = FaultConfig(
         p_429=kw["fault_429"],

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "BatchModel",
@@ -61,6 +62,8 @@ class SimParams:
         tokens_per_chunk: tokens per SSE write (the server writes one chunk
             every ``tokens_per_chunk`` iterations); not used by the model.
         default_max_tokens: output length when a request gives no ``max_tokens``.
+        fifo: serve as ``slots`` independent servers behind one FIFO queue (no batching;
+            :class:`loadgen.sim.fifo.FifoModel`, M/D/c for fixed lengths) instead of one batch.
     """
 
     slots: int = 32
@@ -70,6 +73,7 @@ class SimParams:
     itl_per_seq_ms: float = 0.0
     tokens_per_chunk: int = 1
     default_max_tokens: int = 16
+    fifo: bool = False
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -282,14 +286,18 @@ class BatchModel:
             self._start_iteration(end)
 
 
-def simulate(arrivals: list[tuple[int, int, int]], params: SimParams | None = None) -> list[SimResult]:
+def simulate(
+    arrivals: list[tuple[int, int, int]], params: SimParams | None = None, *, model: Any = None
+) -> list[SimResult]:
     """Run the model on a virtual clock.
 
     ``arrivals`` holds ``(arrival_ns, input_tokens, output_tokens)`` per
     request, in any order; results come back in the same order as ``arrivals``.
-    Equal arrival times are admitted in list order.
+    Equal arrival times are admitted in list order. ``model``: a fresh model with the
+    same interface to run instead of ``BatchModel(params)`` (e.g.
+    :func:`loadgen.sim.fifo.new_model`).
     """
-    model = BatchModel(params)
+    model = model if model is not None else BatchModel(params)
     order = sorted(range(len(arrivals)), key=lambda i: arrivals[i][0])
     results = [
         SimResult(arrival_ns=a, input_tokens=n_in, output_tokens=n_out, first_token_ns=-1)
@@ -338,6 +346,9 @@ def capacity_rps(params: SimParams, input_tokens: int, output_tokens: int) -> fl
     """
     if output_tokens < 1:
         raise ValueError("output_tokens must be >= 1")
+    if params.fifo:  # independent servers: each request holds one for its whole service
+        service_ms = params.ttft_ms + params.prefill_per_token_ms * input_tokens + params.itl_ms * (output_tokens - 1)
+        return float("inf") if service_ms <= 0.0 else params.slots * 1000.0 / service_ms
     s = params.slots
     o = output_tokens
     prefill_ms = params.ttft_ms + params.prefill_per_token_ms * input_tokens

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams, capacity_rps, simulate
 from loadgen.slo import SLOTarget
 from loadgen.workload.arrivals import arrival_offsets_ns
@@ -32,7 +33,7 @@ def percentile_at(
 ) -> float:
     """The target metric's percentile (ns) over a virtual run of ``requests`` at ``rate_rps``."""
     offs = arrival_offsets_ns(arrival, rate_rps, count=requests, seed=seed)
-    res = simulate([(o, input_tokens, output_tokens) for o in offs], params)
+    res = simulate([(o, input_tokens, output_tokens) for o in offs], params, model=new_model(params))
     skip = int(len(res) * warmup_fraction)
     vals: list[float]
     if target.metric == "ttft":

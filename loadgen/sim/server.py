@@ -47,7 +47,8 @@ from aiohttp.web_server import Server
 
 from loadgen.clock import now_ns, sleep_until
 from loadgen.sim.faults import FaultConfig, draw_fault
-from loadgen.sim.model import BatchModel, SimParams, TokenEmission
+from loadgen.sim.fifo import new_model
+from loadgen.sim.model import SimParams, TokenEmission
 from loadgen.sim.protocol import (
     ARRIVAL_KEY,
     DONE_EVENT,
@@ -116,7 +117,7 @@ class SimServer:
         self.strict = strict
         self.faults = faults if faults is not None else FaultConfig()
         self.truth_log_path = truth_log
-        self.model = BatchModel(self.params)
+        self.model = new_model(self.params)  # the batch, or FIFO servers (--fifo)
         self._rng = random.Random(seed)
         self._fault_ps = self.faults.probabilities()
         self._any_fault = any(p > 0.0 for p in self._fault_ps)

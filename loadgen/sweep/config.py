@@ -49,17 +49,21 @@ class SweepConfig:
             return self.probe_warmup_s
         return min(5.0, 0.1 * self.probe_duration_s)
 
-    def schedule_lag_bound_ms(self) -> tuple[float, str]:
+    def schedule_lag_bound_ms(self, run_bound_ms: float | None = None) -> tuple[float, str]:
         """The probes' p99 schedule-lag bound (ms) and why: max(5 ms, 2 % of the tightest TTFT or E2E threshold).
 
         Latency already counts from the scheduled time (coordinated-omission free), so a send
         late by L ms adds at most L ms to that request's TTFT/E2E: a lag of 2 % of the tightest
         threshold cannot turn a PASS into a FAIL by more than 2 % of it, while a busy client's
         few-ms hiccups no longer end a sweep with a generous SLO. TPOT/ITL targets do not tighten
-        it (lag does not enter them). An explicit ``--max-schedule-lag`` (``max_schedule_lag_ms``) wins.
+        it (lag does not enter them). An explicit ``--max-schedule-lag`` (``max_schedule_lag_ms``) wins,
+        and so does a library caller's own bound: ``run_bound_ms``, the probes' base
+        ``ValidityBounds.max_schedule_lag_p99_ms``, when it is not the plain runs' default.
         """
         if self.max_schedule_lag_ms is not None:
             return self.max_schedule_lag_ms, "set by --max-schedule-lag"
+        if run_bound_ms is not None and run_bound_ms != LAG_FLOOR_MS:
+            return run_bound_ms, "set in the probes' ValidityBounds"
         ths = [t.threshold_ns / 1e6 for t in self.slos if t.metric in ("ttft", "time_to_first_answer_token", "e2e")]
         if not ths:
             return LAG_FLOOR_MS, "sweep default: 5 ms (no TTFT or E2E target)"

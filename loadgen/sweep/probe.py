@@ -254,6 +254,7 @@ class Probe:
     stability: list[str] = field(default_factory=list)  # the backlog trend tests, one line per series
     schedule_realized_rps: float | None = None  # the measured sends' own rate: (N - 1) / span
     reruns: int = 0  # earlier INVALID probes at this rate, run again (a transient client stall)
+    demanded_output_tps: float | None = None  # the measured requests' output tokens / window
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -281,7 +282,7 @@ async def run_probe(
     per_segment = max(need, math.ceil(rate * scfg.probe_duration_s)) if concurrency is None else None
     n_cap = (per_segment or need) * (1 + scfg.max_extensions)
     judge = ProbeJudge(scfg.slos, n_cap, scfg.confidence)
-    lag_ms, lag_note = scfg.schedule_lag_bound_ms()
+    lag_ms, lag_note = scfg.schedule_lag_bound_ms(base.bounds.max_schedule_lag_p99_ms)
     bounds = replace(base.bounds, max_schedule_lag_p99_ms=lag_ms, schedule_lag_note=lag_note)
     segments = 0
     results: list[dict[str, Any]] = []
@@ -483,6 +484,7 @@ def _finish_probe(
         output_tps=thr["output_tps"],
         total_tps=thr["total_tps"],
         goodput_rps=thr["goodput_rps"],
+        demanded_output_tps=thr.get("demanded_output_tps"),
         dir=out_dir.name,  # relative to the sweep's directory, so results can be moved
         segments=segments,
         reasons=reasons,

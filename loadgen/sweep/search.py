@@ -305,11 +305,14 @@ class Sweep:
         out_tps = at.output_tps if at else None
         tot_tps = at.total_tps if at else None
         in_tps = (tot_tps - out_tps) if (tot_tps is not None and out_tps is not None) else None
+        # per-token prices are paid on the measured requests' own tokens: their input and output
+        # over the window (demanded_output_tps), the same counting set as input_tps and goodput
+        demanded = at.demanded_output_tps if at and at.demanded_output_tps is not None else out_tps
         priced = answer_cost(
             prices=s.prices,
             cost_per_hour_usd=s.cost_per_hour_usd,
             input_tps=in_tps,
-            output_tps=out_tps,
+            output_tps=demanded,
             goodput_rps=at.goodput_rps if at else None,
         )
         token_per_m_out = priced["token_priced_cost_per_million_output_tokens_usd"]
@@ -318,6 +321,7 @@ class Sweep:
             "bracket_rps": [last_pass, first_fail],
             "request_rps": at.request_rps if at else None,
             "output_tps": out_tps,
+            "demanded_output_tps": demanded,
             "total_tps": tot_tps,
             "goodput_rps": at.goodput_rps if at else None,
             "cost_per_million_output_tokens_usd": cost_per_million(s.cost_per_hour_usd, out_tps)
@@ -359,8 +363,8 @@ class Sweep:
                 "min_requests_per_probe": s.needed_requests(),
                 "max_extensions": s.max_extensions,
                 "max_reruns": s.max_reruns,
-                "max_schedule_lag_ms": s.schedule_lag_bound_ms()[0],
-                "max_schedule_lag_rule": s.schedule_lag_bound_ms()[1],
+                "max_schedule_lag_ms": s.schedule_lag_bound_ms(self.base.bounds.max_schedule_lag_p99_ms)[0],
+                "max_schedule_lag_rule": s.schedule_lag_bound_ms(self.base.bounds.max_schedule_lag_p99_ms)[1],
                 "cost_per_hour_usd": s.cost_per_hour_usd,
                 "prices": s.prices.describe() if s.prices is not None else None,
                 "accelerators": s.accelerators,

@@ -238,7 +238,8 @@ def test_sweep_priced_per_token_reports_cost_per_million_output_tokens(tmp_path:
     assert i > 0 and o > 0
     # the documented formula, from the answer probe's own token counts
     assert a["cost_per_million_output_tokens_usd"] == pytest.approx(P_OUT + P_IN * i / o, rel=1e-9)
-    per_s = (a["total_tps"] - a["output_tps"]) * P_IN / 1e6 + a["output_tps"] * P_OUT / 1e6
+    # paid on the measured requests' own tokens: input and demanded output over the window
+    per_s = (a["total_tps"] - a["output_tps"]) * P_IN / 1e6 + a["demanded_output_tps"] * P_OUT / 1e6
     assert a["cost_per_successful_request_usd"] == pytest.approx(per_s / a["goodput_rps"], rel=1e-9)
     assert outcome.result["settings"]["prices"]["output_per_million_usd"] == P_OUT
 
