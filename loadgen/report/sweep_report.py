@@ -72,6 +72,20 @@ def answer_window_line(res: dict[str, Any], out_dir: Path) -> str | None:
     return f"the answer's {window_phrase(w)}" if w else None
 
 
+def rerun_lines(res: dict[str, Any]) -> list[str]:
+    """One line per probe that was INVALID on the client's timing and run again (``reruns``)."""
+    max_r = (res.get("settings") or {}).get("max_reruns")
+    out = []
+    for r in res.get("reruns") or []:
+        rate = f"c={r['concurrency']}" if r.get("concurrency") else f"{r['offered_rps']:.2f} req/s"
+        why = "; ".join(r.get("validity_detail") or []) or "client timing"
+        out.append(
+            f"re-run {r.get('rerun')}{f' of {max_r}' if max_r else ''} at {rate}: "
+            f"{r.get('invalid_probe')} was INVALID ({why}); run again"
+        )
+    return out
+
+
 def _n(v: Any, d: int = 2) -> str:
     return "-" if v is None else f"{v:,.{d}f}"
 
@@ -117,6 +131,8 @@ def render_sweep(res: dict[str, Any], console: Console, out_dir: str) -> None:
             for d in p.get("validity_detail", []):
                 console.print(f"[red]client limit:[/] {d}")
             console.print("remedy: lower the rate, use more client CPU (--workers), or run the client elsewhere")
+    for line in rerun_lines(res):
+        console.print(f"[yellow]{line}[/]")
     console.print(f"total probe time {res['probe_time_s']:.1f} s")
     console.print(f"[bold]{answer_line(res)}[/]")
     wl = answer_window_line(res, Path(out_dir))
@@ -278,6 +294,7 @@ precision {res["settings"]["precision"] * 100:g} %, probes of at least {res["set
 {figs}
 <h2>Probes</h2><table><tr><th>#</th><th>offered req/s</th><th>sent req/s</th><th>completed req/s</th><th>output tok/s</th><th>verdict</th><th>counts</th><th>duration s</th><th>censored</th></tr>{rows}</table>
 <p>Non-monotonic verdicts: {html.escape("; ".join(res.get("non_monotonic") or []) or "none")}</p>
+<p>Probes re-run after a client stall (INVALID on the client's own timing): {html.escape("; ".join(rerun_lines(res)) or "none")}</p>
 </body></html>"""
     path = out_dir / "report.html"
     path.write_text(doc, encoding="utf-8")
