@@ -501,13 +501,16 @@ def test_goodput_denominator_exact_window() -> None:
 
     def run(pairs: list[tuple[float, float]]) -> dict[str, Any]:
         agg = Aggregator([parse_slo("ttft:p99<=500ms"), parse_slo("tpot:p99<=50ms")])
+        # five sends 2 s apart (0..8 s): the measurement window of scheduled sends is
+        # span * N / (N - 1) = 8 s * 5 / 4 = exactly 10.0 s, the case's window (loadgen/window.py);
+        # the last (the HTTP 500) ends at 10 s, so the drain-inclusive span is 10.0 s as well
         for i, (a, b) in enumerate(pairs):
-            agg.add(*ok_rec(i, i * S, a, b))
+            agg.add(*ok_rec(i, 2 * i * S, a, b))
         bad = RequestRecord(
             index=9,
             phase="measure",
-            scheduled_ns=9 * S,
-            sent_ns=9 * S,
+            scheduled_ns=8 * S,
+            sent_ns=8 * S,
             end_ns=10 * S,
             status="error",
             error_kind="http_error",
