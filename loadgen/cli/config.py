@@ -74,17 +74,21 @@ def build_load_config(kw: dict[str, Any]) -> LoadConfig:
 
 def base_load_config(kw: dict[str, Any]) -> LoadConfig:
     """The workload part of the options shared by run and sweep."""
+    from loadgen.cli.target import adopt_endpoint_path
     from loadgen.runplan import LoadConfig
     from loadgen.workload.spec import WorkloadOptions
 
+    adopt_endpoint_path(kw)  # before the workload: the API it names shapes the prompts
     if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
         raise click.UsageError("--burstiness needs --arrival gamma")
     if kw["max_concurrency"] is not None and kw["max_concurrency"] < 1:
         raise click.UsageError("--max-concurrency must be at least 1")
     ctx = click.get_current_context()
     explicit_out = ctx.get_parameter_source("output_tokens") != click.core.ParameterSource.DEFAULT
-    if kw["prompt_format"] == "token-ids" and kw["api"] == "chat":
+    if kw["prompt_format"] == "token-ids" and kw["api"] != "completions":
         raise click.UsageError("--prompt-format token-ids works with --api completions only")
+    # Triton's text_input takes a plain text prompt, as the completions API does
+    workload_api = "completions" if str(kw["api"]).startswith("triton") else kw["api"]
     wl = WorkloadOptions(
         trace=kw["trace"],
         trace_format="loadgen" if kw["trace_format"] == "jsonl" else kw["trace_format"],
@@ -98,7 +102,7 @@ def base_load_config(kw: dict[str, Any]) -> LoadConfig:
         dataset=kw["dataset"],
         tokenizer=kw["tokenizer"],
         prompt_format=kw["prompt_format"],
-        api=kw["api"],
+        api=workload_api,
         shared_prefix_tokens=kw["shared_prefix_tokens"],
         prefix_groups=kw["prefix_groups"],
     )

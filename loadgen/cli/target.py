@@ -3,7 +3,8 @@
 :class:`Target` starts and stops the system under test for one command; :class:`ClusterOption`
 holds a ``--cluster`` connection; :func:`endpoint_from_options` builds the client endpoint
 (OpenAI-compatible, managed providers, Triton) and registers its secrets with the redactor;
-:func:`confirm_remote` asks before load goes to a non-loopback address.
+:func:`confirm_remote` asks before load goes to a non-loopback address; :func:`adopt_endpoint_path`
+takes the API from an ``--endpoint`` pasted with its path.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ if TYPE_CHECKING:
     from loadgen.serve import ServerObserver
     from loadgen.sim.launch import SimProcess
 
-__all__ = ["ClusterOption", "Target", "confirm_remote", "endpoint_from_options", "resolve_endpoint_url"]
+__all__ = [
+    "ClusterOption",
+    "Target",
+    "adopt_endpoint_path",
+    "confirm_remote",
+    "endpoint_from_options",
+    "resolve_endpoint_url",
+]
 
 
 def _check_endpoint(url: str) -> None:
@@ -75,6 +83,51 @@ class ClusterOption:
     def __exit__(self, *exc: Any) -> None:
         if self.cluster is not None:
             self.cluster.close()
+
+
+_API_PATHS = (("/v1/chat/completions", "chat"), ("/v1/completions", "completions"))
+
+
+def adopt_endpoint_path(kw: dict[str, Any]) -> None:
+    """An ``--endpoint`` pasted with its API path (``http://h:8000/v1/chat/completions``, as AIPerf and
+    vLLM users write it): strip the path to ``.../v1``, take ``--api`` from it and say so on stderr.
+
+    Changes ``kw`` in place (a second call finds nothing to do); an explicit ``--api`` that names the
+    other API is a usage error. Must run before the workload is built: chat prompts differ.
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = kw.get("endpoint")
+    if (
+        not url
+        or str(kw.get("api") or "").startswith("triton")
+        or kw.get("provider", "openai-compatible") not in ("openai-compatible",)
+    ):
+        return
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return  # _check_endpoint names it
+    path = parts.path.rstrip("/")
+    for suffix, api in _API_PATHS:
+        if not path.endswith(suffix):
+            continue
+        ctx = click.get_current_context(silent=True)
+        explicit = ctx is not None and ctx.get_parameter_source("api") not in (None, click.core.ParameterSource.DEFAULT)
+        if explicit and kw["api"] != api:
+            raise click.UsageError(f"--endpoint ends in {suffix} (the {api} API): it clashes with --api {kw['api']}")
+        stripped = urlunsplit(parts._replace(path=path[: -len(suffix)] + "/v1"))
+        kw["endpoint"], kw["api"] = stripped, api
+        click.echo(
+            f"--endpoint: took the path {suffix} as --api {api}; sending to {redact_url(stripped)}{suffix[3:]}",
+            err=True,
+        )
+        return
+
+
+def _host_url(url: str) -> str:
+    """``url`` with a scheme, so its host can be read: Triton's gRPC form is a bare ``host:port``."""
+    return url if "://" in url else "grpc://" + url
 
 
 def resolve_endpoint_url(kw: dict[str, Any]) -> str | None:
@@ -222,7 +275,7 @@ def confirm_remote(kw: dict[str, Any], endpoint_url: str, embedded: bool, estima
     """Before sending to a non-loopback endpoint: show the estimate, ask on a terminal, refuse without --yes elsewhere."""
     from loadgen.endpoints.providers import is_loopback_url
 
-    if embedded or is_loopback_url(endpoint_url):
+    if embedded or is_loopback_url(_host_url(endpoint_url)):
         return
     err.print(f"{redact_url(endpoint_url)} is not a loopback address: {estimate.text()}")
     if kw["yes"]:

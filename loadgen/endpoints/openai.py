@@ -19,6 +19,7 @@ the record live in :func:`apply_stream_event`, shared with ``loadgen.locust``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -30,7 +31,7 @@ from loadgen.clock import now_ns
 from loadgen.endpoints.http import ERROR_BODY_LIMIT, HTTPSendMixin, drain_after_end, fail, settle
 from loadgen.endpoints.pool import connect_error_text, network_baseline, side_timeout
 from loadgen.endpoints.quota import ClientRateCap
-from loadgen.errors import EndpointUnreachable, ProtocolError
+from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
 from loadgen.sse import SSEDecoder
 from loadgen.types import RequestRecord, RequestSpec, TokenEvent
@@ -236,6 +237,8 @@ class OpenAIEndpoint(HTTPSendMixin):
             timeout=side_timeout(self.config.connect_timeout_s, self.config.connect_timeout_s + 5),
         ) as resp:
             if resp.status != 200:
+                if path == "/models" and self.config.model is None:
+                    self._refused(f"GET {self._root}/models", resp.status, await resp.content.read(ERROR_BODY_LIMIT))
                 return None
             try:
                 return await resp.json(content_type=None)
@@ -271,26 +274,38 @@ class OpenAIEndpoint(HTTPSendMixin):
         """Send short requests to learn which optional fields the endpoint accepts.
 
         Tries everything; on HTTP 400/422 drops fields in order (continuous usage,
-        then ignore_eos, then min_tokens, then include_usage) until accepted.
+        then ignore_eos, then min_tokens, then include_usage) until accepted. Any other
+        4xx but 429 (wrong model name, no such path, bad key), or a 400/422 that remains
+        with every optional field dropped, raises :class:`ConfigError` naming the status
+        and the server's message: no load is sent to an endpoint that refuses it.
         """
         drop_order = ["continuous_usage_stats", "ignore_eos", "min_tokens", "include_usage"]
         spec = RequestSpec(index=-1, prompt="Hello", requested_output_tokens=2)
         for _ in range(len(drop_order) + 1):
             body = self.build_body(spec)
-            status = await self._probe(body)
-            if status is None or status < 400:
+            status, text = await self._probe(body)
+            if status is None or status < 400 or status == 429 or status >= 500:
                 break
             if status not in (400, 422):
-                break
+                self._refused(f"POST {self.url_for_record}", status, text)
             for name in drop_order:
                 if self.accepted[name]:
                     self.accepted[name] = False
                     break
             else:
-                break
+                self._refused(f"POST {self.url_for_record}", status, text)
         self.preflight_done = True
 
-    async def _probe(self, body: dict[str, Any]) -> int | None:
+    def _refused(self, what: str, status: int, body: bytes) -> None:
+        """A 4xx (not 429) before any load: raise :class:`ConfigError` with the server's own words."""
+        if not 400 <= status < 500 or status == 429:
+            return
+        raise ConfigError(
+            f"{split_url_secrets(what)[0]} answered HTTP {status} before any load: "
+            f"{_refusal_text(body, self.redactor)} (check --endpoint, --api and --model)"
+        )
+
+    async def _probe(self, body: dict[str, Any]) -> tuple[int | None, bytes]:
         assert self._session is not None
         try:
             async with self._session.post(
@@ -300,14 +315,15 @@ class OpenAIEndpoint(HTTPSendMixin):
                 allow_redirects=False,
                 timeout=side_timeout(self.config.connect_timeout_s, min(self.config.timeout_s, 60.0)),
             ) as resp:
+                text = await resp.content.read(ERROR_BODY_LIMIT)
                 await resp.read()
-                return resp.status
+                return resp.status, text
         except (aiohttp.ClientConnectorError, OSError) as exc:
             raise EndpointUnreachable(
                 f"cannot reach {self.url_for_record}: {self.redactor(connect_error_text(exc))}"
             ) from None
         except (TimeoutError, aiohttp.ClientError):
-            return None
+            return None, b""
 
     # --- requests ------------------------------------------------------------------
 
@@ -549,6 +565,24 @@ def _error_text(err: Any, redact: Redactor) -> str:
     if isinstance(err, dict):
         return redact(str(err.get("message") or err.get("type") or err))[:300]
     return redact(str(err))[:300]
+
+
+def _refusal_text(body: bytes, redact: Redactor) -> str:
+    """One line of a refusal's body: its JSON ``error.message``/``message``/``detail``, else its first text line."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        if isinstance(err, dict):
+            text = str(err.get("message") or err)
+        else:
+            text = str(err or obj.get("message") or obj.get("detail") or obj)
+    else:
+        text = re.sub(r"<[^>]*>", " ", body.decode("utf-8", "replace"))  # an HTML error page's words
+    line = " ".join(text.split())
+    return _error_text(line, redact) if line else "(empty body)"
 
 
 def _tool_text(tools: Any) -> str:

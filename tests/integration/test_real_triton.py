@@ -238,3 +238,43 @@ def test_vllm_backend_template_fails_cleanly_without_the_backend(tmp_path: Path)
                triton_model="vllm_model", log_dir=str(tmp_path), ready_timeout_s=120)  # fmt: skip
     msg = str(ei.value)
     assert "\n" not in msg and "unable to find backend library for backend 'vllm'" in msg
+
+
+def _cli(cmd: str, args: list[str], timeout: float = 120) -> Any:
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["COLUMNS"] = "250"
+    return subprocess.run([sys.executable, "-m", "loadgen.cli", cmd, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+@pytest.mark.parametrize("api", ["triton-grpc", "triton-http"])
+def test_cli_run_triton(triton: ServerProcess, tmp_path: Path, api: str) -> None:
+    """As the README types it: the gRPC form is a bare host:port on loopback (no --yes asked)."""
+    url = str(triton.info["grpc_url"] if api == "triton-grpc" else triton.info["http_url"])
+    if api == "triton-grpc":
+        url = url.split("://", 1)[-1]
+    out = tmp_path / api
+    p = _cli("run", ["--api", api, "--endpoint", url, "--model", "tiny_llm", "--rate", "20", "--requests", "20",
+                     "--input-tokens", "16", "--output-tokens", "8", "--out", str(out),
+                     "--max-schedule-lag", "1s", "--max-loop-lag", "1s"])  # fmt: skip  # a busy CI core
+    assert p.returncode == 0, p.stdout + p.stderr  # was exit 2: unknown api 'triton-http' (and --yes for host:port)
+    res = json.loads((out / "result.json").read_text())
+    assert res["counts"]["completed"] == 20 and res["counts"]["failed"] == 0, res["counts"]
+    assert res["tokens"]["output"] == 20 * 8
+
+
+def test_cli_sweep_triton_grpc(triton: ServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    url = str(triton.info["grpc_url"]).split("://", 1)[-1]
+    p = _cli("sweep", ["--api", "triton-grpc", "--endpoint", url, "--model", "tiny_llm", "--slo", "ttft:p90<=2s",
+                       "--probe-duration", "2s", "--calibration", "0", "--start-rate", "10", "--min-rate", "10",
+                       "--max-rate", "20", "--input-tokens", "16", "--output-tokens", "8",
+                       "--out", str(out)], timeout=240)  # fmt: skip
+    assert "Traceback" not in p.stderr and "unknown api" not in p.stderr, p.stderr
+    assert p.returncode in (0, 1, 5), p.stdout + p.stderr
+    res = json.loads((out / "sweep.json").read_text())
+    assert res["probes"] and all(q["verdict"] in ("pass", "fail", "invalid") for q in res["probes"]), res["probes"]
