@@ -1,6 +1,7 @@
 """Reference answers for a sweep, computed by the simulated endpoint's own model on a virtual clock.
 
-For a profile (:class:`SimParams`), a workload (fixed input/output lengths,
+For a profile (:class:`SimParams`), a workload (input/output lengths fixed, or drawn
+with replacement from a list of values such as an ``empirical:`` trace column;
 Poisson or constant arrivals) and one SLO target on TTFT or E2E, the highest
 rate whose percentile meets the threshold is found by bisection over the rate,
 each rate judged on a long virtual run (seconds of CPU instead of minutes of
@@ -11,6 +12,8 @@ well under a millisecond on loopback).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from loadgen.sim.fifo import new_model
@@ -18,14 +21,28 @@ from loadgen.sim.model import SimParams, capacity_rps, simulate
 from loadgen.slo import SLOTarget
 from loadgen.workload.arrivals import arrival_offsets_ns
 
+Lengths = int | Sequence[int] | np.ndarray
+"""A fixed length, or values to draw lengths from with replacement (seeded)."""
+
+
+def _draw(lengths: Lengths, n: int, rng: np.random.Generator) -> list[int]:
+    if isinstance(lengths, int | np.integer):
+        return [int(lengths)] * n
+    vals = np.asarray(lengths, dtype=np.int64)
+    return [int(v) for v in rng.choice(vals, size=n)]
+
+
+def _mean(lengths: Lengths) -> int:
+    return int(lengths) if isinstance(lengths, int | np.integer) else max(1, round(float(np.mean(lengths))))
+
 
 def percentile_at(
     params: SimParams,
     rate_rps: float,
     target: SLOTarget,
     *,
-    input_tokens: int,
-    output_tokens: int,
+    input_tokens: Lengths,
+    output_tokens: Lengths,
     requests: int = 20000,
     arrival: str = "poisson",
     seed: int = 0,
@@ -33,7 +50,9 @@ def percentile_at(
 ) -> float:
     """The target metric's percentile (ns) over a virtual run of ``requests`` at ``rate_rps``."""
     offs = arrival_offsets_ns(arrival, rate_rps, count=requests, seed=seed)
-    res = simulate([(o, input_tokens, output_tokens) for o in offs], params, model=new_model(params))
+    rng = np.random.default_rng(seed)
+    ins, outs = _draw(input_tokens, len(offs), rng), _draw(output_tokens, len(offs), rng)
+    res = simulate(list(zip(offs, ins, outs, strict=True)), params, model=new_model(params))
     skip = int(len(res) * warmup_fraction)
     vals: list[float]
     if target.metric == "ttft":
@@ -51,15 +70,15 @@ def reference_max_rate(
     params: SimParams,
     target: SLOTarget,
     *,
-    input_tokens: int,
-    output_tokens: int,
+    input_tokens: Lengths,
+    output_tokens: Lengths,
     requests: int = 20000,
     arrival: str = "poisson",
     seed: int = 0,
     rel_precision: float = 0.002,
 ) -> float:
     """Highest rate (req/s) at which the target's percentile is within its threshold."""
-    hi = capacity_rps(params, input_tokens, output_tokens) * 1.5
+    hi = capacity_rps(params, _mean(input_tokens), _mean(output_tokens)) * 1.5
     lo = hi / 1000
 
     def ok(r: float) -> bool:

@@ -20,8 +20,8 @@ what is in flight; in-flight requests still under the threshold are *censored*
 (excluded from the denominator). Both counts are reported.
 
 Stability: an open-loop probe PASSes only if the system keeps up. After each segment
-:func:`loadgen.sweep.stability.backlog_trend` tests the first-token delay and the in-flight
-count for a growing backlog (one-sided Mann-Kendall at 1 % per series, and a material
+:func:`loadgen.sweep.stability.backlog_trend` tests the first-token delay and the decode
+pace (TPOT) for a growing backlog (one-sided Mann-Kendall at 1 % per series, and a material
 Theil-Sen rise); a growing backlog is FAIL with the reason ``unstable: backlog growing``,
 whatever the percentile says (a short probe at 110 % of capacity can pass p99 only because
 the queue has not yet had time to push it past the threshold). A probe is also long enough
@@ -68,7 +68,9 @@ from loadgen.slo import (
     request_value,
 )
 from loadgen.sweep.config import SweepConfig
+from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps
 from loadgen.sweep.stability import TAIL_FRACTION, backlog_trend
+from loadgen.sweep.verdict import probe_verdict_text, target_verdict
 from loadgen.types import RequestRecord
 from loadgen.validity import RATE_LIMIT_DOMINATED
 
@@ -102,10 +104,10 @@ class ProbeJudge:
 
     def new_segment(self) -> None:
         """Start the per-request timing rows of a new segment (for the stability test)."""
-        self.rows: list[tuple[int, int | None, float, bool, bool]] = []
+        self.rows: list[tuple[int, int | None, float, bool, bool, float]] = []
 
-    def timing(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """This segment's (scheduled_ns, end_ns, first_token_ns or NaN, measured, ok) arrays."""
+    def timing(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """This segment's (scheduled_ns, end_ns, first_token_ns or NaN, measured, ok, tpot_ns or NaN) arrays."""
         rows = getattr(self, "rows", [])
         ends = [r[1] for r in rows if r[1] is not None]
         last = max(ends) if ends else 0
@@ -114,12 +116,14 @@ class ProbeJudge:
         first = np.asarray([r[2] for r in rows], dtype=np.float64)
         meas = np.asarray([r[3] for r in rows], dtype=np.bool_)
         ok = np.asarray([r[4] for r in rows], dtype=np.bool_)
-        return sched, end, first, meas, ok
+        tpot = np.asarray([r[5] for r in rows], dtype=np.float64)
+        return sched, end, first, meas, ok, tpot
 
     def on_summary(self, s: Any) -> None:
         """Count a request shipped by a worker process (no early stop across processes)."""
         first = float(s.scheduled_ns + s.ttft_ns) if s.ttft_ns is not None else math.nan
-        getattr(self, "rows", []).append((s.scheduled_ns, s.end_ns, first, s.phase == "measure", bool(s.ok)))
+        tpot = float(s.tpot_ns) if s.tpot_ns is not None else math.nan
+        getattr(self, "rows", []).append((s.scheduled_ns, s.end_ns, first, s.phase == "measure", bool(s.ok), tpot))
         if s.phase != "measure":
             return
         if s.error_kind == "cancelled":
@@ -142,7 +146,8 @@ class ProbeJudge:
         if rec is None or m is None:  # worker mode: counted in on_summary
             return
         first = float(rec.events[0].t_ns) if rec.events else math.nan
-        getattr(self, "rows", []).append((rec.scheduled_ns, rec.end_ns, first, rec.phase == "measure", rec.ok))
+        tpot = float(m.tpot_ns) if m.tpot_ns is not None else math.nan
+        getattr(self, "rows", []).append((rec.scheduled_ns, rec.end_ns, first, rec.phase == "measure", rec.ok, tpot))
         if rec.phase != "measure":
             return
         cancelled = rec.error_kind == "cancelled"
@@ -255,6 +260,11 @@ class Probe:
     schedule_realized_rps: float | None = None  # the measured sends' own rate: (N - 1) / span
     reruns: int = 0  # earlier INVALID probes at this rate, run again (a transient client stall)
     demanded_output_tps: float | None = None  # the measured requests' output tokens / window
+    # the one verdict text (loadgen.sweep.verdict), shown alike in the live line, table, sweep.json, report
+    verdict_text: str = ""
+    targets: list[dict[str, Any]] = field(default_factory=list)  # per target: counts, verdict, verdict_text
+    sent_rps: float | None = None  # the rate really sent (open loop: achieved_send_rps; closed loop: sent_rps())
+    judged_requests: int | None = None  # the fewest judged requests of any per-request target, all segments
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -291,6 +301,7 @@ async def run_probe(
     unstable = False
     tail_short = False
     seg_requests = per_segment
+    seg_duration_s = scfg.probe_duration_s  # closed loop: a segment's length (extended in time)
     while True:
         seg_dir = out_dir if segments == 0 else out_dir / f"extension-{segments}"
         judge.new_segment()
@@ -320,7 +331,7 @@ async def run_probe(
                 rate_rps=None,
                 concurrency=concurrency,
                 requests=None,
-                duration_s=scfg.probe_duration_s,
+                duration_s=seg_duration_s,
                 warmup_requests=0,
                 warmup_s=scfg.warmup_s() if segments == 0 else 0.0,
                 seed=base.seed + 1000 * index + segments,
@@ -364,9 +375,13 @@ async def run_probe(
         if not run.result["validity"]["valid"] or judge.stopped_early:
             break
         if concurrency is not None:
-            break
-        sched, end, first, meas, ok = judge.timing()
-        trends = backlog_trend(sched, end, first, meas)
+            ext = closed_loop_extension_s(judge.targets, scfg, need, total_duration, segments)
+            if ext is None:
+                break
+            seg_duration_s = ext
+            continue
+        sched, end, first, meas, ok, tpot = judge.timing()
+        trends = backlog_trend(sched, first, tpot, meas)
         stability += [f"segment {segments}: {t.describe()}" + (" GROWING" if t.growing else "") for t in trends]
         if any(t.growing for t in trends):
             unstable = True
@@ -399,8 +414,14 @@ async def run_probe(
         probe.low_confidence = True
         probe.reasons.append(
             f"the p99 E2E of finished requests exceeds {TAIL_FRACTION:.0%} of the window even after "
-            f"{scfg.max_extensions} extensions: low confidence"
+            f"{scfg.max_extensions} extensions: a point estimate"
         )
+    probe.verdict_text = probe_verdict_text(
+        probe.verdict,
+        low_confidence=probe.low_confidence,
+        stopped_early=probe.stopped_early,
+        validity_detail=probe.validity_detail,
+    )
     return probe
 
 
@@ -432,6 +453,7 @@ def _finish_probe(
     reasons: list[str] = []
     verdict = "pass"
     low_conf = False
+    targets: list[dict[str, Any]] = []
     for tj in judge.targets:
         t = tj.target
         if not judged_per_request(t):
@@ -439,16 +461,34 @@ def _finish_probe(
             ef[t.label] = None
             cb[t.label] = []
             reasons.append(f"{t.label}: pooled per-token value {v_ms} ms (no confidence bound)")
+            targets.append({"target": t.label, "verdict": "pass" if ok else "fail", "value_ms": v_ms})
+            targets[-1]["verdict_text"] = "PASS" if ok else "FAIL"
             if not ok:
                 verdict = "fail"
             continue
         v, low, frac, lo, hi = probe_target_verdict(tj, scfg.confidence, judge.stopped_early)
+        tv, point, text = target_verdict(
+            tj.k, tj.n, t, scfg.confidence, stopped_early=judge.stopped_early, fail_k=judge.fail_k.get(t.label)
+        )
         low_conf |= low
         ef[t.label] = frac
         cb[t.label] = [lo, hi]
-        reasons.append(f"{t.label}: {tj.k} of {tj.n} over ({v}; bounds {lo:.4f}..{hi:.4f})")
+        targets.append(
+            {"target": t.label, "verdict": tv, "verdict_text": text, "point_estimate": point, "exceedances": tj.k}
+        )
+        targets[-1].update(requests=tj.n, censored=tj.censored, bounds=[lo, hi])
         if v == "fail":
             verdict = "fail"
+    if judge.stopped_early and not any(x["verdict_text"].endswith("(stopped early)") for x in targets):
+        for x in targets:  # none reached its count alone (a race at the stop): the undecided ones stopped it
+            if "point_estimate" in x and (x["verdict"] == "fail" or x["point_estimate"]):
+                x.update(verdict="fail", point_estimate=False, verdict_text="FAIL (stopped early)")
+    for x in targets:
+        if "bounds" in x:
+            lo, hi = x["bounds"]
+            reasons.append(
+                f"{x['target']}: {x['exceedances']} of {x['requests']} over ({x['verdict_text']}; bounds {lo:.4f}..{hi:.4f})"
+            )
     validity_detail: list[str] = []
     if invalid:
         if judge.fails_on_server_errors():
@@ -469,7 +509,11 @@ def _finish_probe(
         reasons.append(f"{limited} of {decided} requests answered 429: the provider's quota, not the server's latency")
     thr = first["throughput"]
     lat = {t.metric: first["latency_ms"].get(t.metric) for t in scfg.slos}
+    judged = [x["requests"] for x in targets if "requests" in x]
     return Probe(
+        targets=targets,
+        judged_requests=min(judged) if judged else None,
+        sent_rps=closed_loop_sent_rps(results) if concurrency is not None else thr["achieved_send_rps"],
         offered_rps=rate,
         verdict=verdict,
         low_confidence=low_conf,
