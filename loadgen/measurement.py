@@ -142,6 +142,7 @@ async def measure(
     from loadgen.timeseries import series  # per-interval throughput and latency (sustained behaviour)
 
     result["timeseries"] = series(out_dir / "requests.jsonl", cfg.origin, window=result["window"])
+    result = redactor.scrub(result)  # server-supplied text (/version, messages), by value
     write_json(out_dir / "result.json", result)
     write_hlog(out_dir / "histograms.hlog", agg, outcome)
     return MeasuredRun(result, outcome, agg, out_dir)

@@ -11,16 +11,30 @@ from __future__ import annotations
 
 import base64
 import re
+from typing import TypeVar, cast
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
 
 REDACTED = "***"
+_J = TypeVar("_J")
 
-_SENSITIVE = re.compile(r"(auth|key|token|secret|password|passwd|cookie|session|signature|sig|credential)", re.I)
+_SENSITIVE = re.compile(
+    r"(auth|key|token|secret|password|passwd|cookie|session|signature|sig|credential|bearer|jwt|private)", re.I
+)
+SENSITIVE_EXACT = frozenset({"code", "pwd", "pass", "passphrase", "sas"})
+"""Names that carry credentials only as a whole name (a substring match would flag ``encoding`` or
+``status_code``): Azure Functions' ``code`` key, passwords as ``pwd``/``pass``/``passphrase``, a SAS
+token as ``sas`` (an Azure SAS URL's own secret, ``sig``, is caught by the pattern)."""
 
 
 def is_sensitive_name(name: str) -> bool:
-    """True for header, query or body field names that usually carry credentials."""
-    return bool(_SENSITIVE.search(name))
+    """True for header, query or body field names that usually carry credentials.
+
+    A name is sensitive when it contains one of ``auth key token secret password passwd cookie
+    session signature sig credential bearer jwt private`` (case-insensitive; so ``api_key``,
+    ``x-api-key``, ``Authorization``, ``Ocp-Apim-Subscription-Key``, ``x-goog-api-key``,
+    ``access_token``, ``client_secret``) or is one of :data:`SENSITIVE_EXACT`.
+    """
+    return bool(_SENSITIVE.search(name)) or name.strip().lower() in SENSITIVE_EXACT
 
 
 def split_url_secrets(url: str) -> tuple[str, list[str]]:
@@ -114,6 +128,20 @@ class Redactor:
             if f in text:
                 text = text.replace(f, REDACTED)
         return text
+
+    def scrub(self, obj: _J) -> _J:
+        """A copy of a JSON-like value with every string (keys too) scrubbed: text a server supplied
+        (its ``/version``, model names, error bodies) is redacted by value like everything else."""
+        return cast(_J, self._scrub(obj)) if self._forms else obj
+
+    def _scrub(self, obj: object) -> object:
+        if isinstance(obj, str):
+            return self(obj)
+        if isinstance(obj, dict):
+            return {(self(k) if isinstance(k, str) else k): self._scrub(v) for k, v in obj.items()}
+        if isinstance(obj, list | tuple):
+            return [self._scrub(v) for v in obj]
+        return obj
 
     def __bool__(self) -> bool:
         return bool(self._forms)

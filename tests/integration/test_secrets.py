@@ -262,3 +262,44 @@ def test_key_cut_by_error_truncation(tmp_path: Path) -> None:
     res, lines = load(out)
     assert res["counts"]["errors_by_kind"] == {"http_error": 3}
     assert_no_leaks(out, proc, {"env": key})
+
+
+def _version_echo(req: dict[str, Any]) -> bytes:
+    """A /version that echoes the request's headers (as debugging servers and proxies do)."""
+    echoed = "; ".join(f"{k}: {v}" for k, v in req["headers"].items())
+    return http("200 OK", json.dumps({"version": f"0.9 ({echoed})"}).encode())
+
+
+def test_server_text_and_code_query_stay_out(tmp_path: Path) -> None:
+    """The server's /version echoes the Authorization header (env key) and an Azure Functions ``?code=`` key
+    is in the URL: result.json records the version and the URL, both redacted by value."""
+    keys = {"env": new_key(), "code": new_key()}
+    with RecordingServer(lambda n, r: ok_stream(), get={"/version": _version_echo}) as srv:
+        out = tmp_path / "out"
+        proc = run_cli(
+            [
+                *COMMON,
+                "--endpoint",
+                f"http://127.0.0.1:{srv.port}/v1?code={keys['code']}",
+                "--api-key-env",
+                ENV_NAME,
+                "--out",
+                str(out),
+            ],
+            {ENV_NAME: keys["env"]},
+        )
+    assert proc.returncode in (0, 1), proc.stderr
+    res, _ = load(out)
+    assert any(r["target"].startswith("/v1/completions?code=") for r in srv.requests)  # the server got the key
+    version = json.dumps(res).split("0.9 (")[1][:400]
+    assert "Bearer ***" in version  # the echo was recorded, scrubbed
+    assert "code=***" in res["conditions"]["endpoint"]["url"]
+    assert_no_leaks(out, proc, keys)
+
+
+def test_a_mistyped_header_is_not_echoed() -> None:
+    key = new_key()
+    proc = run_cli([*COMMON, "--endpoint", "http://127.0.0.1:9", "--header", f"Authorization Bearer {key}"], {})
+    assert proc.returncode == 2
+    assert "Authorization" in proc.stderr and "Traceback" not in proc.stderr
+    assert leaks(proc.stdout + proc.stderr, key) == []

@@ -34,3 +34,31 @@ def test_redactor_scrubs_plain_url_encoded_and_base64() -> None:
     assert r(f"error for {quote(KEY, safe='')}") == "error for ***"
     assert r(f"Bearer {KEY}") == "Bearer ***"
     assert r("nothing here") == "nothing here"
+
+
+def test_key_names_that_are_secrets_only_as_a_whole_name() -> None:
+    # Azure Functions keys ride in ?code=; the substring rule must not flag status_code or encoding
+    assert (
+        redact_url(f"https://fn.example.test/api/chat?code={KEY}&x=1")
+        == "https://fn.example.test/api/chat?code=***&x=1"
+    )
+    assert redact_body({"pwd": KEY, "status_code": 200, "encoding": "utf-8"}) == {
+        "pwd": "***",
+        "status_code": 200,
+        "encoding": "utf-8",
+    }
+    assert redact_headers({"Ocp-Apim-Subscription-Key": KEY, "x-goog-api-key": KEY, "Accept-Encoding": "gzip"}) == {
+        "Ocp-Apim-Subscription-Key": "***",
+        "x-goog-api-key": "***",
+        "Accept-Encoding": "gzip",
+    }
+
+
+def test_scrub_reaches_every_string_of_a_result() -> None:
+    r = Redactor([KEY])
+    result = {"conditions": {"server_version": f"0.1 (headers: Authorization: Bearer {KEY})"}, "n": [1, f"x{KEY}"]}
+    clean = r.scrub(result)
+    assert KEY not in repr(clean)
+    assert clean["conditions"]["server_version"] == "0.1 (headers: Authorization: Bearer ***)"
+    assert clean["n"] == [1, "x***"]
+    assert Redactor().scrub(result) is result  # nothing to scrub: the same object
