@@ -22,6 +22,12 @@ from loadgen.workload.spec import Workload, WorkloadOptions
 __all__ = ["LoadConfig", "build_plan", "build_workload", "workload_options"]
 
 
+MAX_SCHEDULE_REQUESTS = 100_000_000
+"""The most requests one open-loop schedule may hold (a day at over 1,000 req/s): past it, a typo such
+as ``--rate 1000000 --duration 600m`` would allocate hundreds of GiB before the first send."""
+SCHEDULE_BYTES_PER_REQUEST = 24  # send time, input and output length: one int64 each (the lazy schedule)
+
+
 @dataclass
 class LoadConfig:
     """The workload and engine settings of one run (configuration only).
@@ -76,6 +82,22 @@ class LoadConfig:
             raise ConfigError("--concurrency must be at least 1")
         if self.requests is not None and self.requests < 1:
             raise ConfigError("--requests must be at least 1")
+        if not 0 <= self.seed < 2**63:
+            raise ConfigError(f"--seed {self.seed}: expected an integer from 0 to 2**63 - 1")
+        expected = self.expected_requests()
+        if expected is not None and expected > MAX_SCHEDULE_REQUESTS:
+            raise ConfigError(
+                f"a schedule of ~{expected:,.0f} requests (~{expected * SCHEDULE_BYTES_PER_REQUEST / 2**30:,.1f} GiB "
+                f"of send times) is over the limit of {MAX_SCHEDULE_REQUESTS:,}: lower --rate or --duration, "
+                "or split the run"
+            )
+
+    def expected_requests(self) -> float | None:
+        """Requests an open-loop schedule will hold (warm-up included): the count, or rate x duration."""
+        if self.rate_rps is None or self.has_trace:
+            return None
+        measured = self.requests if self.requests is not None else self.rate_rps * (self.duration_s or 0.0)
+        return measured + self.warmup_requests + self.rate_rps * self.warmup_s
 
 
 def workload_options(cfg: LoadConfig) -> WorkloadOptions:

@@ -27,10 +27,19 @@ import numpy as np
 
 from loadgen.errors import ConfigError
 
-__all__ = ["LengthSpec", "parse_length_spec"]
+__all__ = ["MAX_LENGTH_TOKENS", "LengthSpec", "parse_length_spec"]
 
 _BLOCK = 4096
 EMPIRICAL_MAX_ROWS = 1_000_000
+MAX_LENGTH_TOKENS = 10_000_000
+"""The longest length a spec may ask for (10 M tokens, past the longest context served today): a
+typo such as ``--input-tokens 2000000000`` is refused at once instead of building a prompt that
+exhausts memory. Against a server that says its ``max_model_len``, the run checks that too."""
+
+
+def _bounded(text: str, n: float) -> None:
+    if n > MAX_LENGTH_TOKENS:
+        raise ConfigError(f"length spec {text!r}: {n:,.0f} tokens is over the limit of {MAX_LENGTH_TOKENS:,}")
 
 
 @dataclass
@@ -122,17 +131,20 @@ def parse_length_spec(spec: str | int, *, column: str = "input") -> LengthSpec:
             ) from None
         if n < 1:
             raise ConfigError(f"length spec {text!r}: a length must be >= 1")
+        _bounded(text, n)
         return LengthSpec("fixed", float(n), text=text)
     kind = kind.strip().lower()
     if kind == "uniform":
         lo, hi = _numbers(text, body, 2)
         if lo != int(lo) or hi != int(hi) or lo < 1 or hi < lo:
             raise ConfigError(f"length spec {text!r}: need integers 1 <= A <= B")
+        _bounded(text, hi)
         return LengthSpec("uniform", lo, hi, text=text)
     if kind in ("normal", "lognormal"):
         mean, sd = _numbers(text, body, 2)
         if mean <= 0 or sd < 0:
             raise ConfigError(f"length spec {text!r}: need MEAN > 0 and SD >= 0")
+        _bounded(text, mean + 10 * sd)
         return LengthSpec(kind, mean, sd, text=text)
     if kind == "empirical":
         from loadgen.workload.traces import read_trace

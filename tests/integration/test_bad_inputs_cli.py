@@ -102,7 +102,11 @@ CASES: list[Case] = [
         run_with("--api-key-env", "LOADGEN_TEST_UNSET_VAR"),
         r"^--api-key-env LOADGEN_TEST_UNSET_VAR: that environment variable is not set$",
     ),
-    Case("cfg-17-header-empty-name", run_with("--header", ": v"), r"^--header ''\.\.\.: expected 'Name: value'$"),
+    Case(
+        "cfg-17-header-empty-name",
+        run_with("--header", ": v"),
+        r"^--header ''\.\.\.: expected 'Name: value' \(the value is not shown\)$",
+    ),
     Case(
         "cfg-18-connect-timeout-not-a-duration",
         run_with("--connect-timeout", "fast"),
@@ -148,6 +152,24 @@ CASES: list[Case] = [
         "cfg-27-time-scale-zero",
         run_with("--trace", "builtin:azure-code-2023", "--time-scale", "0", drop=("--rate",)),
         r"time scale must be > 0",
+    ),
+    # issue 20 item 13: each was a traceback (or an out-of-memory kill) before
+    Case("cfg-28-seed-negative", run_with("--seed", "-1"), r"^--seed -1: expected an integer from 0 to 2\*\*63 - 1$"),
+    Case("cfg-29-seed-over-64-bits", run_with("--seed", str(2**70)), r"^--seed \d+: expected an integer from 0"),
+    Case(
+        "cfg-30-schedule-too-large",
+        run_with("--rate", "1000000", "--duration", "600m", drop=("--rate", "--requests")),
+        r"^a schedule of ~36,000,000,000 requests \(~804\.7 GiB of send times\) is over the limit",
+    ),
+    Case(
+        "cfg-31-input-tokens-absurd",
+        run_with("--input-tokens", "2000000000", drop=("--input-tokens",)),
+        r"^length spec '2000000000': 2,000,000,000 tokens is over the limit of 10,000,000$",
+    ),
+    Case(
+        "cfg-32-header-crlf",
+        run_with("--header", "X-A: b\r\nX-Injected: 1"),
+        r"^--header 'X-A': a control character \(CR, LF, \.\.\.\) in a header is refused$",
     ),
 ]
 MINIMUM = 12
