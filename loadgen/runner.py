@@ -327,6 +327,7 @@ class Runner:
         # bytes go out. A burst costs one gate per request at its deadline, not one whole
         # send path each.
         gated = sem is None and self.endpoint.accepts_send_gate()
+        capped: deque[tuple[int, int]] = deque()  # (start, end) of each time the dispatcher waited on the cap
         prepared: dict[int, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         nxt = 0  # the next position to prepare
 
@@ -376,7 +377,10 @@ class Runner:
                             continue
                     prepare(nxt)
             await self._wait_until(deadline)
-            if not self._stop.is_set() and now_ns() - deadline > abort_ns:
+            # time the --max-concurrency cap held the dispatcher since this deadline is the server's
+            # backlog (in flight there), not the generator falling behind
+            held = sum(b1 - max(b0, deadline) for b0, b1 in capped if b1 > deadline)
+            if not self._stop.is_set() and now_ns() - deadline - held > abort_ns:
                 self.aborted_reason = (
                     f"the generator fell {(now_ns() - deadline) / 1e9:.2f} s behind its schedule at request "
                     f"{pos} of {n}; it stopped sending"
@@ -392,14 +396,25 @@ class Runner:
                 if pos + 1 < n and t0 + int(offsets[pos + 1]) > now_ns():
                     await asyncio.sleep(0)  # the released write runs now, before building ahead
                 continue
+            cap_wait = 0
             if sem is not None:
-                await sem.acquire()
+                if sem.locked():
+                    b0 = now_ns()
+                    await sem.acquire()
+                    capped.append((b0, now_ns()))
+                else:
+                    await sem.acquire()
                 if self._stop.is_set():
                     sem.release()
                     self._count_unsent(schedule, pos)
                     return
+                # the part of this request's delay spent with the dispatcher held by the cap (its own
+                # wait, and a wait for an earlier request that ran past this one's deadline)
+                while capped and capped[0][1] <= deadline:
+                    capped.popleft()
+                cap_wait = sum(b1 - max(b0, deadline) for b0, b1 in capped)
             spec = take(pos)
-            self._start(tg, spec, schedule.phase(pos), deadline, sem)
+            self._start(tg, spec, schedule.phase(pos), deadline, sem, cap_wait_ns=cap_wait)
             del spec
 
     def _count_unsent(self, schedule: Schedule, pos: int) -> None:
@@ -415,8 +430,10 @@ class Runner:
         scheduled_ns: int,
         sem: asyncio.Semaphore | None = None,
         gate: asyncio.Event | None = None,
+        *,
+        cap_wait_ns: int = 0,
     ) -> asyncio.Task[None]:
-        task = tg.create_task(self._one(spec, phase, scheduled_ns, sem, gate))
+        task = tg.create_task(self._one(spec, phase, scheduled_ns, sem, gate, cap_wait_ns))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
@@ -428,6 +445,7 @@ class Runner:
         scheduled_ns: int,
         sem: asyncio.Semaphore | None,
         gate: asyncio.Event | None = None,
+        cap_wait_ns: int = 0,
     ) -> None:
         rec = RequestRecord(
             index=spec.index,
@@ -437,6 +455,7 @@ class Runner:
             requested_output_tokens=spec.requested_output_tokens,
             prefix_group=spec.prefix_group,
             session_id=spec.session_id,
+            throttle_ns=cap_wait_ns,  # held by --max-concurrency: the client's own cap, not its lag
         )
         self.inflight_records[spec.index] = rec
         try:

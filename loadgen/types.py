@@ -121,7 +121,7 @@ class RequestRecord:
     tls_ns: int | None = None  # TLS handshake of a new connection (None: plain TCP or reused)
     connection_reused: bool | None = None  # sent on a pooled connection (None: never got one)
     cached_prompt_tokens: int | None = None  # prompt tokens served from the provider's prompt cache
-    throttle_ns: int = 0  # waited for the client's own --max-rpm/--max-tpm cap before sending
+    throttle_ns: int = 0  # waited for the client's own cap (--max-concurrency, --max-rpm, --max-tpm) before sending
     attempts: list[dict[str, Any]] | None = None  # earlier attempts answered 429 (--retry-429)
 
     @property

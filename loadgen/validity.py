@@ -77,6 +77,11 @@ def generator_send_rps(agg: RunCounts) -> float | None:
     return (agg.generator_sends - 1) / ((last - first) / 1e9)
 
 
+MOSTLY_FAILED = 0.5
+"""Over this fraction of failed measured requests a run is a FAIL on the server's errors (exit 1), stated
+on its verdict line; at or under it, an error rate over the bound is a warning."""
+
+
 def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dict[str, Any]:
     """The run's validity checks (``result.json`` ``validity``), one line per check with its reason.
 
@@ -145,12 +150,7 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
             f"p99 event-loop lag {ll:.3f} ms (bound {bounds.max_loop_lag_p99_ms:g} ms)",
         )
     cl = agg.errors_by_kind.get("client_limit", 0)
-    check(
-        "client_resources",
-        "generator",
-        cl == 0 and agg.pool_queued == 0,
-        f"{cl} requests hit a descriptor limit, {agg.pool_queued} waited for a pool slot",
-    )
+    check("client_resources", "generator", cl == 0, f"{cl} requests hit a descriptor limit")
     # measurement checks: warnings, not client limits
     check(
         "min_requests",
@@ -187,13 +187,24 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
             f"{agg.buffered} of {agg.completed} completed requests delivered their tokens in one burst (a "
             "buffering proxy or a batching server?): their TPOT/ITL are not measurable (metrics.is_buffered)",
         )
+    if agg.pool_queued:
+        # every pooled connection held a request the server had not answered: the server's backlog,
+        # not a slow client (the verdict table: server-caused, a warning here and FAIL in a probe's SLO)
+        check(
+            "server_saturated",
+            "measurement",
+            False,
+            f"{agg.pool_queued} of {agg.requests} requests waited for a connection: every pooled connection "
+            "held a request in flight at the server (a saturated server, not a slow client)",
+        )
     if agg.throttled:
         check(
             "offered_load_not_capped",
             "measurement",
             False,
-            f"{agg.throttled} of {agg.requests} requests waited for the client's own --max-rpm/--max-tpm "
-            "cap: the load sent is not the offered load (the wait counts in their latency)",
+            f"{agg.throttled} of {agg.requests} requests waited for the client's own cap (--max-concurrency: "
+            "that many requests were in flight at the server; --max-rpm/--max-tpm): the load sent is not the "
+            "offered load (the wait counts in their latency, not in the generator's lag)",
         )
     rl = agg.errors_by_kind.get("rate_limited", 0)
     if rl or agg.rate_limited_attempts:
@@ -215,6 +226,12 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
     }
     if gen_ok and agg.requests and rl / agg.requests > RATE_LIMIT_DOMINATED:
         out["limited_by"] = "rate_limit"
+    if agg.requests and agg.failed / agg.requests > MOSTLY_FAILED:
+        # server-caused (the verdict table): the run is not INVALID, and it is not a success either
+        out["server_failed"] = (
+            f"{agg.failed} of {agg.requests} measured requests failed ({er * 100:.0f} %): "
+            "the server's errors, not the client's timing"
+        )
     if agg.throttled:
         out["offered_load"] = "capped by the client (--max-rpm/--max-tpm)"
     if not gen_ok:

@@ -114,6 +114,8 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
 def render_validity(v: dict[str, Any], console: Console) -> None:
     """MLPerf-style verdict: ``Result is: VALID/INVALID`` then one line per check."""
     verdict = "[green]VALID[/]" if v["valid"] else f"[red]INVALID[/] (limited by {v['limited_by']})"
+    if v.get("server_failed"):
+        verdict += f" [red]but FAIL[/]: {v['server_failed']}"
     console.print(f"Result is: {verdict}")
     for ch in v["checks"]:
         if ch["ok"]:
