@@ -88,8 +88,45 @@ def auto_workers() -> int:
     return max(1, cores - 1)
 
 
+PARENT_POLL_S = 0.25
+"""How often a worker checks that its parent is alive (where the kernel cannot tell it)."""
+
+
+def die_with_parent() -> None:
+    """End this process when its parent dies, even by ``kill -9`` (issue 20: orphaned workers kept
+    sending ~475 requests whose records were lost).
+
+    On Linux the kernel sends SIGKILL at the parent's death (``prctl(PR_SET_PDEATHSIG)``); elsewhere,
+    and as a second guard, a daemon thread polls ``os.getppid()`` every :data:`PARENT_POLL_S`
+    and exits at once when the worker has been re-parented. Either way no request leaves this
+    process more than a fraction of a second after the parent is gone: its records could not be
+    written anyway.
+    """
+    import threading
+
+    proc = multiprocessing.parent_process()
+    parent = proc.pid if proc is not None and proc.pid is not None else os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    if os.getppid() != parent:  # died before the guard was armed
+        os._exit(1)
+    threading.Thread(target=watch, name="loadgen-parent-watch", daemon=True).start()
+
+
 def _worker_main(w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, conn: Connection) -> None:
     os.setsid()  # terminal signals go to the parent only; it forwards them
+    die_with_parent()
     try:
         import uvloop
 
