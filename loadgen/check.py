@@ -45,8 +45,14 @@ stack that degrades outputs under load.
 URL, api, model), ``settings`` (temperature, seed, max_tokens, rate_rps, prompts file and
 its sha256), ``token_ids`` (whether the server returned them), ``outputs`` (per prompt:
 ``id``, ``text``, ``token_ids``, ``output_tokens``, ``finish_reason``, ``latency_ms``,
-``error``), ``summary`` (prompts, errors, ``accuracy``), ``agreement`` (vs the
-``reference``) or null.
+``error``: its one-line cause, ``error_kind``, ``http_status``), ``summary`` (prompts, errors,
+``errors_by_kind``, ``accuracy``), ``agreement`` (vs the ``reference``) or null.
+
+Failures before the check: an endpoint that cannot be reached (refused, DNS, TLS, connect
+timeout) raises :class:`~loadgen.errors.EndpointUnreachable` naming the cause, whether it shows
+on ``/v1/models`` or on the first prompt (sent alone first); a 4xx other than 429 on either
+(wrong model, not OpenAI-compatible) raises :class:`~loadgen.errors.ConfigError` with the
+status and the server's own message. Later failures are data, each with its kind and cause.
 """
 
 from __future__ import annotations
@@ -128,6 +134,63 @@ def load_prompts(path: str | Path | None = None) -> list[Prompt]:
 # ---------------------------------------------------------------- sending
 
 
+class _HTTPFailure(Exception):
+    """A non-200 answer: its status and the server's own one-line message."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        super().__init__(f"HTTP {status}: {_server_message(body)}")
+
+
+def _server_message(body: bytes) -> str:
+    """One line of an error body: its JSON ``error.message``/``message``/``detail``, else its text."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        text = str(err.get("message") or err) if isinstance(err, dict) else str(err or obj.get("message") or
+                                                                              obj.get("detail") or obj)  # fmt: skip
+    else:
+        text = re.sub(r"<[^>]*>", " ", body.decode("utf-8", "replace"))  # an HTML error page's words
+    line = " ".join(text.split())
+    return (line[:200] + "...") if len(line) > 200 else (line or "(empty body)")
+
+
+def failure(exc: BaseException, timeout_s: float) -> tuple[str, str]:
+    """``(error kind, one-line cause)`` of a failed check request; kinds as ``loadgen.types.ERROR_KINDS``.
+
+    The cause names what went wrong in the user's terms: connection refused, DNS, TLS, a connect
+    timeout, no answer within ``timeout_s``, or the HTTP status with the server's message.
+    """
+    import aiohttp
+
+    if isinstance(exc, _HTTPFailure):
+        return ("rate_limited" if exc.status == 429 else "http_error"), str(exc)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        where = f"{exc.host}:{exc.port}"
+        why = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
+        if isinstance(exc, aiohttp.ClientConnectorDNSError):
+            return "connect", f"DNS: cannot resolve {exc.host!r} ({why})"
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            return "connect", f"TLS: the certificate of {where} was not accepted ({exc.certificate_error})"
+        if isinstance(exc, aiohttp.ClientConnectorSSLError):
+            return "connect", f"TLS handshake with {where} failed ({exc.os_error})"
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return "connect", f"connection refused by {where} (is the server running on that port?)"
+        return "connect", f"cannot connect to {where} ({why})"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connect", "connect timeout: no connection within 10 s"
+    if isinstance(exc, TimeoutError):
+        return "timeout", f"no complete answer within {timeout_s:g} s (--timeout)"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "connect", "the server closed the connection without an answer"
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return "connect", f"{type(exc).__name__}: {exc}"
+    return "protocol", f"not an OpenAI {{choices: [...]}} answer ({type(exc).__name__}: {exc})"
+
+
 def _payload(s: CheckSettings, model: str, prompt: str, token_ids: bool) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "max_tokens": s.max_tokens, "temperature": s.temperature, "stream": False}
     if s.seed is not None:
@@ -170,7 +233,8 @@ async def collect(
     path = url + ("/chat/completions" if settings.api == "chat" else "/completions")
     timeout = aiohttp.ClientTimeout(total=settings.timeout_s, connect=10.0)
     use_ids = settings.token_ids
-    from loadgen.errors import ConfigError
+    from loadgen.endpoints.reads import DEFAULT_MAX_BODY_BYTES, MODELS_BODY_LIMIT, read_bounded
+    from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
     from loadgen.redact import Redactor, redact_url, split_url_secrets
 
     redact = Redactor(
@@ -186,11 +250,24 @@ async def collect(
         if model is None:
             try:
                 async with http.get(url + "/models", allow_redirects=False) as r:
-                    model = (await r.json(content_type=None))["data"][0]["id"]
-            except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError) as exc:
-                raise ConfigError(
-                    redact(f"{redact_url(url)}/models: no model name ({type(exc).__name__}: {exc}); pass --model")
+                    body = await read_bounded(r, MODELS_BODY_LIMIT)
+                    if r.status != 200:
+                        raise _HTTPFailure(r.status, body)
+                try:
+                    model = str(orjson.loads(body)["data"][0]["id"])
+                except (ValueError, KeyError, IndexError, TypeError):
+                    raise ConfigError(redact(f"{redact_url(url)}/models lists no model; pass --model")) from None
+            except _HTTPFailure as exc:
+                if 400 <= exc.status < 500 and exc.status != 429:
+                    raise ConfigError(redact(f"GET {redact_url(url)}/models answered {exc} "
+                                             "(not an OpenAI-compatible server? check --endpoint, or pass --model)")) from None  # fmt: skip
+                raise EndpointUnreachable(redact(f"GET {redact_url(url)}/models answered {exc}")) from None
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise EndpointUnreachable(
+                    redact(f"cannot reach {redact_url(url)}: {failure(exc, settings.timeout_s)[1]}")
                 ) from None
+            except ValueError as exc:  # aiohttp refused the request itself (e.g. two sets of credentials)
+                raise ConfigError(redact(f"GET {redact_url(url)}/models: {exc}")) from None
 
         async def one(q: Prompt) -> dict[str, Any]:
             nonlocal use_ids
@@ -200,25 +277,37 @@ async def collect(
                     async with http.post(
                         path, json=_payload(settings, model, q.prompt, use_ids), allow_redirects=False
                     ) as r:
-                        body = await r.read()
+                        body = await read_bounded(r, DEFAULT_MAX_BODY_BYTES)
                         if r.status == 400 and use_ids:
                             use_ids = False  # the server does not know return_token_ids: text only
                             continue
                         if r.status != 200:
-                            raise RuntimeError(f"HTTP {r.status}: {body[:200].decode(errors='replace')}")
+                            raise _HTTPFailure(r.status, body)
                         out = _parse(orjson.loads(body), settings.api)
                         break
-                else:
-                    raise RuntimeError("HTTP 400 without return_token_ids too")
-                err = None
-            except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError, KeyError, IndexError) as exc:
+                err = kind = status = None
+            except (TimeoutError, aiohttp.ClientError, OSError, _HTTPFailure, ValueError, KeyError, IndexError,
+                    AttributeError, TypeError, ProtocolError) as exc:  # fmt: skip
                 out = {"text": "", "token_ids": None, "output_tokens": None, "finish_reason": None}
-                err = redact(f"{type(exc).__name__}: {exc}")[:300]
-            return {"id": q.id, **out, "latency_ms": round((time.perf_counter_ns() - t) / 1e6, 3), "error": err}
+                kind, why = failure(exc, settings.timeout_s)
+                err, status = redact(why)[:300], getattr(exc, "status", None)
+            return {"id": q.id, **out, "latency_ms": round((time.perf_counter_ns() - t) / 1e6, 3), "error": err,
+                    "error_kind": kind, "http_status": status}  # fmt: skip
 
+        def stop_if_refused(o: dict[str, Any]) -> None:
+            """The first prompt, sent alone: an unreachable endpoint or a refusal stops the check."""
+            if o["error_kind"] == "connect":
+                raise EndpointUnreachable(f"cannot reach {redact_url(path)}: {o['error']}")
+            st = o["http_status"]
+            if st is not None and 400 <= st < 500 and st != 429:
+                raise ConfigError(f"POST {redact_url(path)} answered {o['error']} before the check "
+                                  "(check --endpoint, --api and --model)")  # fmt: skip
+
+        # the first prompt alone: it probes token-id support and whether the endpoint answers at all
+        first = await one(prompts[0])
+        stop_if_refused(first)
         if settings.rate_rps:
-            # probe the token-id support with the first prompt, then the rest open loop on absolute deadlines
-            first = await one(prompts[0])
+            # the rest open loop on absolute deadlines
             loop = asyncio.get_running_loop()
             t0 = loop.time()
 
@@ -229,7 +318,7 @@ async def collect(
             rest = await asyncio.gather(*(at(i, q) for i, q in enumerate(prompts[1:])))
             outputs = [first, *rest]
         else:
-            outputs = [await one(q) for q in prompts]
+            outputs = [first, *[await one(q) for q in prompts[1:]]]
     return {
         "model": model,
         "token_ids": use_ids and any(o["token_ids"] is not None for o in outputs),
@@ -386,11 +475,22 @@ def check_document(
         "summary": {
             "prompts": len(outputs),
             "errors": sum(1 for o in outputs if o.get("error")),
+            "errors_by_kind": errors_by_kind(outputs),
             "accuracy": accuracy(outputs, prompts) if answers else None,
         },
         "reference": None,
         "agreement": None,
     }
+
+
+def errors_by_kind(outputs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{kind: {"count", "first"}}`` of the failed prompts (``first``: the first one's cause), by count."""
+    out: dict[str, dict[str, Any]] = {}
+    for o in outputs:
+        if o.get("error"):
+            k = out.setdefault(o.get("error_kind") or "error", {"count": 0, "first": o["error"]})
+            k["count"] += 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["count"]))
 
 
 def load_check(path: str | Path) -> dict[str, Any]:

@@ -6,6 +6,7 @@ The tree::
     ├── ConfigError                   bad options, flags or values (cli maps it to exit 2)
     │   └── InputFileError            bad data file: names file, line and field
     ├── EndpointUnreachable           preflight could not reach the endpoint (exit 3)
+    ├── OutputError                   results could not be written (disk full, --out gone): exit 7
     └── ProtocolError                 malformed SSE/JSON from the server; becomes the
                                       ``protocol`` error kind of a RequestRecord, never
                                       escapes the runner
@@ -43,6 +44,11 @@ class InputFileError(ConfigError):
 
 class EndpointUnreachable(LoadgenError):
     """The endpoint could not be reached before the run started."""
+
+
+class OutputError(LoadgenError):
+    """Writing a result failed (a full disk, a removed ``--out``): sending stopped at the first
+    failure and every whole line written before it is kept."""
 
 
 class ProtocolError(LoadgenError):

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from loadgen.clock import now_ns
 from loadgen.conditions import client_conditions
 from loadgen.endpoints import Endpoint
-from loadgen.errors import ConfigError
+from loadgen.errors import ConfigError, OutputError
 from loadgen.metrics import RequestMetrics, TokenCounter, compute
 from loadgen.recordlog import RecordWriter, write_hlog, write_json
 from loadgen.redact import Redactor
@@ -95,7 +95,7 @@ async def measure(
     started_at = dt.datetime.now(dt.UTC)
     if server_observer is not None:
         await server_observer.begin()  # /metrics scrape, energy window, power samples
-    with open(out_dir / "requests.jsonl", "wb") as fh:
+    with open(out_dir / "requests.jsonl", "wb", buffering=0) as fh:  # RecordWriter: whole lines, no buffer
         cluster_cond = None
         if workers > 1 or cluster is not None:
             # each worker builds its own endpoint from this picklable config (from_config)
@@ -162,7 +162,16 @@ async def _run_here(
 ) -> RunOutcome:
     """One process: the runner in this event loop; each record is aggregated and written at once."""
     t0 = now_ns() + LEAD_IN_NS
-    writer = RecordWriter(fh, t0, save_text=cfg.save_text, token_lists=cfg.token_lists, redactor=redactor)
+    runner: Runner | None = None
+
+    def write_failed(reason: str) -> None:
+        if runner is not None:  # stop sending at once: nothing more could be recorded
+            runner.cancel_reason = f"cancelled: {reason}"
+            runner.request_stop(interrupted=False, cancel_inflight=True)
+
+    writer = RecordWriter(
+        fh, t0, save_text=cfg.save_text, token_lists=cfg.token_lists, redactor=redactor, on_error=write_failed
+    )
 
     def sink(rec: RequestRecord) -> None:
         m = compute(rec, tokenizer, cfg.origin)
@@ -174,7 +183,13 @@ async def _run_here(
     runner = Runner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
     if runner_hook is not None:
         runner_hook(runner)
-    return await runner.run()
+    outcome = await runner.run()
+    if writer.error is not None:
+        raise OutputError(
+            f"{writer.error}: sending stopped at once; the {writer.lines} whole lines written before are kept, "
+            f"{writer.lost} records could not be written (no result.json)"
+        )
+    return outcome
 
 
 class Described(Protocol):

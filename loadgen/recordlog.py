@@ -1,4 +1,4 @@
-"""Every file a run writes: ``requests.jsonl``, ``result.json``, ``histograms.hlog``, the out dir.
+"""Every file a run writes: ``requests.jsonl``, ``requests.csv``, ``result.json``, ``histograms.hlog``, the out dir.
 
 ``requests.jsonl``: one line per finished request, written (and flushed) as it finishes.
 A crash or Ctrl-C loses nothing already measured. JSON files are written atomically
@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -127,23 +128,107 @@ def _provider_keys(d: dict[str, Any], rec: RequestRecord, t0_ns: int) -> None:
 
 
 class RecordWriter:
-    """Appends one JSON line per request to an open text file and flushes it."""
+    """Appends one JSON line per request to an open binary file (unbuffered: ``open(path, "wb",
+    buffering=0)``, so no half line waits in a buffer to fail again at close) and flushes it.
 
-    def __init__(self, fh: IO[bytes], t0_ns: int, *, save_text: bool, token_lists: bool, redactor: Redactor) -> None:
+    A failed write (``ENOSPC``, ``EIO``, a removed directory) does not escape: the file is cut back
+    to its last whole line, :attr:`error` says what happened, ``on_error`` is called once (the run
+    stops sending) and later records are counted in :attr:`lost`, not written.
+    """
+
+    def __init__(
+        self,
+        fh: IO[bytes],
+        t0_ns: int,
+        *,
+        save_text: bool,
+        token_lists: bool,
+        redactor: Redactor,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
         self.fh = fh
         self.t0_ns = t0_ns
         self.save_text = save_text
         self.token_lists = token_lists
         self.redactor = redactor
         self.lines = 0
+        self.good_bytes = 0  # the file's length after its last whole line
+        self.error: str | None = None
+        self.lost = 0
+        self.on_error = on_error
 
     def write(self, rec: RequestRecord, m: RequestMetrics) -> None:
         d = record_line(rec, m, self.t0_ns, save_text=self.save_text, token_lists=self.token_lists)
         if d["error_detail"] and self.redactor:
             d["error_detail"] = self.redactor(d["error_detail"])
-        self.fh.write(orjson.dumps(d) + b"\n")
-        self.fh.flush()
+        self.write_line(orjson.dumps(d) + b"\n")
+
+    def write_line(self, line: bytes) -> None:
+        """Append one whole line (ending in a newline), or count it lost after a failure."""
+        if self.error is not None:
+            self.lost += 1
+            return
+        try:
+            view = memoryview(line)
+            while view:  # an unbuffered file may take part of a line (a filling disk)
+                n = self.fh.write(view)
+                view = view[n if n is not None else len(view) :]
+            self.fh.flush()
+        except OSError as exc:
+            self._failed(exc)
+            return
+        self.good_bytes += len(line)
         self.lines += 1
+
+    def _failed(self, exc: OSError) -> None:
+        name = getattr(self.fh, "name", "requests.jsonl")
+        self.error = f"writing {name} failed: {exc.strerror or exc}"
+        self.lost += 1
+        try:  # drop what the failed write left half done; a whole line is never cut
+            self.fh.truncate(self.good_bytes)
+        except (OSError, ValueError):
+            pass
+        if self.on_error is not None:
+            self.on_error(self.error)
+
+
+CSV_COLUMNS = (
+    "index", "phase", "scheduled_s", "sent_s", "status", "error_kind", "error_detail", "http_status", "retry_after_s",
+    "ttft_ms", "time_to_first_answer_token_ms", "tpot_ms", "e2e_ms", "error_e2e_ms", "schedule_lag_ms", "connect_ms",
+    "requested_input_tokens", "requested_output_tokens", "input_tokens", "output_tokens", "output_tokens_estimated",
+    "itl_estimated", "finish_reason", "chunks", "reasoning_tokens", "cached_input_tokens", "connection_reused",
+    "dns_ms", "tcp_connect_ms", "tls_ms", "time_to_headers_ms", "ttft_from_sent_ms", "buffered", "throttle_ms",
+    "prefix_group", "session_id", "attempts", "output_text",
+)  # fmt: skip
+"""Columns of ``requests.csv``: the scalar fields of a ``requests.jsonl`` line (:func:`record_line`), in its
+order; ``attempts`` is the count of earlier 429 answers. The per-token lists (``itl_ms``,
+``inter_chunk_ms``) and the ``ratelimit`` headers stay in ``requests.jsonl`` only."""
+
+
+def write_requests_csv(jsonl: Path, csv_path: Path) -> int:
+    """``requests.csv`` beside ``requests.jsonl``: one row per line (columns :data:`CSV_COLUMNS`), read
+    and written line by line (bounded memory). An empty cell is a field the line does not have (or null);
+    booleans are ``true``/``false``. Returns the rows written; nothing is written without the JSONL."""
+    import csv
+
+    if not jsonl.exists():
+        return 0
+    n = 0
+    tmp = csv_path.with_suffix(csv_path.suffix + f".tmp{os.getpid()}")
+    with open(jsonl, "rb") as src, open(tmp, "w", newline="", encoding="utf-8") as dst:
+        w = csv.writer(dst)
+        w.writerow(CSV_COLUMNS)
+        for raw in src:
+            if not raw.strip():
+                continue
+            d = orjson.loads(raw)
+            if isinstance(d.get("attempts"), list):
+                d["attempts"] = len(d["attempts"])
+            w.writerow(["" if (v := d.get(c)) is None else ("true" if v is True else "false" if v is False else v)
+                        for c in CSV_COLUMNS])  # fmt: skip
+            n += 1
+    os.replace(tmp, csv_path)
+    return n
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -40,9 +40,10 @@ import orjson
 
 from loadgen.clock import now_ns, wall_anchor
 from loadgen.endpoints import from_config
+from loadgen.errors import OutputError
 from loadgen.histograms import LatencyHistogram
 from loadgen.metrics import compute
-from loadgen.recordlog import record_line
+from loadgen.recordlog import RecordWriter, record_line
 from loadgen.redact import Redactor
 from loadgen.results import Aggregator, RequestSummary, summarize
 from loadgen.runner import LEAD_IN_NS, ClientStats, Runner, RunOutcome, RunPlan, realized_send_rps
@@ -301,6 +302,18 @@ class Collector:
         self.failures: list[str] = []
         self.interrupted = False
         self.clock_shift_ns: dict[int, int] = {}
+        self.writer = RecordWriter(fh, 0, save_text=False, token_lists=False, redactor=Redactor())  # lines only
+        self.write_failed = False
+        self.on_write_error: Callable[[], None] | None = None
+
+    def write_line(self, line: bytes) -> None:
+        """Write one line (:meth:`RecordWriter.write_line`); at the first failure the workers are
+        stopped (``on_write_error``) and the run ends with :class:`~loadgen.errors.OutputError`."""
+        self.writer.write_line(line)
+        if self.writer.error is not None and not self.write_failed:
+            self.write_failed = True
+            if self.on_write_error is not None:
+                self.on_write_error()
 
     def fail(self, w: int, text: str) -> None:
         self.failures.append(f"worker {w} {text}")
@@ -311,14 +324,13 @@ class Collector:
         if msg[0] == "recs":
             for line, s in msg[1]:
                 s = summary_on_clock(s, shift)
-                self.fh.write(line + b"\n")
+                self.write_line(line + b"\n")
                 self.agg.add_summary(s)
                 self.received[w] += 1
                 if self.on_summary is not None:
                     self.on_summary(s)
                 if self.on_record is not None:
                     self.on_record(None, None)
-            self.fh.flush()
             return False
         if msg[0] == "done":
             st = msg[1]
@@ -420,6 +432,15 @@ def run_workers(
                 except ProcessLookupError:
                     pass
 
+    def stop_on_write_error() -> None:
+        for p in procs:
+            if p.is_alive():
+                try:
+                    os.kill(p.pid, signal.SIGTERM)  # a worker drains like on Ctrl-C; nothing more is written
+                except ProcessLookupError:
+                    pass
+
+    col.on_write_error = stop_on_write_error
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         # wait until every worker has imported, opened its endpoint and built its shard
@@ -474,4 +495,9 @@ def run_workers(
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+    if col.writer.error is not None:
+        raise OutputError(
+            f"{col.writer.error}: the workers were stopped at once; the {col.writer.lines} whole lines written "
+            f"before are kept, {col.writer.lost} records could not be written (no result.json)"
+        )
     return col.outcome(plan, t0, anchor_w + (t0 - anchor_m))

@@ -25,10 +25,11 @@ from rich.console import Console
 
 from loadgen.cli.check import check_command
 from loadgen.cli.compare import compare_cmd
+from loadgen.cli.helpfmt import SectionedCommand, fill_missing_help
 from loadgen.cli.locust import LocustOutcome, locust_command
 from loadgen.cli.run import run_cmd
 from loadgen.cli.sweep import sweep_cmd
-from loadgen.errors import ConfigError, EndpointUnreachable, LoadgenError
+from loadgen.errors import ConfigError, EndpointUnreachable, LoadgenError, OutputError
 from loadgen.serve import ServerStartError
 from loadgen.serve.command import ServeOutcome, report_start_error, serve_group
 from loadgen.sim.command import sim_command
@@ -45,6 +46,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_LOWER_BOUND",
     "EXIT_OK",
+    "EXIT_OUTPUT",
     "EXIT_SERVER_START",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
@@ -60,9 +62,10 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3,
 EXIT_SERVER_START = 4  # --serve / loadgen serve: the server did not come up
 EXIT_LOWER_BOUND = 5  # a sweep's answer is only a lower bound: the client was the limit
 EXIT_ALL_FAILED = 6  # a run whose measured requests all failed: nothing was measured
+EXIT_OUTPUT = 7  # results could not be written (a full disk): sending stopped, whole lines kept
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
 @click.version_option(__version__, prog_name="loadgen")
 def main() -> None:
     """Realistic load on LLM inference endpoints, with numbers you can trust."""
@@ -72,7 +75,8 @@ def main() -> None:
 
 
 def run_exit_code(run: MeasuredRun | None, err: Console) -> int:
-    """``loadgen run``: 130 interrupted, 6 every measured request failed, 1 INVALID or an SLO missed, else 0.
+    """``loadgen run``: 130 interrupted, 6 every measured request failed, 1 INVALID, an SLO missed or over
+    half the measured requests failed, else 0.
 
     ``None`` is a ``--dry-run`` (nothing sent): 0.
     """
@@ -87,6 +91,8 @@ def run_exit_code(run: MeasuredRun | None, err: Console) -> int:
         err.print(f"[red]error:[/] all {counts['requests']} measured requests failed ({kinds}): nothing was measured")
         return EXIT_ALL_FAILED
     if not result["validity"]["valid"]:
+        return EXIT_FAIL
+    if result["validity"].get("server_failed"):  # over half failed: the server's errors (validity.MOSTLY_FAILED)
         return EXIT_FAIL
     if result.get("slo") and not result["slo"]["met"]:
         return EXIT_FAIL
@@ -142,14 +148,16 @@ def _error_exit(exc: LoadgenError, err: Console, *, input_errors_are_usage: bool
     """A LoadgenError that ended a command: its exit code after a one-line message (usage errors raise).
 
     ``input_errors_are_usage``: for commands whose inputs are files named on the command line
-    (``compare``, ``check``), any LoadgenError is a usage error.
+    (``compare``, ``check``), any LoadgenError but an unreachable endpoint (3) is a usage error.
     """
-    if isinstance(exc, ConfigError) or input_errors_are_usage:
+    if isinstance(exc, ConfigError) or (input_errors_are_usage and not isinstance(exc, EndpointUnreachable)):
         raise click.UsageError(str(exc)) from None
     if isinstance(exc, ServerStartError):
         report_start_error(exc)
         return EXIT_SERVER_START
     err.print(f"[red]error:[/] {exc}")
+    if isinstance(exc, OutputError):
+        return EXIT_OUTPUT
     return EXIT_UNREACHABLE if isinstance(exc, EndpointUnreachable) else EXIT_FAIL
 
 
@@ -171,6 +179,9 @@ def _mapped(
             code = verdict(body(*args, **kwargs), err)
         except LoadgenError as exc:
             code = _error_exit(exc, err, input_errors_are_usage=input_errors_are_usage)
+        except KeyboardInterrupt:  # Ctrl-C outside a run's own handling (pre-flight, discovery, launch)
+            err.print("interrupted")
+            code = EXIT_INTERRUPTED
         sys.exit(code)
 
     cmd.callback = callback
@@ -187,3 +198,8 @@ for _serve_cmd in serve_group.commands.values():
 main.add_command(serve_group)
 main.add_command(sim_command)
 main.add_command(trace_group)
+# help a person can read (loadgen.cli.helpfmt): run and sweep print their options in sections
+# (the class swap keeps sweep.py's decorators as they are), shared option names get one help text
+for _cmd in (run_cmd, sweep_cmd):
+    _cmd.__class__ = SectionedCommand
+fill_missing_help(main)

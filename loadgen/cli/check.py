@@ -13,6 +13,8 @@ import click
 from rich.console import Console
 
 from loadgen.check import CheckSettings, run_check
+from loadgen.cli.helpfmt import api_help
+from loadgen.cli.options import positive_duration_s
 from loadgen.recordlog import default_out_dir
 
 __all__ = ["check_command"]
@@ -32,16 +34,19 @@ def _num(v: Any) -> str:
 @click.option("--prompts", "prompts_file", type=click.Path(exists=True, dir_okay=False),
               help="JSONL ({id, prompt, answers?} per line) or text (one prompt per line); default: the shipped questions.")  # fmt: skip
 @click.option("--answers", is_flag=True, help="Grade the outputs against the prompts' answers (accuracy).")
-@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
+@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True,
+              help=api_help(["completions", "chat"]))  # fmt: skip
 @click.option("--model", help="Model name (default: the first of /v1/models).")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Output tokens asked for per prompt (greedy, temperature 0).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed sent with every request.")
 @click.option("--rate", "rate_rps", type=click.FloatRange(min=0, min_open=True),
               help="Send the prompts open loop at this rate (req/s) instead of one at a time (outputs under load).")  # fmt: skip
 @click.option("--tokenizer", "tokenizer_path", type=click.Path(exists=True),
               help="Tokenizer for token-level comparison when the server returns no token ids.")  # fmt: skip
 @click.option("--header", "headers", multiple=True, help="Extra HTTP header 'Name: value' (repeatable; never written).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True)
+@click.option("--timeout", "timeout", default="120s", show_default=True,
+              help="Total per-request deadline, e.g. 120s, 5m (a bare number is seconds).")  # fmt: skip
 @click.option(
     "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-check/)."
 )
@@ -58,16 +63,20 @@ def check_command(**kw: Any) -> dict[str, Any]:
         from loadgen.workload.tokenizer import load_tokenizer
 
         tok = load_tokenizer(kw["tokenizer_path"])
+    timeout_s = positive_duration_s(kw["timeout"], "--timeout", 120.0)
     out = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("check")
     settings = CheckSettings(api=kw["api"], model=kw["model"], max_tokens=kw["max_tokens"], seed=kw["seed"],
-                             rate_rps=kw["rate_rps"], timeout_s=kw["timeout_s"])  # fmt: skip
+                             rate_rps=kw["rate_rps"], timeout_s=timeout_s)  # fmt: skip
     # a LoadgenError (prompts file, reference, no model) is a usage error: loadgen.cli maps it
     doc = run_check(kw["endpoint"], prompts_file=kw["prompts_file"], reference=kw["reference"], answers=kw["answers"],
                     settings=settings, headers=headers, tokenizer=tok, out_dir=out)  # fmt: skip
-    c = Console()
+    c = Console(soft_wrap=True)
     sm = doc["summary"]
-    c.print(f"{sm['prompts']} prompts, {sm['errors']} failed; token ids: {'yes' if doc['token_ids'] else 'no'}; "
-            f"{doc['settings']['load']}")  # fmt: skip
+    failed = f"{sm['errors']} failed"
+    if sm["errors"]:
+        failed += " (" + "; ".join(f"{k} {v['count']}: {v['first']}" for k, v in sm["errors_by_kind"].items()) + ")"
+    c.print(f"{sm['prompts']} prompts, {failed}; token ids: {'yes' if doc['token_ids'] else 'no'}; "
+            f"{doc['settings']['load']}", markup=False, highlight=False)  # fmt: skip
     ag = doc["agreement"]
     if ag is not None:
         c.print(f"against {doc['reference']['source']} ({ag['prompts']} prompts, unit {ag['token_unit']}):")

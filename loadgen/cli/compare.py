@@ -25,7 +25,7 @@ def compare_cmd(
     results: tuple[str, ...], labels: tuple[str, ...], force: bool, checks: tuple[str, ...], out_dir: str | None
 ) -> None:
     """Scorecard of several sweeps or runs, ranked only where the comparison is fair."""
-    from loadgen.report.compare import _fmt, load_system, scorecard, write_outputs
+    from loadgen.report.compare import fmt_cell, load_system, scorecard, write_outputs
 
     if labels and len(labels) != len(results):
         raise click.UsageError(f"--label given {len(labels)} times for {len(results)} results")
@@ -44,10 +44,13 @@ def compare_cmd(
     t.add_column("metric")
     for s in systems:
         t.add_column(s.label, justify="right")
+    for r in card["description_rows"]:
+        t.add_row(r["label"], *[str(r["values"][s.label]) for s in systems])
+    t.add_section()
     for r in card["rows"]:
         t.add_row(
             r["label"],
-            *[("* " if r["best"] == s.label else "") + _fmt(r["values"][s.label], r["key"]) for s in systems],
+            *[("* " if r["best"] == s.label else "") + fmt_cell(r["values"][s.label], r["key"]) for s in systems],
         )
     console.print(t)
     if not card["comparable"]:

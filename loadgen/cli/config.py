@@ -135,7 +135,9 @@ def config_record(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> dict
     rec = {k: v for k, v in kw.items() if k not in ("headers", "extra_body", "endpoint")}
     rec["endpoint"] = redact_url(endpoint_url)
     rec["embedded_simulated_endpoint"] = embedded
-    rec["header_names"] = sorted(parse_headers(kw.get("headers") or ()))
+    rec["header_names"] = sorted(
+        {*parse_headers(kw.get("headers") or ()), *(h.partition("=")[0].strip() for h in kw.get("header_envs") or ())}
+    )
     if kw.get("extra_body"):
         rec["extra_body"] = redact_body(parse_extra_body(kw["extra_body"]))
     rec["slos"] = list(kw.get("slos") or [])

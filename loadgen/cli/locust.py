@@ -10,16 +10,21 @@ so the rest of loadgen stays free of gevent.
 Before Locust starts, the endpoint is discovered and pre-flighted once with the
 same code as ``loadgen run`` (served model, accepted optional fields); the
 resolved configuration travels to the Locust process as JSON in
-``LOADGEN_LOCUST_CONFIG`` and from the master to its workers at each test start.
-A worker (``--worker``) needs no workload options.
+``LOADGEN_LOCUST_CONFIG`` (the environment, never the command line ``ps`` shows) and
+from the master to its workers at each test start, without its secrets
+(:mod:`loadgen.locust.channel`). A worker (``--worker``) needs no workload options;
+it brings its own credentials (``--endpoint`` with userinfo, ``--header``,
+``--api-key-env``, ``--extra-body``, best in ``--config FILE``).
 
 Exit codes as ``loadgen run`` (:func:`loadgen.cli.locust_exit_code` decides them from the
 :class:`LocustOutcome` this command returns): 0 for a VALID result, 1 for INVALID (or no
 result), 3 when the endpoint is unreachable, Locust's own code when it crashed.
 
 Defaults chosen on purpose: the web UI binds 127.0.0.1 (another interface only with
-``--web-token-env``, whose token the UI then requires); ``--stop-timeout 30``
-(requests in flight at a stop get 30 s to finish, then count as ``cancelled``).
+``--web-token-env``, whose token the UI then requires); the master's worker port binds
+127.0.0.1 (another interface only with ``--allow-remote-workers`` and a shared token,
+``--master-token-env``); ``--stop-timeout 30`` (requests in flight at a stop get 30 s to
+finish, then count as ``cancelled``).
 """
 
 from __future__ import annotations
@@ -39,15 +44,18 @@ import click
 
 from loadgen.cli.config import config_record
 from loadgen.cli.options import duration_s, parse_extra_body, parse_headers, usage_errors
+from loadgen.cli.runfile import config_file_option, merge_file_headers
 from loadgen.cli.target import endpoint_from_options
 
-__all__ = ["LOCUSTFILE", "LocustOutcome", "locust_cmdline", "locust_command", "web_args"]
+__all__ = ["LOCUSTFILE", "LocustOutcome", "locust_cmdline", "locust_command", "master_args", "web_args"]
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "locust" / "locustfile.py"
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 DEFAULT_STOP_TIMEOUT_S = 30
 DEFAULT_MAX_INFLIGHT = 1000
+WORKER_SECRETS_ENV = "LOADGEN_LOCUST_WORKER_SECRETS"  # as loadgen.locust.channel (the CLI never imports it)
+MASTER_TOKEN_ENV = "LOADGEN_LOCUST_MASTER_TOKEN"
 
 
 def _opt_value(args: list[str], *names: str) -> str | None:
@@ -84,9 +92,58 @@ def web_args(args: list[str], token_env: str | None) -> list[str]:
     return list(args)
 
 
+def master_args(args: list[str], token_env: str | None, allow_remote: bool) -> list[str]:
+    """Pass-through args with the master's worker port bound to loopback unless told otherwise.
+
+    Always explicit (so Locust's default ``*``, a ``locust.conf`` or ``LOCUST_MASTER_BIND_HOST``
+    cannot widen it unseen); a non-loopback bind (from the command line or that variable) needs
+    ``--allow-remote-workers`` and ``--master-token-env``, else UsageError.
+    """
+    host = _opt_value(args, "--master-bind-host")
+    if host is None:
+        host = os.environ.get("LOCUST_MASTER_BIND_HOST") or "127.0.0.1"
+        args = ["--master-bind-host", host, *args]
+    if host not in _LOOPBACK and not (allow_remote and token_env):
+        raise click.UsageError(
+            f"--master-bind-host {host!r} lets any machine that reaches it join as a worker and receive "
+            "the test plan: also give --allow-remote-workers and --master-token-env NAME (a shared token "
+            "every worker must prove; give the workers the same --master-token-env)"
+        )
+    return list(args)
+
+
+def worker_secrets(kw: dict[str, Any]) -> dict[str, Any]:
+    """What a worker was given to send with (its own credentials: the master sends none)."""
+    out: dict[str, Any] = {}
+    if kw["endpoint"]:
+        out["endpoint_url"] = kw["endpoint"]
+    if kw["headers"]:
+        out["headers"] = parse_headers(kw["headers"])
+    if kw["api_key_env"]:
+        out["api_key_env"] = kw["api_key_env"]
+    if kw["extra_body"]:
+        out["extra_body"] = parse_extra_body(kw["extra_body"])
+    return out
+
+
+def _token_env(child_var: str, option: str, name: str | None) -> dict[str, str]:
+    """``{child_var: token}`` from the environment variable ``name`` (UsageError when it is unset)."""
+    if not name:
+        return {}
+    if not os.environ.get(name):
+        raise click.UsageError(f"{option} {name}: that environment variable is not set")
+    return {child_var: os.environ[name]}
+
+
 def locust_cmdline(args: list[str], endpoint_shown: str | None) -> list[str]:
-    """The child's command line: Locust on loadgen's Locust file, our defaults first."""
+    """The child's command line: Locust on loadgen's Locust file, our defaults first.
+
+    A ``-H`` given here is only the UI's label (``--endpoint`` fixes the target): its
+    secrets are removed, as the command line is visible to every local user."""
+    from loadgen.redact import redact_url
+
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+    args = [redact_url(a) if "://" in a else a for a in args]
     if endpoint_shown and not _has(args, "-H", "--host"):
         cmd += ["-H", endpoint_shown]
     if not _has(args, "--stop-timeout") and not _has(args, "--worker"):
@@ -133,7 +190,8 @@ def build_config(
     from loadgen.redact import redact_url
 
     mode = "open" if (kw["rate"] is not None or kw["trace"]) else "closed"
-    rec = config_record({k: v for k, v in kw.items() if k != "web_token_env"}, endpoint_url, embedded)
+    mine = ("web_token_env", "master_token_env", "allow_remote_workers", "config_file")
+    rec = config_record({k: v for k, v in kw.items() if k not in mine}, endpoint_url, embedded)
     rec["locust_args"] = [redact_url(a) if "://" in a else a for a in locust_args]
     rec["mode"] = mode
     return {
@@ -160,6 +218,7 @@ def build_config(
         "duration_s": duration_s(kw["duration"], "--duration"),
         "max_concurrency": kw["max_concurrency"] or DEFAULT_MAX_INFLIGHT,
         "origin": kw["latency_origin"],
+        "slos": list(kw["slos"]),
         "save_text": kw["save_text"],
         "token_lists": not kw["no_token_lists"],
         "out_dir": str(Path(kw["out_dir"]).resolve()),
@@ -191,6 +250,7 @@ def workload_dict(kw: dict[str, Any]) -> dict[str, Any]:
 
 def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
     """Option checks that need no endpoint; raises UsageError."""
+    from loadgen.slo import parse_slo
     from loadgen.workload.spec import Workload, WorkloadOptions
 
     if kw["rate"] is not None and kw["rate"] <= 0:
@@ -211,6 +271,8 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
         raise click.UsageError("--max-concurrency must be at least 1")
     with usage_errors():
         Workload(WorkloadOptions(**{**workload_dict(kw), "api": kw["api"], "salt": kw["salt"] or "check"}))
+        for t in kw["slos"]:
+            parse_slo(t)
 
 
 def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
@@ -238,7 +300,13 @@ def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
 )
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
 @click.option("--model", help="Model name sent in requests (default: the first model the endpoint lists).")
-@click.option("--header", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable).")
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    callback=merge_file_headers,
+    help="Extra request header 'Name: value' (repeatable; adds to a --config file's).",
+)
 @click.option("--api-key-env", help="Environment variable holding the API key (read by every Locust process).")
 @click.option("--timeout", default="600s", show_default=True, help="Total per-request deadline.")
 @click.option("--connect-timeout", default="10s", show_default=True)
@@ -285,32 +353,59 @@ def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
 @click.option("--no-token-lists", is_flag=True, help="Leave per-token ITL lists out of requests.jsonl.")
 @click.option("--latency-origin", type=click.Choice(["scheduled", "sent"]), default="scheduled", show_default=True)
 @click.option(
+    "--slo",
+    "slos",
+    multiple=True,
+    help="SLO target METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms (repeatable): its verdict in the loadgen tab and result.json.",
+)
+@click.option(
     "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-locust/)."
 )
 @click.option(
     "--web-token-env",
     help="Environment variable with a token the web UI requires (needed for a non-loopback --web-host).",
 )
+@click.option(
+    "--master-token-env",
+    help="Environment variable with a token shared by the master and its workers; each worker must prove "
+    "it (HMAC challenge; the token never travels). Needed for a non-loopback --master-bind-host.",
+)
+@click.option(
+    "--allow-remote-workers",
+    is_flag=True,
+    help="Let --master-bind-host name an interface beyond loopback (with --master-token-env).",
+)
+@config_file_option
 @click.pass_context
 def locust_command(ctx: click.Context, **kw: Any) -> LocustOutcome:
-    """Locust with loadgen's LLM user: UI rows for E2E, TTFT and TPOT; loadgen's result.json at the end.
+    """Locust with loadgen's LLM user: one Locust row per request (E2E); TTFT, TPOT, ITL, tok/s and the
+    SLO verdict in the loadgen tab; loadgen's result.json at the end.
 
-    Closed loop by default (Locust users); --rate gives an open-loop schedule.
+    Closed loop by default (Locust users); --rate gives an open-loop schedule. The web UI's
+    start form takes the rate, arrival, input/output tokens and SLO (Custom parameters).
     Unknown options go to Locust (-u, -r, -t, --headless, --master, --worker,
     --expect-workers, --stop-timeout, --web-host, --web-port, ...).
+
+    \b
+    Distributed: the master listens for workers on 127.0.0.1 (--master-bind-host beyond
+    loopback needs --allow-remote-workers and --master-token-env). The master never sends
+    credentials to its workers: each worker reads its own, e.g.
+      loadgen locust --worker --master-host H --config worker.toml --api-key-env OPENAI_API_KEY
+    with worker.toml (chmod 600) holding the secret parts of the master's options:
+      endpoint = "https://user:pass@host/v1"   header = ["Authorization: Bearer ..."]
+      extra-body = '{"api_key": "..."}'
+    A worker missing a credential the master uses, or aimed elsewhere, says so and exits 2.
     """
     if importlib.util.find_spec("locust") is None:
         raise click.ClickException("Locust is not installed: pip install 'loadgen[locust]'")
     args = list(ctx.args)
     token_env = kw["web_token_env"]
-    extra_env: dict[str, str] = {}
-    if token_env:
-        if not os.environ.get(token_env):
-            raise click.UsageError(f"--web-token-env {token_env}: that environment variable is not set")
-        extra_env["LOADGEN_LOCUST_WEB_TOKEN"] = os.environ[token_env]
-    if _has(args, "--worker"):  # the master sends the configuration at each test start
+    extra_env = _token_env("LOADGEN_LOCUST_WEB_TOKEN", "--web-token-env", token_env)
+    extra_env.update(_token_env(MASTER_TOKEN_ENV, "--master-token-env", kw["master_token_env"]))
+    if _has(args, "--worker"):  # the master sends the configuration (no secrets) at each test start
+        extra_env[WORKER_SECRETS_ENV] = json.dumps(worker_secrets(kw))
         return LocustOutcome(_run_child(locust_cmdline(args, None), _child_env(extra_env)), worker=True)
-    args = web_args(args, token_env)
+    args = master_args(web_args(args, token_env), kw["master_token_env"], kw["allow_remote_workers"])
     validate(kw, args)
     from loadgen.recordlog import default_out_dir
 

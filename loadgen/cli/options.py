@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,14 +17,18 @@ from typing import Any, TypeVar
 
 import click
 
+from loadgen.cli.helpfmt import OPTION_HELP, AliasOption, api_help
+from loadgen.cli.runfile import config_file_option, label_option, merge_file_headers
 from loadgen.errors import ConfigError
 from loadgen.units import parse_duration_s, parse_percent
+from loadgen.workload.traces import BUILTIN_TRACES
 
 __all__ = [
     "common_endpoint_options",
     "cpus_option",
     "duration_s",
     "make_out_dir",
+    "resolve_headers",
     "parse_extra_body",
     "parse_headers",
     "parse_ratio",
@@ -69,10 +74,17 @@ def positive_duration_s(value: str | None, what: str, default: float) -> float:
 
 
 def make_out_dir(out_dir: Path) -> None:
+    """Create ``--out`` and prove it writable before any load (a usage error in one line, exit 2)."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise click.UsageError(f"--out {str(out_dir)!r}: cannot create it: {exc.strerror or exc}") from None
+    probe = out_dir / f".loadgen-write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise click.UsageError(f"--out {str(out_dir)!r}: cannot write there: {exc.strerror or exc}") from None
 
 
 def _reject_constant(name: str) -> Any:
@@ -96,9 +108,32 @@ def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
     for v in values:
         name, sep, val = v.partition(":")
         if not sep or not name.strip():
-            raise click.UsageError(f"--header {name.strip()!r}...: expected 'Name: value'")
+            first = (name.split() or [""])[0][:40]  # never echo what may be the value (a missing colon)
+            raise click.UsageError(f"--header {first!r}...: expected 'Name: value' (the value is not shown)")
+        if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in v):
+            first = (name.split() or [""])[0][:40]
+            raise click.UsageError(f"--header {first!r}: a control character (CR, LF, ...) in a header is refused")
         out[name.strip()] = val.strip()
     return out
+
+
+def resolve_headers(kw: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """``--header`` then ``--header-env NAME=ENVVAR`` (values from the environment): (headers, the values
+    read from the environment, every one a secret whatever its name). Raises click.UsageError."""
+    out = parse_headers(kw.get("headers") or ())
+    secrets: list[str] = []
+    for spec in kw.get("header_envs") or ():
+        name, sep, var = spec.partition("=")
+        if not sep or not name.strip() or not var.strip():
+            raise click.UsageError(f"--header-env {spec!r}: expected NAME=ENVVAR")
+        value = os.environ.get(var.strip())
+        if value is None:
+            raise click.UsageError(f"--header-env {name.strip()}={var.strip()}: that environment variable is not set")
+        if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in value):
+            raise click.UsageError(f"--header-env {name.strip()}: a control character in its value is refused")
+        out[name.strip()] = value.strip()
+        secrets.append(value.strip())
+    return out, secrets
 
 
 def parse_extra_body(text: str | None) -> dict[str, Any]:
@@ -150,7 +185,10 @@ def parse_ratio(text: str, what: str) -> float:
 
 
 def common_endpoint_options(f: F) -> F:
+    """What to send to and how (``run``, ``sweep``), with the run-file options ``--config`` and ``--label``."""
     opts = [
+        config_file_option,
+        label_option,
         click.option(
             "--endpoint",
             help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint).",
@@ -160,14 +198,42 @@ def common_endpoint_options(f: F) -> F:
             type=click.Choice(["completions", "chat", "triton-http", "triton-grpc"]),
             default="completions",
             show_default=True,
+            help=api_help(["completions", "chat", "triton-http", "triton-grpc"]),
         ),
         click.option("--model", help="Model name sent in requests (default: the first model the endpoint lists)."),
-        click.option("--header", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable)."),
+        click.option(
+            "--header",
+            "headers",
+            multiple=True,
+            callback=merge_file_headers,
+            help="Extra request header 'Name: value' (repeatable; adds to a --config file's).",
+        ),
+        click.option(
+            "--header-env",
+            "header_envs",
+            multiple=True,
+            metavar="NAME=ENVVAR",
+            help="Request header NAME whose value is read from environment variable ENVVAR (repeatable). "
+            "A --header value, URL userinfo or --extra-body is visible to every local user in `ps`: give "
+            "secrets with --header-env, --api-key-env or a chmod-600 --config file.",
+        ),
         click.option(
             "--api-key-env", help="Environment variable holding the API key (default OPENAI_API_KEY when set)."
         ),
-        click.option("--timeout", "timeout", default="600s", show_default=True, help="Total per-request deadline."),
-        click.option("--connect-timeout", default="10s", show_default=True),
+        click.option(
+            "--timeout",
+            "timeout",
+            default="600s",
+            show_default=True,
+            help="Total per-request deadline, e.g. 600s, 10m.",
+        ),
+        click.option("--connect-timeout", default="10s", show_default=True, help=OPTION_HELP["connect_timeout"]),
+        click.option(
+            "--idle-timeout",
+            default="120s",
+            show_default=True,
+            help="No byte of an answer's body for this long (a stalled stream) ends the request as a timeout.",
+        ),
         click.option("--extra-body", help="JSON object merged into every request body (sampling parameters, ...)."),
         click.option("--no-preflight", is_flag=True, help="Skip the pre-flight request that detects optional fields."),
         click.option("--no-stream", is_flag=True, help="Non-streaming requests (only E2E is measurable)."),
@@ -251,7 +317,14 @@ def common_endpoint_options(f: F) -> F:
         click.option("--model-repository", help="--serve triton: a Triton model repository."),
         click.option("--pytriton", help="--serve triton: a PyTriton module file."),
         click.option(
-            "--serve-timeout", default="600s", show_default=True, help="How long to wait for the server to be ready."
+            "--serve-timeout",
+            "--ready-timeout",
+            "serve_timeout",
+            cls=AliasOption,
+            hidden_aliases=("--ready-timeout",),
+            default="600s",
+            show_default=True,
+            help="How long to wait for the server to be ready.",
         ),
     ]
     for o in reversed(opts):
@@ -261,9 +334,11 @@ def common_endpoint_options(f: F) -> F:
 
 def run_only_options(f: F) -> F:
     opts = [
-        click.option("--rate", type=float, help="Open loop: offered load in requests per second."),
+        click.option(
+            "--rate", "--request-rate", "rate", type=float, help="Open loop: offered load in requests per second."
+        ),
         click.option("--concurrency", type=int, help="Closed loop: number of concurrent users."),
-        click.option("--requests", "n_requests", type=int, help="Measured requests (after warm-up)."),
+        click.option("--requests", "--num-prompts", "n_requests", type=int, help="Measured requests (after warm-up)."),
         click.option("--duration", help="Measured duration, e.g. 60s, 5m (default 60s when --requests is not given)."),
         click.option("--warmup", help="Warm-up: a request count (N) or a time (10s); excluded from statistics."),
         click.option(
@@ -292,7 +367,11 @@ def run_only_options(f: F) -> F:
 def workload_options(f: F) -> F:
     opts = [
         click.option(
-            "--arrival", type=click.Choice(["poisson", "constant", "gamma"]), default="poisson", show_default=True
+            "--arrival",
+            type=click.Choice(["poisson", "constant", "gamma"]),
+            default="poisson",
+            show_default=True,
+            help=OPTION_HELP["arrival"],
         ),
         click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1.0 = Poisson)."),
         click.option("--max-concurrency", type=int, help="Cap on in-flight requests of an open-loop run."),
@@ -310,13 +389,15 @@ def workload_options(f: F) -> F:
         ),
         click.option(
             "--trace",
-            help="Replay a trace's timestamps and lengths (Azure, Mooncake, BurstGPT, loadgen JSONL; builtin:NAME for a shipped excerpt).",
+            help="Replay a trace's timestamps and lengths (Azure, Mooncake, BurstGPT, loadgen JSONL), or a shipped "
+            f"excerpt: {', '.join('builtin:' + n for n in sorted(BUILTIN_TRACES))}.",
         ),
         click.option(
             "--trace-format",
             type=click.Choice(["auto", "azure", "mooncake", "burstgpt", "loadgen", "jsonl"]),
             default="auto",
             show_default=True,
+            help=OPTION_HELP["trace_format"],
         ),
         click.option(
             "--trace-spread",
@@ -325,8 +406,16 @@ def workload_options(f: F) -> F:
             show_default=True,
             help="Rows sharing one timestamp: sent together, or spread over the step.",
         ),
-        click.option("--time-scale", type=float, help="Replay speed: 10 sends the trace 10x faster."),
-        click.option("--trace-start", help="Start of the trace window, e.g. 10m."),
+        click.option(
+            "--trace-time-scale",
+            "--time-scale",
+            "time_scale",
+            cls=AliasOption,
+            hidden_aliases=("--time-scale",),
+            type=float,
+            help="Replay speed: 10 sends the trace 10x faster.",
+        ),
+        click.option("--trace-start", help="Start of the trace window (a duration into the trace), e.g. 10m."),
         click.option("--trace-duration", help="Length of the trace window, e.g. 10m."),
         click.option(
             "--loop", "trace_loop", is_flag=True, help="Repeat the trace window to fill --requests or --duration."
@@ -339,21 +428,31 @@ def workload_options(f: F) -> F:
         ),
         click.option("--dataset", help="Prompts from a ShareGPT JSON or a loadgen JSONL file."),
         click.option("--tokenizer", help="Hugging Face tokenizer directory or tokenizer.json: exact input lengths."),
-        click.option("--prompt-format", type=click.Choice(["text", "token-ids"]), default="text", show_default=True),
+        click.option(
+            "--prompt-format",
+            type=click.Choice(["text", "token-ids"]),
+            default="text",
+            show_default=True,
+            help=OPTION_HELP["prompt_format"],
+        ),
         click.option(
             "--shared-prefix-tokens",
             type=int,
             default=0,
             show_default=True,
-            help="Tokens of a shared prefix per group.",
+            help=OPTION_HELP["shared_prefix_tokens"],
         ),
-        click.option("--prefix-groups", type=int, default=1, show_default=True),
+        click.option("--prefix-groups", type=int, default=1, show_default=True, help=OPTION_HELP["prefix_groups"]),
         click.option("--salt", help="Prompt salt (default: fresh per run, so caches cannot flatter a rerun)."),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True, help=OPTION_HELP["seed"]),
         click.option("--save-text", is_flag=True, help="Keep each request's output text in requests.jsonl."),
         click.option("--no-token-lists", is_flag=True, help="Leave per-token ITL lists out of requests.jsonl."),
         click.option(
-            "--latency-origin", type=click.Choice(["scheduled", "sent"]), default="scheduled", show_default=True
+            "--latency-origin",
+            type=click.Choice(["scheduled", "sent"]),
+            default="scheduled",
+            show_default=True,
+            help=OPTION_HELP["latency_origin"],
         ),
         click.option(
             "--drain-grace", default="30s", show_default=True, help="Time in-flight requests get after a stop."

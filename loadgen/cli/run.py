@@ -102,6 +102,9 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                     await observer.close()
 
         run = asyncio.run(go())
+    from loadgen.recordlog import write_requests_csv
+
+    write_requests_csv(out_dir / "requests.jsonl", out_dir / "requests.csv")
     render_run(run.result, console, str(out_dir))
     return run
 
@@ -119,8 +122,11 @@ def _dry_run(load: LoadConfig, out_dir: Path, console: Console) -> None:
         load = _replace(load, salt=new_salt())
     wl = build_workload(load)
     plan = build_plan(load, wl)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_schedule(out_dir / "schedule.jsonl", plan.schedule, wl)
+    make_out_dir(out_dir)
+    try:
+        write_schedule(out_dir / "schedule.jsonl", plan.schedule, wl)
+    except OSError as exc:
+        raise click.UsageError(f"--out {str(out_dir)!r}: cannot write schedule.jsonl: {exc.strerror or exc}") from None
     n = len(plan.schedule)
     span = (plan.schedule[-1].offset_ns / 1e9) if n else 0.0
     console.print(f"dry run: {n} requests over {span:.3f} s written to {out_dir / 'schedule.jsonl'}; nothing sent")

@@ -142,6 +142,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> SweepOutcome:
                     await observer.close()
 
         out = asyncio.run(go())
+    out.result = redactor.scrub(out.result)  # server-supplied text, by value
     write_json(out_dir / "sweep.json", out.result)
     write_report(out.result, out_dir)
     render_sweep(out.result, console, str(out_dir))

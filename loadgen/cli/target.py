@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 
-from loadgen.cli.options import duration_s, parse_extra_body, parse_headers, positive_duration_s, usage_errors
+from loadgen.cli.options import (
+    duration_s,
+    parse_extra_body,
+    positive_duration_s,
+    resolve_headers,
+    usage_errors,
+)
 from loadgen.redact import Redactor, find_body_secrets, is_sensitive_name, redact_url, split_url_secrets
 
 if TYPE_CHECKING:
@@ -184,7 +190,9 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
             )
         return _triton_endpoint(kw, endpoint_url, redactor)
     provider = kw["provider"]
-    headers = parse_headers(kw["headers"])
+    headers, env_secrets = resolve_headers(kw)
+    for v in env_secrets:
+        redactor.add(v)
     extra = parse_extra_body(kw["extra_body"])
     api_key = None
     bearer = None
@@ -221,6 +229,7 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
         extra_body=extra,
         timeout_s=positive_duration_s(kw["timeout"], "--timeout", 600.0),
         connect_timeout_s=positive_duration_s(kw["connect_timeout"], "--connect-timeout", 10.0),
+        idle_timeout_s=positive_duration_s(kw.get("idle_timeout"), "--idle-timeout", 120.0),
         verify_tls=not kw["insecure"],
         ca_file=kw["ca_file"],
         request_id_prefix=new_run_id(),
@@ -252,7 +261,9 @@ def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor) 
     from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
     from loadgen.recordlog import new_run_id
 
-    headers = parse_headers(kw["headers"])
+    headers, env_secrets = resolve_headers(kw)
+    for v in env_secrets:
+        redactor.add(v)
     for name, value in headers.items():
         if is_sensitive_name(name):
             redactor.add(value)
@@ -346,6 +357,14 @@ class Target:
         return ServerObserver.for_server(self.server, model=self.kw["model"])
 
     def __exit__(self, *exc: Any) -> None:
+        from loadgen.cli.runfile import USED_CONFIG_NAME, write_used_config
+
+        # something was written (a result, a probe): the options that made it, beside it
+        if self.out_dir.is_dir() and any(p.name != USED_CONFIG_NAME for p in self.out_dir.iterdir()):
+            try:
+                write_used_config(self.kw, self.out_dir)
+            except OSError as e:
+                self.err.print(f"[yellow]warning:[/] {self.out_dir}: config.used.toml not written: {e.strerror or e}")
         if self.sim is not None:
             self.sim.stop()
         if self.server is not None:

@@ -31,8 +31,10 @@ import orjson
 
 from loadgen.clock import now_ns
 from loadgen.endpoints.http import HTTPSendMixin, drain_after_end, fail, settle
-from loadgen.endpoints.pool import connect_error_text, network_baseline, side_timeout
+from loadgen.endpoints.pool import network_baseline
 from loadgen.endpoints.quota import ClientRateCap
+from loadgen.endpoints.reads import DEFAULT_IDLE_TIMEOUT_S, MODELS_BODY_LIMIT, idle_guard, read_bounded
+from loadgen.endpoints.side import SideFailure, side_request
 from loadgen.errors import EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
 from loadgen.sse import SSEDecoder
@@ -62,7 +64,8 @@ class AnthropicConfig:
     verify_tls: bool = True
     request_id_prefix: str | None = None
     discover: bool = True  # GET /v1/models in open(): reachability, and the model when none is given
-    max_event_bytes: int = 16 * 1024 * 1024
+    max_event_bytes: int = 16 * 1024 * 1024  # also the largest whole (non-streamed) body read
+    idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S  # no byte of a body this long: timeout (None: off)
     ca_file: str | None = None
     connection_reuse: str = "keep-alive"
     network_baseline: bool = False
@@ -247,25 +250,20 @@ class AnthropicEndpoint(HTTPSendMixin):
     async def _discover(self) -> None:
         """GET /v1/models: proves the endpoint answers, and names the model when none was given."""
         assert self._session is not None
+        cfg = self.config
         t0 = now_ns()
         try:
-            async with self._session.get(
-                self._root + "/models",
-                headers=self._headers,
-                allow_redirects=False,
-                timeout=side_timeout(self.config.connect_timeout_s, self.config.connect_timeout_s + 5),
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except (TimeoutError, aiohttp.ClientConnectorError, aiohttp.ClientOSError, OSError) as exc:
-            raise EndpointUnreachable(
-                f"cannot reach {self.url_for_record}: {self.redactor(connect_error_text(exc))}"
-            ) from None
+            ans = await side_request(
+                self._session, "GET", self._root + "/models", headers=self._headers, connect_s=cfg.connect_timeout_s,
+                total_s=min(cfg.connect_timeout_s + 5.0, cfg.timeout_s), limit=MODELS_BODY_LIMIT,
+            )  # fmt: skip
+        except SideFailure as exc:
+            raise EndpointUnreachable(f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}") from None
         if self.network is not None:
             self.network["cheap_request_ms"] = [(now_ns() - t0) / 1e6]
-        if status == 200:
+        if ans.status == 200 and ans.complete:
             try:
-                obj = orjson.loads(raw)
+                obj = orjson.loads(ans.body)
             except orjson.JSONDecodeError:
                 obj = None
             if isinstance(obj, dict):
@@ -322,15 +320,17 @@ class AnthropicEndpoint(HTTPSendMixin):
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         parser = AnthropicStreamParser(record, redact=self.redactor, max_event_bytes=self.config.max_event_bytes)
-        async for chunk in resp.content.iter_any():
-            if parser.feed(chunk, now_ns()):
-                break
+        async with idle_guard(self.config.idle_timeout_s) as guard:
+            async for chunk in resp.content.iter_any():
+                guard.touch()
+                if parser.feed(chunk, now_ns()):
+                    break
         parser.finish(now_ns())  # the request ends at message_stop, whatever the server does next
         if parser.done:
             await drain_after_end(resp)  # a body left open after message_stop costs the connection only
 
     async def _read_body(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
-        raw = await resp.read()
+        raw = await read_bounded(resp, self.config.max_event_bytes, idle_s=self.config.idle_timeout_s)
         record.end_ns = now_ns()
         record.streamed = False
         try:

@@ -6,7 +6,9 @@ The rooms of this package, by what they hold:
 * ``quota``: Retry-After, Go durations, rate-limit headers, the client's rate cap (pure).
 * ``pool``: the aiohttp session with its timing hooks; the network baseline.
 * ``http``: one HTTP request sent and read, error classification, 429 retries, ``HTTPSendMixin``.
-* ``openai``, ``anthropic``, ``triton`` (+ ``triton_config``, ``triton_grpc``): the endpoints.
+* ``reads``: bounded body reads (size) and the idle (inter-chunk) timeout.
+* ``side``: requests beside the load (discovery, pre-flight): one error line naming the phase.
+* ``openai`` (+ ``openai_stream``: its answers, sans-IO), ``anthropic``, ``triton`` (+ ``triton_config``, ``triton_grpc``): the endpoints.
 * ``providers``: :func:`~loadgen.endpoints.providers.make_endpoint` (a provider's dialect)
   and :func:`~loadgen.endpoints.providers.from_config` (an endpoint from its config).
 """

@@ -7,7 +7,8 @@ Triton's ``generate_stream``) share.
 * :func:`settle` (a cleanly ended response -> ``ok``, ``buffered`` or ``filtered``) and
   :func:`drain_after_end` (the rest of a finished stream, read for a bounded time).
 * :func:`http_attempt`: one POST, its answer read by the endpoint's reader; never raises.
-* :class:`GatedPayload`: a body whose bytes go out only when the runner opens its gate.
+* :class:`GatedPayload`: a body whose bytes go out only when the runner opens its gate, and
+  never on a kept-alive connection the server has closed meanwhile (sent again on a fresh one).
 * :func:`send_with_attempts`: the client's own rate cap (:class:`~loadgen.endpoints.quota.ClientRateCap`,
   ``--max-rpm``/``--max-tpm``) before each attempt, and opt-in retries after a 429
   (``--retry-429``), every attempt kept on the record.
@@ -26,7 +27,7 @@ import orjson
 
 from loadgen.clock import deadline_after, now_ns, sleep_until
 from loadgen.endpoints.base import EndpointBase
-from loadgen.endpoints.pool import connect_error_text, current_record, open_session
+from loadgen.endpoints.pool import connect_error_text, current_record, fresh_connection, open_session, peer_closed
 from loadgen.endpoints.quota import (
     ClientRateCap,
     Headers,
@@ -34,6 +35,7 @@ from loadgen.endpoints.quota import (
     request_token_cost,
     retry_after_from_headers,
 )
+from loadgen.endpoints.reads import IdleTimeout
 from loadgen.errors import ProtocolError
 from loadgen.metrics import stream_buffered
 from loadgen.types import RequestRecord, RequestSpec
@@ -138,18 +140,35 @@ class GatedPayload(aiohttp.BytesPayload):
     connection, headers built and buffered) and its bytes go out when the gate opens.
 
     aiohttp buffers the headers and writes them with the body's first chunk, so nothing reaches
-    the socket before the gate opens (see :meth:`HTTPSendMixin.send`)."""
+    the socket before the gate opens (see :meth:`HTTPSendMixin.send`). ``wrote`` says whether a
+    byte may have reached it: false while the gate is shut, and false when the connection was
+    already closing as the gate opened (aiohttp then refuses to write)."""
 
-    def __init__(self, value: bytes, gate: asyncio.Event, **kwargs: Any) -> None:
+    def __init__(self, value: bytes, gate: asyncio.Event, record: RequestRecord | None = None, **kwargs: Any) -> None:
         super().__init__(value, **kwargs)
         self._gate = gate
+        self._record = record
+        self.wrote = False
+
+    def _opened(self, writer: Any) -> None:
+        """At the gate: write only on a live connection. A pooled connection the server has
+        closed, even when the loop has not seen its FIN yet (:func:`peer_closed`), gets no byte:
+        the request fails before it is sent and is prepared again on a fresh connection."""
+        transport = getattr(writer, "transport", None)
+        if transport is None or transport.is_closing():
+            return  # aiohttp refuses to write
+        if self._record is not None and self._record.connection_reused and peer_closed(transport):
+            raise aiohttp.ClientConnectionResetError("the server closed this kept-alive connection before the send")
+        self.wrote = True  # no await between this check and the write: nothing can close it between
 
     async def write(self, writer: Any) -> None:
         await self._gate.wait()
+        self._opened(writer)
         await super().write(writer)
 
     async def write_with_length(self, writer: Any, content_length: int | None) -> None:
         await self._gate.wait()
+        self._opened(writer)
         await super().write_with_length(writer, content_length)
 
 
@@ -256,7 +275,8 @@ async def http_attempt(
 ) -> None:
     """POST ``payload`` and fill ``record``; never raises except ``asyncio.CancelledError``.
 
-    ``read_ok`` reads a 2xx response (stream or body); other statuses go to
+    ``read_ok`` reads a 2xx response (stream or body, bounded in size and idle time: see
+    :mod:`loadgen.endpoints.reads`); other statuses go to
     :func:`record_http_error`. Redirects are never followed (credentials never
     reach another origin). Transport errors are classified by
     :func:`classify_exception`; a :class:`~loadgen.errors.ProtocolError` is ``protocol``.
@@ -293,7 +313,8 @@ async def http_attempt(
     except Exception as exc:  # transport errors become data, never escape
         if record.status != "ok":  # a complete response stays ok (e.g. the deadline hit its slow close)
             kind = classify_exception(exc, response_started=response_started)
-            fail(record, kind, redact(connect_error_text(exc, kind=False)))
+            text = str(exc) if isinstance(exc, IdleTimeout) else connect_error_text(exc, kind=False)
+            fail(record, kind, redact(text))
     finally:
         current_record.reset(token)
     if record.sent_ns is None and record.error_kind not in ("connect", "client_limit"):
@@ -381,6 +402,30 @@ async def send_with_attempts(
         n += 1
 
 
+STALE_RESENDS_MAX = 2
+"""How many times a prepared request is prepared again on a fresh connection after the server
+closed its pooled one before any byte of it was written (each is a new connection: bounded anyway)."""
+
+_STALE_RESET = (
+    *_ATTEMPT_RESET,
+    ("sent_ns", None),
+    ("connect_ns", 0),
+    ("connect_late_ns", 0),
+    ("connection_reused", None),
+    ("pool_queued", False),
+    ("dns_ns", None),
+    ("tcp_connect_ns", None),
+    ("tls_ns", None),
+)
+
+
+def closed_before_send(record: RequestRecord) -> bool:
+    """A prepared request's pooled (kept-alive) connection ended before an answer began: the
+    keep-alive close race (the server closed it as idle while the request waited for its gate).
+    Sent again only when no byte of it was written (``GatedPayload.wrote``): never a retry."""
+    return record.error_kind == "connect" and record.connection_reused is True and record.http_status is None
+
+
 class HTTPSendMixin(EndpointBase):
     """``send`` and one HTTP attempt, shared by the HTTP endpoints (OpenAI-compatible, Anthropic).
 
@@ -404,8 +449,12 @@ class HTTPSendMixin(EndpointBase):
 
         ``gate`` (open loop, see :meth:`accepts_send_gate`): the request is prepared now and
         its bytes are written when the gate is set (the runner opens it at the scheduled
-        time). Under the client's rate cap when one is set; a 429 is retried only with
-        ``retry_429`` (see :func:`send_with_attempts`)."""
+        time). A prepared request whose pooled connection the server closed before the gate
+        (the keep-alive close race: no byte of it was written, see :class:`GatedPayload`) is
+        prepared again on a fresh connection (:func:`closed_before_send`, at most
+        :data:`STALE_RESENDS_MAX` times) and sent at the gate, or at once when the gate is already
+        open: a late send is schedule lag, never a ``connect`` failure. Under the client's rate
+        cap when one is set; a 429 is retried only with ``retry_429`` (see :func:`send_with_attempts`)."""
         self_: Any = self
         assert self_._session is not None, "open() first"
         cfg = self_.config
@@ -443,6 +492,7 @@ class HTTPSendMixin(EndpointBase):
             "pool_limit": cfg.pool_limit,
             "connect_timeout_s": cfg.connect_timeout_s,
             "request_timeout_s": cfg.timeout_s,
+            "idle_timeout_s": getattr(cfg, "idle_timeout_s", None),  # no byte of a body this long: timeout
             "retries": cfg.retry_429,  # only of 429s, only when asked (--retry-429)
             "redirects": "not followed",
             "verify_tls": cfg.verify_tls,
@@ -451,6 +501,9 @@ class HTTPSendMixin(EndpointBase):
             "retry_429": cfg.retry_429,
             "retry_429_max_wait_s": cfg.retry_429_max_wait_s,
             "rate_cap": self_.cap.describe() if self_.cap else None,
+            # prepared requests sent again on a fresh connection: the server closed their pooled
+            # one before any byte was written (the keep-alive close race; this process's count)
+            "stale_connection_resends": getattr(self_, "stale_resends", 0),
         }
 
     async def _attempt(self, spec: Any, record: Any, gate: asyncio.Event | None = None) -> None:
@@ -463,16 +516,25 @@ class HTTPSendMixin(EndpointBase):
             headers = dict(headers)
             headers["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
         body = orjson.dumps(self_.build_body(spec))
-        timeout_s = cfg.timeout_s
-        if gate is not None:  # prepared ahead: the total deadline runs from the scheduled time
-            timeout_s += max(record.scheduled_ns - now_ns(), 0) / 1e9
-        await http_attempt(
-            self_._session,
-            self_._url,
-            body if gate is None else GatedPayload(body, gate, content_type="application/json"),
-            headers,
-            record,
-            timeout_s=timeout_s,
-            redact=self_.redactor,
-            read_ok=self_._read_stream if cfg.stream else self_._read_body,
-        )
+        read_ok = self_._read_stream if cfg.stream else self_._read_body
+        if gate is None:
+            await http_attempt(self_._session, self_._url, body, headers, record, timeout_s=cfg.timeout_s,
+                               redact=self_.redactor, read_ok=read_ok)  # fmt: skip
+            return
+        for n in range(STALE_RESENDS_MAX + 1):
+            payload = GatedPayload(body, gate, record, content_type="application/json")
+            # prepared ahead: the total deadline runs from the scheduled time
+            timeout_s = cfg.timeout_s + max(record.scheduled_ns - now_ns(), 0) / 1e9
+            token = fresh_connection.set(n > 0)
+            try:
+                await http_attempt(self_._session, self_._url, payload, headers, record, timeout_s=timeout_s,
+                                   redact=self_.redactor, read_ok=read_ok)  # fmt: skip
+            finally:
+                fresh_connection.reset(token)
+            if payload.wrote or not closed_before_send(record) or n == STALE_RESENDS_MAX:
+                break
+            self_.stale_resends = getattr(self_, "stale_resends", 0) + 1
+            for name, value in _STALE_RESET:
+                setattr(record, name, value)
+        if n:
+            record.connect_late_ns = 0  # the pool's dead connection is the client's delay: schedule lag

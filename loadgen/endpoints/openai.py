@@ -14,7 +14,10 @@ a connect timeout and a total per-request deadline, no retries unless asked for
 The same class speaks to Azure OpenAI (``api-key`` header, deployment URL; its
 content-filter chunks carry no token) and OpenAI itself; :mod:`loadgen.endpoints.providers`
 builds the right configuration. The rules that turn one stream event into facts on
-the record live in :func:`apply_stream_event`, shared with ``loadgen.locust``.
+the record live in :func:`apply_stream_event` (:mod:`loadgen.endpoints.openai_stream`, with the
+stream parser and the whole-body reader), shared with ``loadgen.locust``. Every body read is
+bounded (:mod:`loadgen.endpoints.reads`); discovery and the pre-flight go through
+:func:`~loadgen.endpoints.side.side_request`, whose failure line names the phase it stopped in.
 """
 
 from __future__ import annotations
@@ -28,13 +31,21 @@ import aiohttp
 import orjson
 
 from loadgen.clock import now_ns
-from loadgen.endpoints.http import ERROR_BODY_LIMIT, HTTPSendMixin, drain_after_end, fail, settle
-from loadgen.endpoints.pool import connect_error_text, network_baseline, side_timeout
+from loadgen.endpoints.http import ERROR_BODY_LIMIT, HTTPSendMixin, drain_after_end
+from loadgen.endpoints.openai_stream import OpenAIStreamParser, _error_text, apply_body, apply_stream_event
+from loadgen.endpoints.pool import network_baseline
 from loadgen.endpoints.quota import ClientRateCap
+from loadgen.endpoints.reads import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    MODELS_BODY_LIMIT,
+    SIDE_BODY_LIMIT,
+    idle_guard,
+    read_bounded,
+)
+from loadgen.endpoints.side import SideAnswer, SideFailure, side_request
 from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
 from loadgen.redact import Redactor, redact_headers, split_url_secrets
-from loadgen.sse import SSEDecoder
-from loadgen.types import RequestRecord, RequestSpec, TokenEvent
+from loadgen.types import RequestRecord, RequestSpec
 
 OPTIONAL_FIELDS = ("continuous_usage_stats", "include_usage", "ignore_eos", "min_tokens")
 __all__ = ["ERROR_BODY_LIMIT", "OpenAIConfig", "OpenAIEndpoint", "OpenAIStreamParser", "apply_stream_event"]
@@ -64,7 +75,8 @@ class OpenAIConfig:
     preflight: bool = True
     discover: bool = True  # read /v1/models and /version in open()
     accepted: dict[str, bool] | None = None  # optional fields known to be accepted (skips re-probing)
-    max_event_bytes: int = 16 * 1024 * 1024
+    max_event_bytes: int = 16 * 1024 * 1024  # also the largest whole (--no-stream) body read
+    idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S  # no byte of a body this long: timeout (None: off)
     # --- providers, quotas, network (see loadgen.endpoints.providers) ---
     provider: str = "openai-compatible"
     api_key_header: str | None = None  # send the key raw in this header (Azure: api-key), not as Bearer
@@ -171,17 +183,22 @@ class OpenAIEndpoint(HTTPSendMixin):
         for _ in range(n):
             t0 = now_ns()
             try:
-                async with self._session.get(
-                    url,
-                    headers=self._headers,
-                    allow_redirects=False,
-                    timeout=side_timeout(self.config.connect_timeout_s, self.config.connect_timeout_s + 5),
-                ) as resp:
-                    await resp.read()
+                await self._side("GET", url, limit=SIDE_BODY_LIMIT)
                 out.append((now_ns() - t0) / 1e6)
-            except (TimeoutError, aiohttp.ClientError, OSError):
+            except SideFailure:
                 out.append(None)
         return out
+
+    async def _side(self, method: str, url: str, *, limit: int, data: bytes | None = None,
+                    total_s: float | None = None) -> SideAnswer:  # fmt: skip
+        """A request beside the load (see :func:`side_request`): by default within the connect
+        timeout + 5 s, never more than the total deadline (``timeout_s``)."""
+        assert self._session is not None
+        cfg = self.config
+        return await side_request(
+            self._session, method, url, headers=self._headers, data=data, connect_s=cfg.connect_timeout_s,
+            total_s=total_s or min(cfg.connect_timeout_s + 5.0, cfg.timeout_s), limit=limit,
+        )  # fmt: skip
 
     async def close(self) -> None:
         if self._session is not None:
@@ -229,30 +246,27 @@ class OpenAIEndpoint(HTTPSendMixin):
     # --- discovery and pre-flight --------------------------------------------------
 
     async def _get_json(self, path: str) -> Any:
-        assert self._session is not None
-        async with self._session.get(
-            self._root + path if path.startswith("/models") else _origin(self._root) + path,
-            headers=self._headers,
-            allow_redirects=False,
-            timeout=side_timeout(self.config.connect_timeout_s, self.config.connect_timeout_s + 5),
-        ) as resp:
-            if resp.status != 200:
-                if path == "/models" and self.config.model is None:
-                    self._refused(f"GET {self._root}/models", resp.status, await resp.content.read(ERROR_BODY_LIMIT))
-                return None
-            try:
-                return await resp.json(content_type=None)
-            except Exception:
-                return None
+        """The JSON of a discovery GET (``/models`` under the API root, else at the origin); None
+        when it is not a 200, not JSON or too large. Raises :class:`SideFailure`."""
+        url = self._root + path if path.startswith("/models") else _origin(self._root) + path
+        ans = await self._side("GET", url, limit=MODELS_BODY_LIMIT if path == "/models" else SIDE_BODY_LIMIT)
+        if ans.status != 200:
+            if path == "/models" and self.config.model is None:
+                self._refused(f"GET {self._root}/models", ans.status, ans.body[:ERROR_BODY_LIMIT])
+            return None
+        if not ans.complete:
+            return None  # larger than any listing we read: ignored
+        try:
+            return orjson.loads(ans.body)
+        except orjson.JSONDecodeError:
+            return None
 
     async def _discover(self) -> None:
         """Read /v1/models (served model, max length) and /version where exposed."""
         try:
             models = await self._get_json("/models")
-        except (TimeoutError, aiohttp.ClientConnectorError, aiohttp.ClientOSError, OSError) as exc:
-            raise EndpointUnreachable(
-                f"cannot reach {self.url_for_record}: {self.redactor(connect_error_text(exc))}"
-            ) from None
+        except SideFailure as exc:
+            raise EndpointUnreachable(f"cannot reach {self.url_for_record}: {self.redactor(str(exc))}") from None
         if isinstance(models, dict):
             for m in models.get("data") or []:
                 if isinstance(m, dict) and m.get("id"):
@@ -266,8 +280,8 @@ class OpenAIEndpoint(HTTPSendMixin):
         try:
             ver = await self._get_json("/version")
             if isinstance(ver, dict) and ver.get("version"):
-                self.server_version = str(ver["version"])
-        except Exception:
+                self.server_version = self.redactor(str(ver["version"]))[:200]
+        except SideFailure:
             pass
 
     async def _preflight(self) -> None:
@@ -306,24 +320,17 @@ class OpenAIEndpoint(HTTPSendMixin):
         )
 
     async def _probe(self, body: dict[str, Any]) -> tuple[int | None, bytes]:
-        assert self._session is not None
+        """The pre-flight request: its status and the first bytes of its answer (read to
+        :data:`SIDE_BODY_LIMIT` at most). Raises :class:`EndpointUnreachable` when no answer came
+        (the line names the phase it stopped in and the time waited)."""
         try:
-            async with self._session.post(
-                self._url,
-                data=orjson.dumps(body),
-                headers=self._headers,
-                allow_redirects=False,
-                timeout=side_timeout(self.config.connect_timeout_s, min(self.config.timeout_s, 60.0)),
-            ) as resp:
-                text = await resp.content.read(ERROR_BODY_LIMIT)
-                await resp.read()
-                return resp.status, text
-        except (aiohttp.ClientConnectorError, OSError) as exc:
+            ans = await self._side("POST", self._url, data=orjson.dumps(body), limit=SIDE_BODY_LIMIT,
+                                   total_s=min(self.config.timeout_s, 60.0))  # fmt: skip
+        except SideFailure as exc:
             raise EndpointUnreachable(
-                f"cannot reach {self.url_for_record}: {self.redactor(connect_error_text(exc))}"
+                f"cannot reach {self.url_for_record}: pre-flight request {self.redactor(str(exc))}"
             ) from None
-        except (TimeoutError, aiohttp.ClientError):
-            return None, b""
+        return ans.status, ans.body[:ERROR_BODY_LIMIT]
 
     # --- requests ------------------------------------------------------------------
 
@@ -355,216 +362,32 @@ class OpenAIEndpoint(HTTPSendMixin):
         return body
 
     async def _read_body(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
-        raw = await resp.read()
+        raw = await read_bounded(resp, self.config.max_event_bytes, idle_s=self.config.idle_timeout_s)
         record.end_ns = now_ns()
         record.streamed = False
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise ProtocolError("response body is not JSON") from None
-        if not isinstance(obj, dict):
-            raise ProtocolError("response body is not a JSON object")
-        if obj.get("error"):
-            _fail(record, "stream_error", _error_text(obj["error"], self.redactor))
-            return
-        choices = obj.get("choices") or []
-        if not isinstance(choices, list):
-            raise ProtocolError("choices is not a list")
-        text = ""
-        if choices and isinstance(choices[0], dict):
-            c = choices[0]
-            if self.config.api == "chat":
-                msg = c.get("message") or {}
-                if not isinstance(msg, dict):
-                    raise ProtocolError("choices[0].message is not an object")
-                text = (_text_field(msg, "reasoning_content") or _text_field(msg, "reasoning")) + _text_field(
-                    msg, "content"
-                )
-            else:
-                text = _text_field(c, "text")
-            record.finish_reason = c.get("finish_reason")
-        record.body_text = text
-        _take_usage(record, obj.get("usage"))
-        settle(record, streamed=False)
+        apply_body(record, obj, chat=self.config.api == "chat", redact=self.redactor)
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         parser = OpenAIStreamParser(
             record, chat=self.config.api == "chat", redact=self.redactor, max_event_bytes=self.config.max_event_bytes
         )
-        async for chunk in resp.content.iter_any():
-            if parser.feed(chunk, now_ns()):
-                break
+        async with idle_guard(self.config.idle_timeout_s) as guard:
+            async for chunk in resp.content.iter_any():
+                guard.touch()
+                if parser.feed(chunk, now_ns()):
+                    break
         parser.finish(now_ns())
         if parser.done:
             await drain_after_end(resp)  # a body left open after [DONE] costs the connection, not the request
 
 
-def apply_stream_event(record: RequestRecord, data: str, t_ns: int, *, chat: bool, redact: Redactor) -> str | None:
-    """Apply one SSE event's ``data`` (arrived at ``t_ns``) to ``record``.
-
-    Returns ``"done"`` at ``[DONE]``, ``"failed"`` on an in-band error object (the
-    record is then a ``stream_error`` ending at ``t_ns``), else None. A token-bearing
-    event (see :mod:`loadgen.metrics`) appends a :class:`TokenEvent`; usage is kept
-    (cumulative: the last value wins); ``finish_reason`` is kept. Chunks with an empty
-    ``choices`` (Azure's ``prompt_filter_results``, usage-only chunks), chunks without
-    a ``delta`` (Azure's ``content_filter_results``/``content_filter_offsets``) and
-    role-only deltas carry no token. Raises :class:`ProtocolError` on malformed JSON.
-    """
-    if data == "[DONE]":
-        return "done"
-    if not data.strip():
-        return None
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise ProtocolError(f"malformed JSON in event: {redact(data)[:80]!r}") from None
-    if not isinstance(obj, dict):
-        raise ProtocolError("event data is not a JSON object")
-    err = obj.get("error")
-    if err:
-        record.end_ns = t_ns
-        _fail(record, "stream_error", _error_text(err, redact))
-        return "failed"
-    usage = obj.get("usage")
-    cont = None
-    if usage:
-        _take_usage(record, usage)
-        cont = record.completion_tokens
-    choices = obj.get("choices")
-    if not choices:
-        return None
-    if not isinstance(choices, list):
-        raise ProtocolError("choices is not a list")
-    c = choices[0]
-    if not isinstance(c, dict):
-        raise ProtocolError("choices[0] is not an object")
-    if chat:
-        delta = c.get("delta") or {}
-        if not isinstance(delta, dict):
-            raise ProtocolError("choices[0].delta is not an object")
-        content = _text_field(delta, "content")
-        other = _text_field(delta, "reasoning_content") or _text_field(delta, "reasoning")
-        tools = delta.get("tool_calls")
-        if tools:
-            other += _tool_text(tools)
-        if content or other or tools:
-            record.events.append(TokenEvent(t_ns, other + content, bool(content), cont))
-    else:
-        text = _text_field(c, "text")
-        if text:
-            record.events.append(TokenEvent(t_ns, text, True, cont))
-    fr = c.get("finish_reason")
-    if fr:
-        record.finish_reason = fr
-    return None
-
-
-class OpenAIStreamParser:
-    """Sans-IO reader of an OpenAI-style SSE stream into a record: bytes and arrival times in.
-
-    ``feed(chunk, t_ns)`` takes one read (stamped with its arrival) and returns True
-    once the stream has ended (``[DONE]``) or failed in-band; ``finish(t_ns)`` is
-    called at the end of the body. A clean end is ``[DONE]``, or EOF after a
-    ``finish_reason`` with no partial event pending; anything else is an
-    ``incomplete_stream``. A clean end with ``finish_reason: "content_filter"`` is the
-    ``filtered`` error kind; a stream whose tokens came in one burst (a buffering proxy,
-    see :func:`loadgen.metrics.is_buffered`) is marked ``buffered``: its TPOT and ITL
-    are not measurable (both by :func:`~loadgen.endpoints.http.settle`).
-    """
-
-    __slots__ = ("record", "chat", "redact", "dec", "done", "failed")
-
-    def __init__(
-        self, record: RequestRecord, *, chat: bool, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024
-    ) -> None:
-        self.record = record
-        self.chat = chat
-        self.redact = redact
-        self.dec = SSEDecoder(max_event_bytes)
-        self.done = False
-        self.failed = False
-
-    def feed(self, chunk: bytes, t_ns: int) -> bool:
-        rec = self.record
-        for ev in self.dec.feed(chunk):
-            r = apply_stream_event(rec, ev.data, t_ns, chat=self.chat, redact=self.redact)
-            if r == "done":
-                self.done = True
-                rec.end_ns = t_ns
-                break
-            if r == "failed":
-                self.failed = True
-                break
-        return self.done or self.failed
-
-    def finish(self, t_ns: int) -> None:
-        rec = self.record
-        if self.failed:
-            return
-        if not self.done:
-            self.dec.close()
-            rec.end_ns = t_ns
-            if rec.finish_reason is None or self.dec.pending:
-                _fail(rec, "incomplete_stream", "stream closed before [DONE] or finish_reason")
-                return
-        settle(rec)
-
-
 def _origin(url: str) -> str:
     p = urlsplit(url)
     return urlunsplit((p.scheme, p.netloc, "", "", ""))
-
-
-_fail = fail
-
-
-MAX_USAGE_TOKENS = 1 << 22
-"""A reported token count above this (4 Mi) is not believed: a protocol error."""
-
-
-def _count(usage: dict[str, Any], name: str) -> int | None:
-    """An integer token count of ``usage`` (anything else is ignored, as before); a negative or
-    absurd one is a ProtocolError: per-token metrics allocate one slot per reported token."""
-    v = usage.get(name)
-    if not isinstance(v, int) or isinstance(v, bool):
-        return None
-    if not 0 <= v <= MAX_USAGE_TOKENS:
-        raise ProtocolError(f"usage.{name} is not a plausible token count: {v}")
-    return v
-
-
-def _text_field(obj: dict[str, Any], name: str) -> str:
-    """A text field of a choice or delta: "" when absent or null; ProtocolError when not a string."""
-    v = obj.get(name)
-    if v is None:
-        return ""
-    if not isinstance(v, str):
-        raise ProtocolError(f"{name} is not a string: {type(v).__name__}")
-    return v
-
-
-def _take_usage(record: RequestRecord, usage: Any) -> None:
-    if not isinstance(usage, dict):
-        return
-    ct = _count(usage, "completion_tokens")
-    if ct is not None:
-        record.completion_tokens = ct
-    pt = usage.get("prompt_tokens")
-    if isinstance(pt, int):
-        record.prompt_tokens = pt
-    det = usage.get("completion_tokens_details")
-    if isinstance(det, dict) and isinstance(det.get("reasoning_tokens"), int):
-        record.reasoning_tokens = det["reasoning_tokens"]
-    pdet = usage.get("prompt_tokens_details")
-    if isinstance(pdet, dict) and isinstance(pdet.get("cached_tokens"), int):
-        record.cached_prompt_tokens = pdet["cached_tokens"]
-
-
-def _error_text(err: Any, redact: Redactor) -> str:
-    """The error's message, secrets scrubbed *before* it is cut to 300 characters."""
-    if isinstance(err, dict):
-        return redact(str(err.get("message") or err.get("type") or err))[:300]
-    return redact(str(err))[:300]
 
 
 def _refusal_text(body: bytes, redact: Redactor) -> str:
@@ -583,13 +406,3 @@ def _refusal_text(body: bytes, redact: Redactor) -> str:
         text = re.sub(r"<[^>]*>", " ", body.decode("utf-8", "replace"))  # an HTML error page's words
     line = " ".join(text.split())
     return _error_text(line, redact) if line else "(empty body)"
-
-
-def _tool_text(tools: Any) -> str:
-    out = []
-    if isinstance(tools, list):
-        for t in tools:
-            if isinstance(t, dict):
-                fn = t.get("function") or {}
-                out.append(str(fn.get("name") or "") + str(fn.get("arguments") or ""))
-    return "".join(out) or " "

@@ -33,6 +33,10 @@ def _first_attempt(rec: Any) -> bool:
     return isinstance(rec, RequestRecord) and not rec.attempts
 
 
+fresh_connection: contextvars.ContextVar[bool] = contextvars.ContextVar("loadgen_fresh_connection", default=False)
+"""Set by the endpoint around a request that must not take a pooled connection (a prepared
+request sent again after the server closed its pooled one): :class:`TimedConnector` opens a new one."""
+
 _tls_stalled: contextvars.ContextVar[str | None] = contextvars.ContextVar("loadgen_tls_stalled", default=None)
 """Set by :class:`TimedConnector` when this task's TCP connection was made but its TLS handshake
 did not finish (read once by :func:`connect_error_text`)."""
@@ -44,10 +48,17 @@ class TimedConnector(aiohttp.TCPConnector):
     The protocol factory is called by the event loop once the socket is connected
     and before the TLS handshake starts; ``create_connection`` returns once the
     handshake is done. Both moments land on the record being sent (a context
-    variable set by the endpoint around each request). A connection that ends
+    variable set by the endpoint around each request). A task that sets
+    :data:`fresh_connection` never gets a pooled connection. A connection that ends
     (timed out or cancelled) between the two is a TLS handshake that did not finish:
     noted for :func:`connect_error_text`, which names that phase in the error.
     """
+
+    async def _get(self, key: Any, traces: Any) -> Any:
+        """A pooled connection, unless this task asked for a fresh one (:data:`fresh_connection`)."""
+        if fresh_connection.get():
+            return None
+        return await super()._get(key, traces)
 
     async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> Any:
         rec = current_record.get()
@@ -86,6 +97,26 @@ def _tls_note(kwargs: dict[str, Any]) -> str:
     return f"TLS handshake with {where} did not finish{within}"
 
 
+def peer_closed(transport: Any) -> bool:
+    """Whether the server already closed (or spoke on) an idle kept-alive connection whose
+    close the event loop has not processed yet: a non-blocking ``MSG_PEEK`` of one byte on its
+    socket (one system call; nothing is consumed). End of stream, a reset, or bytes the server
+    sent unprompted (a 408, a TLS close_notify) all mean the connection is going away."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return False
+    peek = socket.socket(sock.family, sock.type, sock.proto, sock.fileno())  # the same descriptor: no dup
+    try:
+        peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        return True  # b"" (end of stream) or unprompted bytes
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True  # reset
+    finally:
+        peek.detach()  # never closes the descriptor, which the transport owns
+
+
 def connect_error_text(exc: BaseException, *, kind: bool = True) -> str:
     """One line for a transport error: ``TLS handshake with HOST:PORT did not finish within
     N s`` when the connection timed out after its TCP connect, inside the TLS handshake (aiohttp
@@ -103,10 +134,25 @@ def connect_error_text(exc: BaseException, *, kind: bool = True) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+class SidePhase:
+    """Where a request beside the load (discovery, pre-flight) is, for its error line: passed as
+    its ``trace_request_ctx``; ``"connect"`` (TCP, then TLS) until the hooks of this module see
+    its request written (``"headers"``: waiting for the answer's head); the reader then moves it
+    to ``"first byte"`` and ``"body"``."""
+
+    __slots__ = ("phase",)
+
+    def __init__(self) -> None:
+        self.phase = "connect"
+
+
 async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
     rec = ctx.trace_request_ctx
-    if isinstance(rec, RequestRecord) and rec.sent_ns is None:
-        rec.sent_ns = now_ns()
+    if isinstance(rec, RequestRecord):
+        if rec.sent_ns is None:
+            rec.sent_ns = now_ns()
+    elif isinstance(rec, SidePhase):
+        rec.phase = "headers"
 
 
 async def _on_chunk_sent(session: Any, ctx: Any, params: Any) -> None:
@@ -144,6 +190,17 @@ async def _on_queued(session: Any, ctx: Any, params: Any) -> None:
     rec = ctx.trace_request_ctx
     if isinstance(rec, RequestRecord):
         rec.pool_queued = True
+        ctx.queued_start_ns = now_ns()
+
+
+async def _on_queued_end(session: Any, ctx: Any, params: Any) -> None:
+    """The wait for a pooled connection (all ``pool_limit`` held by requests in flight at the server)
+    is the client's own cap, like ``--max-concurrency``: added to ``throttle_ns``, not to its lag."""
+    rec = ctx.trace_request_ctx
+    start = getattr(ctx, "queued_start_ns", None)
+    if isinstance(rec, RequestRecord) and start is not None:
+        end = now_ns()
+        rec.throttle_ns += max(0, end - max(start, rec.scheduled_ns))
 
 
 async def _on_dns_start(session: Any, ctx: Any, params: Any) -> None:
@@ -199,6 +256,7 @@ def open_session(
     trace.on_connection_create_end.append(_on_conn_end)
     trace.on_connection_reuseconn.append(_on_reuse)
     trace.on_connection_queued_start.append(_on_queued)
+    trace.on_connection_queued_end.append(_on_queued_end)
     trace.on_dns_resolvehost_start.append(_on_dns_start)
     trace.on_dns_resolvehost_end.append(_on_dns_end)
     trace.on_dns_cache_hit.append(_on_dns_hit)

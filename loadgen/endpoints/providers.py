@@ -61,6 +61,7 @@ _COMMON = (
     "verify_tls",
     "request_id_prefix",
     "max_event_bytes",
+    "idle_timeout_s",
     "ca_file",
     "connection_reuse",
     "network_baseline",

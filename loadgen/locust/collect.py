@@ -23,6 +23,7 @@ import gevent
 from loadgen.clock import now_ns, wall_anchor
 from loadgen.histograms import LatencyHistogram
 from loadgen.locust.client import client_settings
+from loadgen.locust.live import LiveSeries, summary
 from loadgen.measurement import build_result, raise_fd_limit
 from loadgen.metrics import RequestMetrics, compute
 from loadgen.recordlog import RecordWriter, write_hlog, write_json
@@ -30,6 +31,7 @@ from loadgen.redact import Redactor
 from loadgen.results import LATENCY_METRICS, Aggregator, summarize_hdr
 from loadgen.runner import ClientStats, RunOutcome
 from loadgen.runplan import LoadConfig
+from loadgen.slo import parse_slo
 from loadgen.types import RequestRecord, TokenEvent
 
 # --------------------------------------------------------------------------- records on the wire
@@ -94,7 +96,9 @@ class LocustCollector:
         self.started_at = dt.datetime.now(dt.UTC)
         self.t0_ns = plan["t0_mono_ns"]
         self.t0_wall_ns = plan["t0_wall_ns"]
-        self.agg = Aggregator()
+        self.agg = Aggregator([parse_slo(t) for t in cfg.get("slos") or ()])
+        self.agg.open_loop = cfg["mode"] == "open"  # the live window's basis (build_result sets it again)
+        self.series = LiveSeries(self.t0_ns)
         self.tokenizer = None
         if cfg["workload"].get("tokenizer"):
             from loadgen.workload.tokenizer import load_tokenizer
@@ -110,11 +114,13 @@ class LocustCollector:
         self.result: dict[str, Any] | None = None
         self.sent_sched: list[int] = []  # [count, first, last] scheduled_ns of sent requests
         self._rows: tuple[int, list[dict[str, Any]]] | None = None
+        self._live: tuple[int, bool, dict[str, Any]] | None = None
 
     def add(self, rec: RequestRecord, m: RequestMetrics | None = None) -> None:
         if m is None:
             m = compute(rec, self.tokenizer, self.cfg["origin"])
         self.agg.add(rec, m)
+        self.series.add(rec, m)
         self.writer.write(rec, m)
         if rec.sent_ns is not None:
             ss = self.sent_sched
@@ -196,8 +202,10 @@ class LocustCollector:
             ],  # fmt: skip
             "merged_worker_histograms_ms": {k: summarize_hdr(h) for k, h in merged.items()},
             "locust_stats_at_stop": _locust_stats(self.env),
-            "note": "latency_ms comes from loadgen's records; Locust's own table rounds response times "
-            "(to 10 ms above 100 ms, to 100 ms above 1 s) and is kept here for comparison only",
+            "note": "Locust's table counts each request once (type E2E, its response time the request's E2E "
+            "latency); TTFT, TPOT and ITL are loadgen metrics (the loadgen tab, latency_ms here). latency_ms "
+            "comes from loadgen's records; Locust's own table rounds response times (to 10 ms above 100 ms, "
+            "to 100 ms above 1 s) and is kept here for comparison only",
         }
         if open_loop:
             result["locust"]["schedule"] = {
@@ -220,6 +228,17 @@ class LocustCollector:
         )
         self.result = result
         return result
+
+    def live(self) -> dict[str, Any]:
+        """The tab's charts, throughput and SLO verdict (:mod:`loadgen.locust.live`; at most once a second)."""
+        now, final = now_ns(), self.result is not None
+        if self._live is not None and (self._live[1] or (not final and now - self._live[0] < 1_000_000_000)):
+            return self._live[2]
+        data = {"series": self.series.to_json(self.agg, now), **summary(self.agg)}
+        if self.result is not None:  # the final figures, as result.json has them
+            data["throughput"] = {k: self.result["throughput"].get(k) for k in data["throughput"]}
+        self._live = (now, final, data)
+        return data
 
     def live_rows(self) -> list[dict[str, Any]]:
         """The web UI's loadgen table (recomputed at most once a second)."""

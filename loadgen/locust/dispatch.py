@@ -14,6 +14,7 @@ import itertools
 import resource
 import socket
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -69,6 +70,7 @@ class LoadProcess:
         self.inflight: dict[int, gevent.Greenlet] = {}
         self.aborted_reason: str | None = None
         self.dispatched = self.unsent = self.not_reached = self.cap_waits = 0
+        self.active = 0  # requests in flight in this process (the tab's "draining" line)
         self.stop_ns: int | None = None
         self.loop_lag_ms = array("f")
         self.t0_ns = local_t0_ns(plan)
@@ -84,17 +86,22 @@ class LoadProcess:
 
     # -- one request ------------------------------------------------------------------
 
-    def request(self, prepared: Prepared, scheduled_ns: int, queued: bool = False) -> None:
-        """Send one prepared request and finish its record; a kill records it as ``cancelled``."""
+    def request(self, prepared: Prepared, scheduled_ns: int, queued: bool = False, held_ns: int = 0) -> None:
+        """Send one prepared request and finish its record; a kill records it as ``cancelled``.
+
+        ``held_ns``: how long the in-flight cap held it past its scheduled time (``throttle_ns``: the
+        client's own cap over requests in flight at the server, not the generator's lag)."""
         spec = prepared[0]
         rec = RequestRecord(
             index=spec.index, phase="measure", scheduled_ns=scheduled_ns,
             requested_input_tokens=spec.requested_input_tokens, requested_output_tokens=spec.requested_output_tokens,
-            prefix_group=spec.prefix_group, session_id=spec.session_id, pool_queued=queued,
+            prefix_group=spec.prefix_group, session_id=spec.session_id, pool_queued=queued, throttle_ns=held_ns,
         )  # fmt: skip
+        self.active += 1
         try:
             self.client.send(prepared, rec)
         except GreenletExit:
+            self.active -= 1
             rec.status, rec.error_kind = "error", "cancelled"
             rec.error_detail = "in flight when the test stopped, after the stop timeout"
             rec.end_ns = now_ns()
@@ -102,6 +109,7 @@ class LoadProcess:
             raise
         except Exception as exc:  # a bug must not lose the record
             fail(rec, rec.error_kind or "protocol", f"internal error: {type(exc).__name__}: {exc}")
+        self.active -= 1
         self.finish(rec)
 
     def finish(self, rec: RequestRecord) -> None:
@@ -151,36 +159,44 @@ class LoadProcess:
         prepare = self.client.prepare
         item = next(entries, None)
         ready = prepare(item[2]()) if item else None  # built ahead of its deadline
+        capped: deque[tuple[int, int]] = deque()  # (start, end) of each wait for the in-flight cap
         while item is not None and ready is not None:
             off, idx, _ = item
             deadline = t0 + off
             gevent_sleep_until(deadline, self.stop_event)
             if self.stop_event.is_set():
                 break
-            late = now_ns() - deadline
+            while capped and capped[0][1] <= deadline:
+                capped.popleft()
+            # time the in-flight cap held the dispatcher is the server's backlog, not the generator's lag
+            held = sum(b1 - max(b0, deadline) for b0, b1 in capped)
+            late = now_ns() - deadline - held
             if late > ABORT_LAG_NS:
                 self.aborted_reason = (
                     f"the dispatcher fell {late / 1e9:.2f} s behind its schedule at request {idx}; it stopped sending"
                 )
                 break
             queued = not self.cap.acquire(blocking=False)
-            if queued:  # the in-flight cap is exhausted: a client limit, the run is INVALID
+            if queued:  # every slot holds a request in flight at the server: wait (the client's own cap)
                 self.cap_waits += 1
                 got = False
+                b0 = now_ns()
                 while not got and not self.stop_event.is_set():
                     got = self.cap.acquire(timeout=0.05)
+                capped.append((b0, now_ns()))
                 if not got:
                     break
+            held = sum(b1 - max(b0, deadline) for b0, b1 in capped if b1 > deadline)
             self.dispatched += 1
-            self.inflight[idx] = gevent.spawn(self._one, ready, deadline, queued)
+            self.inflight[idx] = gevent.spawn(self._one, ready, deadline, queued, held)
             gevent.sleep(0)  # let it send before the next request is built
             item = next(entries, None)
             ready = prepare(item[2]()) if item else None
         self._rest = entries if item is None else itertools.chain([item], entries)
 
-    def _one(self, prepared: Prepared, deadline: int, queued: bool) -> None:
+    def _one(self, prepared: Prepared, deadline: int, queued: bool, held_ns: int = 0) -> None:
         try:
-            self.request(prepared, deadline, queued)
+            self.request(prepared, deadline, queued, held_ns)
         finally:
             self.cap.release()
             self.inflight.pop(prepared[0].index, None)
@@ -273,7 +289,13 @@ def local_t0_ns(plan: dict[str, Any]) -> int:
 
 
 def fire_request_events(env: Any, rec: RequestRecord, m: RequestMetrics, name: str) -> None:
-    """Locust rows: E2E per request (failures by error kind), TTFT and TPOT per sample."""
+    """Locust's row: one ``request`` event per request, type ``E2E``, its response time the E2E latency.
+
+    A failure carries its error kind (Locust's failures tab counts by kind). TTFT, TPOT
+    and ITL are not requests: firing them as ``request`` events made Locust count every
+    request three times (its RPS and Aggregated row mixed the three); they are loadgen
+    metrics, shown in the loadgen tab (:mod:`loadgen.locust.live`) and ``result.json``.
+    """
     fire = env.events.request.fire
     if not rec.ok:
         kind = rec.error_kind or "unknown"
@@ -287,11 +309,3 @@ def fire_request_events(env: Any, rec: RequestRecord, m: RequestMetrics, name: s
         return
     fire(request_type="E2E", name=name, response_time=m.e2e_ns / 1e6, response_length=m.output_tokens,
          exception=None, context={})  # fmt: skip
-    if m.ttft_ns is not None:
-        fire(
-            request_type="TTFT", name=name, response_time=m.ttft_ns / 1e6, response_length=0, exception=None, context={}
-        )
-    if m.tpot_ns is not None:
-        fire(
-            request_type="TPOT", name=name, response_time=m.tpot_ns / 1e6, response_length=0, exception=None, context={}
-        )

@@ -11,12 +11,17 @@ loadgen fits Locust's model.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import gevent
 from locust import User, constant, events, task
+from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
+from loadgen.clock import now_ns
+from loadgen.errors import ConfigError
+from loadgen.locust import channel, form
 from loadgen.locust.collect import LocustCollector
 from loadgen.locust.dispatch import LoadProcess
 from loadgen.locust.state import (
@@ -26,6 +31,7 @@ from loadgen.locust.state import (
     config_from_env,
     gc_quiet,
     new_plan,
+    optional_config,
     out_dir,
     refresh_loop_clock,
     schedule_span,
@@ -52,6 +58,11 @@ class LLMUser(User):
         proc.closed_loop_request()
 
 
+@events.init_command_line_parser.add_listener
+def _on_parser(parser: Any, **_: Any) -> None:
+    form.add_arguments(parser, optional_config())  # the start form's loadgen fields, defaulting to the CLI's
+
+
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
     runner = environment.runner
@@ -59,12 +70,17 @@ def _on_init(environment: Any, **_: Any) -> None:
         S.role = "worker"
         runner.register_message("loadgen_start", _on_start_message)
         runner.register_message("loadgen_stop", _on_stop_message)
+        runner.register_message("loadgen_challenge", _on_challenge_message)
+        runner.register_message("loadgen_refused", _on_refused_message)
+        runner.send_message("loadgen_hello", None)  # handlers ready: a master with a token challenges now
         return
     S.role = "master" if isinstance(runner, MasterRunner) else "local"
     S.config = config_from_env()
     if S.role == "master":
         runner.register_message("loadgen_records", _on_records_message)
         runner.register_message("loadgen_final", _on_final_message)
+        runner.register_message("loadgen_auth", _on_auth_message)
+        runner.register_message("loadgen_hello", _on_hello_message)
     if environment.web_ui is not None:
         install_web_ui(environment)
     refresh_loop_clock()
@@ -81,25 +97,34 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         return  # the shard came with loadgen_start, just before the spawn message
     gc_quiet(True)
     runner = environment.runner
+    S.draining_since_ns = None
     lead = LEAD_IN_NS if S.role == "local" else LEAD_IN_NS + 1_000_000_000
-    cfg = schedule_span(environment, S.config, lead)  # type: ignore[arg-type]  # S.config is set at test start
+    base = S.config or {}
+    if environment.parsed_options is not None:  # the start form's (or the command line's) loadgen fields
+        base = form.apply(base, form.values(environment.parsed_options))
+    cfg = schedule_span(environment, base, lead)
     if S.role == "local":
         plan = new_plan(cfg, lead)
         S.collector = LocustCollector(environment, cfg, plan, out_dir(cfg), [])
         S.process = LoadProcess(environment, plan, S.collector.add)
         refresh_loop_clock()
         return
+    _settle_challenges(runner)
     active = [c.id for c in runner.clients.values() if c.state in ("ready", "running", "spawning")]
-    workers = sorted(active, key=runner.get_worker_index)
+    workers = sorted((w for w in active if _trusted(w)), key=runner.get_worker_index)
     plan = new_plan(cfg, lead)
     S.collector = LocustCollector(environment, cfg, plan, out_dir(cfg), workers)
+    public = channel.public_config(plan["config"])  # no secret travels to a worker (loadgen.locust.channel)
     for k, wid in enumerate(workers):
-        runner.send_message("loadgen_start", {**plan, "shard": k, "shards": len(workers)}, client_id=wid)
+        runner.send_message("loadgen_start", {**plan, "config": public, "shard": k, "shards": len(workers)},
+                            client_id=wid)  # fmt: skip
     refresh_loop_clock()
 
 
 @events.test_stopping.add_listener
 def _on_test_stopping(environment: Any, **_: Any) -> None:
+    if S.role != "worker" and S.collector is not None and S.collector.result is None:
+        S.draining_since_ns, S.stop_timeout_s = now_ns(), environment.stop_timeout
     if S.role == "master":
         if S.collector is not None:
             environment.runner.send_message("loadgen_stop", {})
@@ -126,6 +151,7 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
     else:
         processes = list(col.finals.values())
     result = col.finalize(processes, interrupted=S.quitting)
+    S.draining_since_ns = None
     gc_quiet(False)
     v = result["validity"]
     log.info("loadgen: %s, result written to %s", "VALID" if v["valid"] else "INVALID", col.out_dir / "result.json")
@@ -134,9 +160,79 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
 def _on_start_message(environment: Any, msg: Any, **_: Any) -> None:
     if S.process is not None:
         S.process.stop(0)
+    try:  # the master sent no secret: this worker's own fill the placeholders
+        plan = {**msg.data, "config": channel.worker_config(msg.data["config"], channel.local_secrets())}
+    except ConfigError as exc:
+        _worker_quits(environment, f"loadgen: this worker cannot take part: {exc}")
+        return
     gc_quiet(True)
-    S.process = LoadProcess(environment, msg.data, None)
+    S.process = LoadProcess(environment, plan, None)
     refresh_loop_clock()
+
+
+# -- the shared token (loadgen.locust.channel): the master challenges each connecting worker
+
+
+@events.worker_connect.add_listener
+def _on_worker_connect(client_id: str, **_: Any) -> None:
+    if os.environ.get(channel.MASTER_TOKEN_ENV) and client_id not in S.trusted:
+        S.pending.add(client_id)  # its loadgen_hello asks for the challenge once its handlers are registered
+
+
+def _on_hello_message(environment: Any, msg: Any, **_: Any) -> None:
+    if os.environ.get(channel.MASTER_TOKEN_ENV) and msg.node_id not in S.trusted:
+        S.pending.add(msg.node_id)
+        S.nonces[msg.node_id] = nonce = os.urandom(16).hex()
+        environment.runner.send_message("loadgen_challenge", {"nonce": nonce}, client_id=msg.node_id)
+
+
+def _trusted(client_id: str) -> bool:
+    return not os.environ.get(channel.MASTER_TOKEN_ENV) or client_id in S.trusted
+
+
+def _settle_challenges(runner: Any, wait_s: float = 3.0) -> None:
+    """Wait (cooperatively) for unanswered challenges, then refuse the workers that did not answer."""
+    deadline = now_ns() + int(wait_s * 1e9)
+    while any(c in runner.clients for c in S.pending) and now_ns() < deadline:
+        gevent.sleep(0.05)
+    for cid in list(S.pending):
+        _refuse(runner, cid, "it did not answer the token challenge")
+
+
+def _refuse(runner: Any, client_id: str, why: str) -> None:
+    S.nonces.pop(client_id, None)
+    S.pending.discard(client_id)
+    log.warning("loadgen: worker %s refused: %s", client_id, why)
+    runner.send_message("loadgen_refused", {"reason": why}, client_id=client_id)
+    if client_id in runner.clients:  # as if it had stopped: no users, no shard
+        runner.handle_message(client_id, Message("client_stopped", None, client_id))
+
+
+def _on_auth_message(environment: Any, msg: Any, **_: Any) -> None:
+    token, nonce = os.environ.get(channel.MASTER_TOKEN_ENV), S.nonces.pop(msg.node_id, None)
+    if token and nonce and channel.verify(token, nonce, msg.node_id, (msg.data or {}).get("answer")):
+        S.trusted.add(msg.node_id)
+        S.pending.discard(msg.node_id)
+    elif token:
+        _refuse(environment.runner, msg.node_id, "wrong or missing --master-token-env token")
+
+
+def _on_challenge_message(environment: Any, msg: Any, **_: Any) -> None:
+    token = os.environ.get(channel.MASTER_TOKEN_ENV)
+    runner = environment.runner
+    mac = channel.answer(token, str(msg.data["nonce"]), runner.client_id) if token else None
+    runner.send_message("loadgen_auth", {"answer": mac})
+
+
+def _on_refused_message(environment: Any, msg: Any, **_: Any) -> None:
+    why = (msg.data or {}).get("reason", "")
+    _worker_quits(environment, f"loadgen: the master refused this worker: {why} (give --master-token-env)")
+
+
+def _worker_quits(environment: Any, line: str) -> None:
+    log.error("%s", line)
+    environment.process_exit_code = 2
+    gevent.spawn(environment.runner.quit)
 
 
 def _on_stop_message(environment: Any, msg: Any, **_: Any) -> None:
@@ -148,10 +244,10 @@ def _on_stop_message(environment: Any, msg: Any, **_: Any) -> None:
 
 
 def _on_records_message(environment: Any, msg: Any, **_: Any) -> None:
-    if S.collector is not None:
+    if S.collector is not None and msg.node_id in S.collector.expected:  # only from workers handed a shard
         S.collector.add_packed(msg.node_id, msg.data)
 
 
 def _on_final_message(environment: Any, msg: Any, **_: Any) -> None:
-    if S.collector is not None:
+    if S.collector is not None and msg.node_id in S.collector.expected:
         S.collector.finals[msg.node_id] = msg.data

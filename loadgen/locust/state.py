@@ -38,6 +38,11 @@ class ProcessState:
     collector: LocustCollector | None = None
     runs = 0
     quitting = False
+    draining_since_ns: int | None = None  # set from the stop until the result is written
+    stop_timeout_s: float | None = None
+    pending: set[str] = set()  # master with a token: workers connected that have not proven it yet
+    nonces: dict[str, str] = {}  # master: worker id -> the challenge it has not answered yet
+    trusted: set[str] = set()  # master with a token: the workers that answered their challenge
 
 
 S = ProcessState()
@@ -50,6 +55,12 @@ def config_from_env() -> dict[str, Any]:
         raise SystemExit(f"loadgen's Locust file needs its configuration: start it with `loadgen locust` "
                          f"({CONFIG_ENV} is not set)")  # fmt: skip
     return json.loads(text)
+
+
+def optional_config() -> dict[str, Any] | None:
+    """The configuration when this process has one (master or single process), else None (a worker)."""
+    text = os.environ.get(CONFIG_ENV)
+    return json.loads(text) if text else None
 
 
 def new_plan(cfg: dict[str, Any], lead_ns: int) -> dict[str, Any]:

@@ -25,6 +25,10 @@ threshold of :mod:`loadgen.timeseries` is flagged in ``warnings``. Not ranked.
 Quality: a ``check.json`` (:mod:`loadgen.check`) next to the result, or given with
 ``check=``, fills the quality rows (agreement with its reference, accuracy).
 
+What each system is (model, server and version, accelerator and count, price per hour:
+:func:`loadgen.report.sweep_facts.system_facts`) opens the scorecard as ``description_rows``;
+never ranked. The page itself (scorecard.html) is :mod:`loadgen.report.compare_html`.
+
 Interactivity: where a sweep is a concurrency sweep, its per-user output tok/s (1000 /
 TPOT p50) against total output tok/s, one point per concurrency, plotted per system.
 """
@@ -32,7 +36,6 @@ TPOT p50) against total output tok/s, one point per concurrency, plotted per sys
 from __future__ import annotations
 
 import csv
-import html
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,10 +45,21 @@ import orjson
 
 from loadgen.check import QUALITY_ROWS, load_check, scorecard_values
 from loadgen.errors import InputFileError
+from loadgen.report.compare_html import NOT_MEASURED, fmt_cell, render_html
+from loadgen.report.sweep_facts import probe_state, system_facts
+from loadgen.report.sweep_plots import METRIC_NAME, PCT_KEY
 from loadgen.timeseries import DRIFT_MIN_LATENCY_MS, DRIFT_THRESHOLD, drift, series
 
 SCORECARD_SCHEMA_VERSION = 1
-NOT_MEASURED = "not measured"
+__all__ = ["NOT_MEASURED", "System", "fmt_cell", "load_system", "scorecard", "write_outputs"]
+
+# what each system is: the first rows of the scorecard (key of sweep_facts.system_facts, label)
+DESCRIBE = (
+    ("model", "model"),
+    ("server", "server and version"),
+    ("accelerator", "accelerator and count"),
+    ("cost_per_hour", "price per hour (USD)"),
+)
 
 # (key, label, better): better is "high", "low" or None (not ranked)
 ROWS = (
@@ -90,6 +104,13 @@ class System:
     drift: dict[str, Any] = field(default_factory=dict)
     check: dict[str, Any] | None = None  # reference, unit and load of the attached check
     slo_line_ms: float | None = None
+    facts: dict[str, str] = field(default_factory=dict)  # what the system is (DESCRIBE)
+    curve_states: list[str] = field(default_factory=list)  # per curve point: sweep_facts.probe_state
+    slo_lines: list[dict[str, Any]] = field(default_factory=list)  # the targets on the curve's metric
+    slo_metric: str | None = None  # the first SLO target's metric: the curve's values
+    slo_metric_label: str | None = None  # "TTFT p99": what the curve's values are
+    answer_load_rps: float | None = None  # the curve's x at the answer
+    answer_concurrency: int | None = None  # a concurrency sweep's answer
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -128,7 +149,7 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
     cfg = doc.get("config") or {}
     cond = doc.get("conditions") or {}
     ep = cond.get("endpoint") or {}
-    sys_ = System(label=label or Path(path).resolve().name, source=str(f), kind=kind)
+    sys_ = System(label=label or cfg.get("label") or Path(path).resolve().name, source=str(f), kind=kind)
     res: dict[str, Any] = doc
     if kind == "sweep":
         a = doc.get("answer") or {}
@@ -142,8 +163,19 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
             # closed-loop probes have no offered rate: their achieved request rate stands in
             x = p.get("offered_rps") if p.get("concurrency") is None else p.get("request_rps")
             sys_.curve.append((x or 0.0, _first_slo_value(doc, p), p.get("concurrency")))
+            sys_.curve_states.append(probe_state(p))
         slos = doc.get("slo") or []
         sys_.slo_line_ms = slos[0].get("threshold_ms") if slos else None
+        if slos:
+            t0 = slos[0]
+            sys_.slo_lines = [{"target": t.get("target"), "threshold_ms": t.get("threshold_ms")}
+                              for t in slos if t.get("metric") == t0.get("metric")]  # fmt: skip
+            key = PCT_KEY.get(t0.get("percentile"), "p99")
+            sys_.slo_metric = t0.get("metric")
+            sys_.slo_metric_label = f"{METRIC_NAME.get(t0.get('metric'), t0.get('metric'))} {key}"
+        if at is not None:
+            sys_.answer_load_rps = at.get("offered_rps") if at.get("concurrency") is None else at.get("request_rps")
+            sys_.answer_concurrency = at.get("concurrency")
         sys_.interactivity = [r for r in doc.get("interactivity") or [] if r.get("per_user_output_tps") is not None]
         res = {}
         if at is not None and at.get("dir"):
@@ -205,6 +237,7 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
     for k in list(v):
         if v[k] is None:
             v[k] = NOT_MEASURED
+    sys_.facts = system_facts(doc)
     sys_.conditions = {
         "model": ep.get("model") or cfg.get("model"),
         "api": ep.get("api") or cfg.get("api"),
@@ -282,8 +315,24 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
     return {
         "schema_version": SCORECARD_SCHEMA_VERSION,
         "systems": [
-            {"label": s.label, "kind": s.kind, "source": s.source, "links": s.links, "conditions": s.conditions}
+            {
+                "label": s.label,
+                "kind": s.kind,
+                "source": s.source,
+                "links": s.links,
+                "conditions": s.conditions,
+                "description": s.facts,
+                "slo_lines": s.slo_lines,
+                "slo_metric_label": s.slo_metric_label,
+                "slo_metric": s.slo_metric,
+                "answer_load_rps": s.answer_load_rps,
+                "answer_concurrency": s.answer_concurrency,
+            }
             for s in systems
+        ],
+        "description_rows": [
+            {"key": k, "label": label, "values": {s.label: s.facts.get(k, NOT_MEASURED) for s in systems}}
+            for k, label in DESCRIBE
         ],
         "comparable": comparable,
         "reasons": reasons,
@@ -299,7 +348,10 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
             "systems": {s.label: s.drift for s in systems},
         },
         "latency_curves": {
-            s.label: [{"load_rps": x, "slo_metric_ms": y, "concurrency": c} for x, y, c in s.curve]
+            s.label: [
+                {"load_rps": x, "slo_metric_ms": y, "concurrency": c, "state": st}
+                for (x, y, c), st in zip(s.curve, s.curve_states, strict=True)
+            ]
             for s in systems
             if s.curve
         },
@@ -314,110 +366,9 @@ def write_outputs(card: dict[str, Any], systems: list[System], out_dir: Path) ->
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["metric"] + [s.label for s in systems] + ["best"])
+    for r in card["description_rows"]:
+        w.writerow([r["label"]] + [r["values"][s.label] for s in systems] + [""])
     for r in card["rows"]:
         w.writerow([r["label"]] + [r["values"][s.label] for s in systems] + [r["best"] or ""])
     (out_dir / "scorecard.csv").write_text(buf.getvalue(), encoding="utf-8")
-    (out_dir / "scorecard.html").write_text(_html(card, systems), encoding="utf-8")
-
-
-_PERCENT_KEYS = ("_change", "_agreement", "_rate", "quality_accuracy")
-
-
-def _fmt(v: Any, key: str = "") -> str:
-    """A cell's text; changes, agreements and rates of a row ``key`` as percentages."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and key.endswith(_PERCENT_KEYS):
-        return f"{v:+.1%}" if key.endswith("_change") else f"{v:.1%}"
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1 else f"{v:,.2f}"
-    return str(v)
-
-
-def _plots(systems: list[System]) -> str:
-    """Latency against load with the SLO line, and the interactivity curves: inline PNGs ('' without matplotlib)."""
-    try:
-        import base64
-
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return ""
-
-    def png(fig: Any, alt: str) -> str:
-        b = io.BytesIO()
-        fig.savefig(b, format="png", dpi=100, bbox_inches="tight")
-        plt.close(fig)
-        return f"<img alt='{alt}' src='data:image/png;base64,{base64.b64encode(b.getvalue()).decode()}'/>"
-
-    out = ""
-    curves = [s for s in systems if s.curve]
-    if curves:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        for s in curves:
-            # open-loop probes in rate order; closed-loop probes in concurrency order (labelled)
-            pts: list[tuple[Any, ...]] = sorted(((c or 0, x), y, c) for x, y, c in s.curve if y is not None)
-            ax.plot([k[1] for k, _, _ in pts], [y for _, y, _ in pts], "o-", label=s.label)
-            for (_, x), y, c in pts:
-                if c:
-                    ax.annotate(f"c{c}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, 3))
-        lines = {s.slo_line_ms for s in curves if s.slo_line_ms}
-        for y in lines:
-            ax.axhline(y, color="red", linestyle="--", linewidth=1, label=f"SLO {y:g} ms")
-        ax.set_xlabel("load (req/s: offered, or achieved for closed-loop probes)")
-        ax.set_ylabel("SLO metric (ms)")
-        ax.set_yscale("log")
-        ax.set_title("latency against load")
-        ax.legend(fontsize=8)
-        out += png(fig, "latency against load")
-    inter = [s for s in systems if s.interactivity]
-    if inter:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        for s in inter:
-            pts = sorted((r.get("concurrency") or 0, r["output_tps"], r["per_user_output_tps"], r.get("meets_slo"))
-                         for r in s.interactivity if r.get("output_tps") is not None)  # fmt: skip
-            (line,) = ax.plot([p[1] for p in pts], [p[2] for p in pts], "-", label=s.label)
-            for c, x, y, ok in pts:  # filled: meets the SLO; hollow: misses it
-                ax.plot([x], [y], "o", color=line.get_color(), markerfacecolor=line.get_color() if ok else "white")
-                ax.annotate(f"c{c}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, 3))
-        ax.set_xlabel("output tok/s (all users)")
-        ax.set_ylabel("output tok/s per user (1000 / TPOT p50)")
-        ax.set_title("interactivity (hollow: misses the SLO)")
-        ax.legend(fontsize=8)
-        out += png(fig, "interactivity curve")
-    return out
-
-
-def _html(card: dict[str, Any], systems: list[System]) -> str:
-    plot = _plots(systems)
-    head = "".join(f"<th><a href='{html.escape(s.source)}'>{html.escape(s.label)}</a></th>" for s in systems)
-    body = ""
-    for r in card["rows"]:
-        cells = ""
-        for s in systems:
-            v = r["values"][s.label]
-            mark = " style='background:#dfd;font-weight:bold'" if r["best"] == s.label else ""
-            if v == NOT_MEASURED:
-                mark = " style='color:#999'"
-            text = html.escape(_fmt(v, r["key"]))
-            link = s.links.get("check") if r["key"].startswith("quality_") else s.links.get("answer_probe")
-            if link and v != NOT_MEASURED:
-                text = f"<a href='{html.escape(link)}' style='color:inherit'>{text}</a>"
-            cells += f"<td{mark}>{text}</td>"
-        body += f"<tr><th style='text-align:left'>{html.escape(r['label'])}</th>{cells}</tr>"
-    warn = ""
-    if not card["comparable"]:
-        warn = (
-            "<p style='color:#a00'><b>Not comparable:</b> "
-            + "; ".join(html.escape(x) for x in card["reasons"])
-            + f" — ranking {html.escape(card['ranking'])}</p>"
-        )
-    for w in card.get("warnings") or []:
-        warn += f"<p style='color:#a60'><b>Drift:</b> {html.escape(w)}</p>"
-    notes = f"<p style='font-size:85%'>Sustained: {html.escape(card['sustained']['rule'])}.</p>"
-    for label, c in (card.get("checks") or {}).items():
-        notes += (f"<p style='font-size:85%'>Quality of {html.escape(label)}: {html.escape(str(c.get('source')))} against "
-                  f"{html.escape(str(c.get('reference')))} ({html.escape(str(c.get('token_unit')))}; {html.escape(str(c.get('load')))}).</p>")  # fmt: skip
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>loadgen scorecard</title>
-<style>body{{font-family:sans-serif;margin:1.5em}} td,th{{border:1px solid #ccc;padding:3px 8px;font-size:90%}} table{{border-collapse:collapse}} img{{margin:0.5em 1em 0 0}}</style>
-</head><body><h1>loadgen scorecard</h1>{warn}<table><tr><th></th>{head}</tr>{body}</table>{notes}<div>{plot}</div></body></html>"""
+    (out_dir / "scorecard.html").write_text(render_html(card), encoding="utf-8")

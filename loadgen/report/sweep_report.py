@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 from pathlib import Path
 from typing import Any
 
@@ -12,27 +9,50 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from loadgen.sweep.verdict import text_of
+
+CLIENT_REMEDY = "give the client CPUs of its own (--cpus), more client processes (--workers), or another machine"
+POINT_NOTE = "a point estimate: its probe held fewer requests than the evidence rule asks, or stayed undecided"
+
 
 def answer_line(res: dict[str, Any]) -> str:
+    """The sweep's answer in one line (console and report): what was decided, and on what evidence."""
     a = res["answer"]
     slos = " and ".join(t["target"] for t in res["slo"])
+    point = f" ({POINT_NOTE})" if a.get("point_estimate") else ""
+    if a.get("slo_below_unloaded"):
+        return f"no rate met {slos}: {a['slo_below_unloaded']}; no probe was run"
+    users = a.get("untested_concurrency")
+    untested = (
+        f"; {users} users could not be tested by this client (a lower bound; remedy: {CLIENT_REMEDY})" if users else ""
+    )
     if a.get("concurrency"):
         return (
-            f"highest concurrency meeting {slos}: {a['concurrency']} users, "
-            f"{_n(a['output_tps'], 1)} output tok/s, {_n(a['request_rps'])} req/s"
+            f"highest concurrency meeting {slos}: {a['concurrency']} users{point}, "
+            f"{_n(a['output_tps'], 1)} output tok/s, {_n(a['request_rps'])} req/s{untested}"
         )
+    if users:
+        return f"no user count met {slos} below {users} users{untested}"
     if a["max_rate_rps"] is None:
         if a["limited_by"] == "client":
-            return f"no answer: the client limited the first probe ({slos}); see the validity lines"
+            low = a.get("untested_above_rps")
+            return (
+                f"no answer: client limited at every rate tried, down to {_n(low)} req/s ({slos}); "
+                f"see the validity lines; remedy: {CLIENT_REMEDY}"
+            )
         if a["limited_by"] == "rate_limit":
             return (
                 f"no answer: the provider's quota limited the first probe (HTTP 429 at {_n(a.get('rate_limited_at'))}"
                 " req/s): a quota, not the server's latency"
             )
         return f"no rate met {slos}: even the lowest probe failed (bracket fail at {_n(a['bracket_rps'][1])} req/s)"
-    s = f"max rate meeting {slos}: {_n(a['max_rate_rps'])} req/s"
+    s = f"max rate meeting {slos}: {_n(a['max_rate_rps'])} req/s{point}"
     if a["limited_by"] == "client":
-        s = f"client limited: at least {_n(a['max_rate_rps'])} req/s meets {slos} (the generator could not go higher)"
+        s = (
+            f"client limited: {_n(a['max_rate_rps'])} req/s meets {slos}{point}; rates above "
+            f"{_n(a.get('untested_above_rps'))} req/s could not be tested by this client (a lower bound; "
+            f"remedy: {CLIENT_REMEDY})"
+        )
     elif a["limited_by"] == "max_rate":
         s += " (reached --max-rate; the server may carry more)"
     elif a["limited_by"] == "rate_limit":
@@ -86,6 +106,26 @@ def rerun_lines(res: dict[str, Any]) -> list[str]:
     return out
 
 
+def sent_rps(p: dict[str, Any]) -> float | None:
+    """The rate a probe really sent (``sent_rps``; older sweep.json files: ``achieved_send_rps``)."""
+    return p.get("sent_rps", p.get("achieved_send_rps"))
+
+
+def target_lines(res: dict[str, Any]) -> list[str]:
+    """One line per target of each probe judged on several targets: its own verdict text and counts."""
+    out = []
+    for i, p in enumerate(res.get("probes") or [], 1):
+        ts = p.get("targets") or []
+        if len(ts) < 2:
+            continue
+        parts = []
+        for x in ts:
+            counts = f" ({x['exceedances']} of {x['requests']} over)" if "requests" in x else ""
+            parts.append(f"{x['target']}: {x['verdict_text']}{counts}")
+        out.append(f"probe {i} targets: " + "; ".join(parts))
+    return out
+
+
 def _n(v: Any, d: int = 2) -> str:
     return "-" if v is None else f"{v:,.{d}f}"
 
@@ -106,16 +146,12 @@ def render_sweep(res: dict[str, Any], console: Console, out_dir: str) -> None:
         t.add_column(c, justify="right")
     for i, p in enumerate(res["probes"], 1):
         offered = f"c={p['concurrency']}" if p.get("concurrency") else f"{p['offered_rps']:.2f}"
-        verdict = (
-            p["verdict"].upper()
-            + (" (low conf.)" if p["low_confidence"] else "")
-            + (" early" if p["stopped_early"] else "")
-        )
+        verdict = text_of(p)
         ex = ", ".join("-" if v is None else f"{v * 100:.2f}%" for v in p["exceedance_fraction"].values())
         t.add_row(
             str(i),
             offered,
-            _n(p["achieved_send_rps"]),
+            _n(sent_rps(p)),
             _n(p["request_rps"]),
             _n(p["output_tps"], 1),
             verdict,
@@ -123,14 +159,20 @@ def render_sweep(res: dict[str, Any], console: Console, out_dir: str) -> None:
             f"{p['duration_s']:.1f}",
             str(p["censored"]),
         )
-    console.print(t)
+    if res["probes"]:
+        console.print(t)
+    for line in target_lines(res):
+        console.print(line)
+    if res.get("evidence_rule"):
+        console.print(f"evidence rule: {res['evidence_rule']}")
     for f in res.get("non_monotonic") or []:
         console.print(f"[yellow]non-monotonic:[/] {f}")
-    for p in res["probes"]:
-        if p["verdict"] == "invalid":
-            for d in p.get("validity_detail", []):
-                console.print(f"[red]client limit:[/] {d}")
-            console.print("remedy: lower the rate, use more client CPU (--workers), or run the client elsewhere")
+    invalid = [p for p in res["probes"] if p["verdict"] == "invalid"]
+    for p in invalid:
+        for d in p.get("validity_detail", []):
+            console.print(f"[red]client limit:[/] {d}")
+    if invalid:
+        console.print(f"remedy: lower the rate, or {CLIENT_REMEDY}")
     for line in rerun_lines(res):
         console.print(f"[yellow]{line}[/]")
     console.print(f"total probe time {res['probe_time_s']:.1f} s")
@@ -141,161 +183,10 @@ def render_sweep(res: dict[str, Any], console: Console, out_dir: str) -> None:
     console.print(f"results in {out_dir} (sweep.json, report.html)")
 
 
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode()
-
-
 def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
-    """Write plots (PNG) and a self-contained report.html; None if matplotlib is missing."""
-    try:
-        import matplotlib
+    """Write report.html and plot-N.png (:mod:`loadgen.report.sweep_html`); None if matplotlib is missing."""
+    from loadgen.report.sweep_html import write_report as write_html
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    imgs: list[tuple[str, str]] = []
-    probes = [p for p in res["probes"] if p["verdict"] in ("pass", "fail") and not p.get("concurrency")]
-    probes.sort(key=lambda p: p["offered_rps"])
-    ans = res["answer"]
-    if probes:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for t in res["slo"]:
-            m = t["metric"]
-            key = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}.get(t["percentile"], "p99")
-            xs = [
-                p["offered_rps"] for p in probes if p["latency_ms"].get(m) and p["latency_ms"][m].get(key) is not None
-            ]
-            ys = [
-                p["latency_ms"][m][key]
-                for p in probes
-                if p["latency_ms"].get(m) and p["latency_ms"][m].get(key) is not None
-            ]
-            ax.plot(xs, ys, "o-", label=f"{m} {key}")
-            ax.axhline(t["threshold_ms"], linestyle="--", color="red", alpha=0.6)
-            ax.annotate(
-                f"SLO {t['target']}",
-                (0.01, t["threshold_ms"]),
-                xycoords=("axes fraction", "data"),
-                fontsize=8,
-                color="red",
-            )
-        if ans["max_rate_rps"]:
-            ax.axvline(ans["max_rate_rps"], color="green", alpha=0.5, label="answer")
-        ax.set_xlabel("offered load (req/s)")
-        ax.set_ylabel("latency (ms)")
-        ax.set_yscale("log")
-        ax.legend()
-        ax.set_title("SLO metric vs offered load")
-        imgs.append(("SLO metric percentiles vs offered load", _png(fig)))
-        plt.close(fig)
-        fig, ax = plt.subplots(figsize=(7, 4))
-        ax.plot(
-            [p["offered_rps"] for p in probes], [p["request_rps"] or 0 for p in probes], "o-", label="completed req/s"
-        )
-        ax.plot(
-            [p["offered_rps"] for p in probes], [p["goodput_rps"] or 0 for p in probes], "s--", label="goodput req/s"
-        )
-        lim = max(p["offered_rps"] for p in probes)
-        ax.plot([0, lim], [0, lim], ":", color="grey", label="offered = achieved")
-        ax.set_xlabel("offered load (req/s)")
-        ax.set_ylabel("req/s")
-        ax.legend()
-        ax.set_title("achieved throughput vs offered load")
-        imgs.append(("Achieved throughput vs offered load", _png(fig)))
-        plt.close(fig)
-    at_dir = None
-    for p in res["probes"]:
-        if ans["max_rate_rps"] is not None and p["offered_rps"] == ans["max_rate_rps"] and p["verdict"] == "pass":
-            at_dir = out_dir / p["dir"]
-        if ans.get("concurrency") and p.get("concurrency") == ans["concurrency"]:
-            at_dir = out_dir / p["dir"]
-    if at_dir is not None and (at_dir / "requests.jsonl").exists():
-        ttft: list[float] = []
-        itl: list[float] = []
-        for line in (at_dir / "requests.jsonl").read_bytes().splitlines():
-            r = orjson.loads(line)
-            if r["phase"] == "measure" and r["status"] == "ok":
-                if r["ttft_ms"] is not None:
-                    ttft.append(r["ttft_ms"])
-                itl.extend(r.get("itl_ms") or [])
-        fig, axs = plt.subplots(1, 2, figsize=(10, 3.6))
-        if ttft:
-            axs[0].hist(ttft, bins=50)
-        axs[0].set_title("TTFT at the answer (ms)")
-        if itl:
-            axs[1].hist(itl, bins=50)
-        axs[1].set_title("ITL at the answer (ms)")
-        imgs.append(("TTFT and ITL distributions at the answer", _png(fig)))
-        plt.close(fig)
-    inter = res.get("interactivity")
-    if inter:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        xs = [r["output_tps"] or 0 for r in inter]
-        ys = [r["per_user_output_tps"] or 0 for r in inter]
-        ax.plot(xs, ys, "o-")
-        for r, x, y in zip(inter, xs, ys):
-            ax.annotate(f"c={r['concurrency']}" + ("" if r["meets_slo"] else " ✗"), (x, y), fontsize=8)
-        ax.set_xlabel("total output tok/s")
-        ax.set_ylabel("per-user output tok/s (1 / median TPOT)")
-        ax.set_title("interactivity curve")
-        imgs.append(("Interactivity curve", _png(fig)))
-        plt.close(fig)
-    for i, (_title, data) in enumerate(imgs):
-        (out_dir / f"plot-{i + 1}.png").write_bytes(base64.b64decode(data))
-    rows = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{html.escape(str(v))}</td>"
-            for v in (
-                i,
-                f"c={p['concurrency']}" if p.get("concurrency") else f"{p['offered_rps']:.3f}",
-                _n(p["achieved_send_rps"]),
-                _n(p["request_rps"]),
-                _n(p["output_tps"], 1),
-                p["verdict"].upper()
-                + (" (low confidence)" if p["low_confidence"] else "")
-                + (" (stopped early)" if p["stopped_early"] else ""),
-                "; ".join(p["reasons"]),
-                f"{p['duration_s']:.1f}",
-                p["censored"],
-            )
-        )
-        + "</tr>"
-        for i, p in enumerate(res["probes"], 1)
+    return write_html(
+        res, out_dir, answer=answer_line(res), window=answer_window_line(res, out_dir), reruns=rerun_lines(res)
     )
-    figs = "".join(
-        f"<figure><img alt='{html.escape(t)}' src='data:image/png;base64,{d}'/><figcaption>{html.escape(t)}</figcaption></figure>"
-        for t, d in imgs
-    )
-    a = res["answer"]
-
-    def _short(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.6g}"
-        if isinstance(v, list):
-            return "[" + ", ".join(_short(x) for x in v) + "]"
-        return str(v)
-
-    facts = "".join(f"<li>{html.escape(k)}: {html.escape(_short(v))}</li>" for k, v in a.items() if v is not None)
-    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>loadgen sweep</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px}} .answer{{font-size:1.3em;background:#eef7ee;padding:.8em;border-left:6px solid #3a3}}
-figure{{display:inline-block;margin:1em}}</style></head><body>
-<h1>loadgen sweep</h1>
-<p class="answer">{html.escape(answer_line(res))}</p>
-<p>{html.escape(answer_window_line(res, out_dir) or "")}</p>
-<ul>{facts}</ul>
-<p>SLO: {html.escape(", ".join(t["target"] for t in res["slo"]))}; confidence {res["settings"]["confidence"]},
-precision {res["settings"]["precision"] * 100:g} %, probes of at least {res["settings"]["probe_duration_s"]:g} s and
-{res["settings"]["min_requests_per_probe"]} requests; total probe time {res["probe_time_s"]:.1f} s.</p>
-{figs}
-<h2>Probes</h2><table><tr><th>#</th><th>offered req/s</th><th>sent req/s</th><th>completed req/s</th><th>output tok/s</th><th>verdict</th><th>counts</th><th>duration s</th><th>censored</th></tr>{rows}</table>
-<p>Non-monotonic verdicts: {html.escape("; ".join(res.get("non_monotonic") or []) or "none")}</p>
-<p>Probes re-run after a client stall (INVALID on the client's own timing): {html.escape("; ".join(rerun_lines(res)) or "none")}</p>
-</body></html>"""
-    path = out_dir / "report.html"
-    path.write_text(doc, encoding="utf-8")
-    return path

@@ -48,7 +48,9 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--server-python", help="Interpreter whose environment has the server "
                      "(default: $LOADGEN_<KIND>_PYTHON, $LOADGEN_SERVER_PYTHON, .venv-<kind>/bin/python)."),
         click.option("--host", default="127.0.0.1", show_default=True, help="Address the server binds."),
-        click.option("--ready-timeout", default=None, help="How long to wait for readiness (default 600s vLLM, 300s Triton)."),
+        click.option("--serve-timeout", "ready_timeout", default=None,
+                     help="How long to wait for the server to be ready (default 600s vLLM, 300s Triton)."),
+        click.option("--ready-timeout", "ready_timeout_old", hidden=True, help="The old spelling of --serve-timeout."),
         click.option("--log-dir", type=click.Path(file_okay=False), help="Where the server log goes (default: a new temp dir)."),
         click.option("--duration", help="Stop after this long (default: run until Ctrl-C or SIGTERM)."),
         click.option("--conditions-out", type=click.Path(dir_okay=False), help="Write the conditions block (JSON) here."),
@@ -108,7 +110,7 @@ def _build(kind: str, kw: dict[str, Any], **extra: Any) -> ServerProcess:
         args = args[1:]
     return server_process(
         kind, server_python=kw["server_python"], host=kw["host"], engine_args=args, log_dir=kw["log_dir"],
-        ready_timeout_s=parse_duration_s(kw["ready_timeout"], "--ready-timeout"), **extra,
+        ready_timeout_s=parse_duration_s(kw["ready_timeout"] or kw["ready_timeout_old"], "--serve-timeout"), **extra,
     )  # fmt: skip
 
 

@@ -172,6 +172,7 @@ class ServerProcess:
         process exits first or the deadline passes; the interpreter missing is the same.
         """
         t0 = time.monotonic()
+        self._refuse_taken_ports()
         env = dict(self.env)
         with open(self.log_path, "ab") as log:
             log.write(f"# loadgen: {' '.join(self.command)}\n".encode())
@@ -197,6 +198,29 @@ class ServerProcess:
             raise
         self.ready_s = time.monotonic() - t0
         return self
+
+    def _refuse_taken_ports(self) -> None:
+        """Raise ServerStartError when something already answers on a port the server is to use:
+        its readiness URL would answer for the other process (a server "ready" at once, measured
+        in its place)."""
+        from urllib.parse import urlsplit
+
+        seen = set()
+        for url in (self.ready_url, *self.also_ready):
+            parts = urlsplit(url)
+            if not parts.hostname or not parts.port or (parts.hostname, parts.port) in seen:
+                continue
+            seen.add((parts.hostname, parts.port))
+            try:
+                with socket.create_connection((parts.hostname, parts.port), timeout=1.0):
+                    pass
+            except OSError:
+                continue
+            raise ServerStartError(
+                f"{self.kind} server not started: {parts.hostname}:{parts.port} is already in use by another "
+                "process (give another --server-port, or stop that process)",
+                log_path=self.log_path,
+            )
 
     def _wait_ready(self, t0: float) -> None:
         assert self.proc is not None
@@ -336,14 +360,39 @@ _ERROR_MARKERS = ("Error", "error:", "Exception", "FAILED", "failed", "E1", "E0"
 _GLOG_ERROR = re.compile(r"^E\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] (.*)$")
 
 
+# vLLM's log prefix "(VllmWorker-0 pid=1) ERROR 12-01 17:55:53 [file.py:953] " before a raised exception's line
+_LOG_PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\) )?(?:(?:ERROR|CRITICAL) [\d-]+ [\d:.]+ \[[^\]]*\] )?")
+_EXCEPTION = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt): \S")
+# an exception raised only to say that another one happened: never the root cause
+_WRAPPERS = ("root cause", "See stack trace", "initialization failed", "failed to start", "died unexpectedly")
+
+
+def root_cause_line(tail: str) -> str | None:
+    """The first exception a log raised that is not a wrapper of another: the root cause.
+
+    vLLM logs the worker's own error (``ValueError: Available memory on node 0 ...``) first, then
+    the engine core's and the API server's wrappers (``RuntimeError: Engine core initialization
+    failed. See root cause above.``); the last line names only the wrapper.
+    """
+    for ln in tail.splitlines():
+        text = _LOG_PREFIX.sub("", ln.strip(), count=1)
+        if _EXCEPTION.match(text) and not any(w in text for w in _WRAPPERS):
+            return text[:300]
+    return None
+
+
 def last_error_line(tail: str) -> str:
     """The most telling line of a log tail: the last glog error line (``E1130 ...``, as
-    tritonserver writes), else the last line that names an error, else the last line."""
+    tritonserver writes), else the root cause (:func:`root_cause_line`), else the last line
+    that names an error, else the last line."""
     lines = [ln.strip() for ln in tail.splitlines() if ln.strip() and not ln.startswith("# loadgen:")]
     for ln in reversed(lines):
         m = _GLOG_ERROR.match(ln)
         if m:
             return m.group(1).strip('"')[:300]
+    root = root_cause_line("\n".join(lines))
+    if root:
+        return root
     for ln in reversed(lines):
         if any(m in ln for m in _ERROR_MARKERS) and not ln.startswith("Traceback"):
             return ln[:300]

@@ -147,6 +147,8 @@ async def server_conditions(
         out["command"] = server.command[:1] + [a if len(a) < 200 else a[:60] + "..." for a in server.command[1:]]
         out["log"] = server.log_path
         out["ready_s"] = round(server.ready_s, 1) if server.ready_s is not None else None
+        if info.get("cpu_defaults"):  # what loadgen added for a CPU build of vLLM (loadgen.serve.vllm)
+            out["cpu_defaults"] = info["cpu_defaults"]
     py = server_python or info.get("server_python")
     async with aiohttp.ClientSession() as session:
         if kind == "vllm":

@@ -3,7 +3,10 @@
 The public face of the sweep. :mod:`~loadgen.sweep.config` holds the settings,
 :mod:`~loadgen.sweep.probe` one probe (a run at one load, its binomial verdict and
 early stop), :mod:`~loadgen.sweep.search` the search (calibrate, bracket, bisect;
-the concurrency sweep; the answer and its price). The SLO rules themselves live in
+the concurrency sweep; the answer and its price), :mod:`~loadgen.sweep.evidence` the
+closed-loop probes' evidence rule, :mod:`~loadgen.sweep.verdict` the one verdict text per
+probe and target, :mod:`~loadgen.sweep.unloaded` the unloaded check before the search and
+:mod:`~loadgen.sweep.plan` the plan and its time estimate. The SLO rules themselves live in
 :mod:`loadgen.slo`.
 """
 

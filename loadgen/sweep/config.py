@@ -39,6 +39,7 @@ class SweepConfig:
     workers: int = 1
     max_schedule_lag_ms: float | None = None  # None: the sweep default (schedule_lag_bound_ms)
     max_reruns: int = MAX_RERUNS
+    unloaded_requests: int = 5  # the unloaded check before the search (loadgen.sweep.unloaded); 0: none
 
     def needed_requests(self) -> int:
         pcts = [t.percentile for t in self.slos if judged_per_request(t)] or [50.0]

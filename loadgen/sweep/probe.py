@@ -31,6 +31,13 @@ extended by a segment twice as long (within ``max_extensions``; past that, low c
 The measured sends are conditioned on the nominal rate (``LoadConfig.exact_rate``), so a
 probe offers exactly the rate the search compares.
 
+A closed-loop probe (``--concurrency-levels``) is held to the same evidence rule, in time:
+it is extended while it holds fewer judged requests than ``needed_requests``
+(:func:`loadgen.sweep.evidence.closed_loop_extension_s`), and its sent rate is counted over
+the probe's duration (:func:`~loadgen.sweep.evidence.closed_loop_sent_rps`). Each probe and
+each of its targets gets one verdict text (:mod:`loadgen.sweep.verdict`), stored in
+``sweep.json`` and shown alike everywhere.
+
 The verdict table (docs/measurement.md): only the client's timing (the generator checks of
 :mod:`loadgen.validity`) makes a probe ``invalid``; everything the server causes (SLO
 misses, a growing backlog, errors) is ``fail`` with its reason. A probe whose requests
@@ -265,6 +272,7 @@ class Probe:
     targets: list[dict[str, Any]] = field(default_factory=list)  # per target: counts, verdict, verdict_text
     sent_rps: float | None = None  # the rate really sent (open loop: achieved_send_rps; closed loop: sent_rps())
     judged_requests: int | None = None  # the fewest judged requests of any per-request target, all segments
+    e2e_p99_ms: float | None = None  # of the first segment's successful requests (the plan's time estimate)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -479,6 +487,8 @@ def _finish_probe(
         targets[-1].update(requests=tj.n, censored=tj.censored, bounds=[lo, hi])
         if v == "fail":
             verdict = "fail"
+    if judge.stopped_early:
+        low_conf = False  # FAIL was certain over the largest possible probe: not a point estimate
     if judge.stopped_early and not any(x["verdict_text"].endswith("(stopped early)") for x in targets):
         for x in targets:  # none reached its count alone (a race at the stop): the undecided ones stopped it
             if "point_estimate" in x and (x["verdict"] == "fail" or x["point_estimate"]):
@@ -513,6 +523,7 @@ def _finish_probe(
     return Probe(
         targets=targets,
         judged_requests=min(judged) if judged else None,
+        e2e_p99_ms=(first["latency_ms"].get("e2e") or {}).get("p99"),
         sent_rps=closed_loop_sent_rps(results) if concurrency is not None else thr["achieved_send_rps"],
         offered_rps=rate,
         verdict=verdict,

@@ -13,10 +13,19 @@ Each probe is :func:`loadgen.sweep.probe.run_probe`. A probe ``invalid`` on the
 generator's checks (the client's timing only: see the verdict table in
 docs/measurement.md) is run again, at most ``max_reruns`` (2) times, because a transient
 stall of the client (a busy core, a descheduled process) is not a property of the load;
-each re-run is listed in ``sweep.json`` ``reruns``. Still invalid, it stops the search,
-which reports that the client limited it ("at least R req/s"); a ``rate_limited`` probe
-stops it too and reports the provider's quota as the limit (``limited_by: rate_limit``),
-not as the server's latency.
+each re-run is listed in ``sweep.json`` ``reruns``. Still invalid, it bounds the search
+from above like a FAIL, without being one: the search goes on below it, and if no FAIL lies
+under it the answer is a lower bound, "X req/s meets the SLO; rates above Y could not be
+tested by this client" (``limited_by: client``, ``untested_above_rps`` = Y; no answer at all
+only when even the lowest rate was client-limited). A ``rate_limited`` probe stops the search
+and reports the provider's quota as the limit (``limited_by: rate_limit``), not as the
+server's latency.
+
+Before calibration, the unloaded check (:mod:`loadgen.sweep.unloaded`) stops a sweep whose SLO
+the server misses with one request at a time, before any probe; then the plan
+(:mod:`loadgen.sweep.plan`: requests per probe and why, expected probes, total time) is
+printed, and updated as probes finish. Each probe's verdict is said in one text
+(:mod:`loadgen.sweep.verdict`), the same in the live line, the table, sweep.json and the report.
 
 Price at the answer: with ``--cost-per-hour``, cost_per_hour / (tokens/s * 3600) * 1e6;
 with per-token prices, (input_tps * p_in + output_tps * p_out) / output_tps per million
@@ -31,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from loadgen.clock import now_ns
 from loadgen.endpoints.base import Endpoint
 from loadgen.measurement import measure
 from loadgen.metrics import RequestMetrics
@@ -38,7 +48,10 @@ from loadgen.pricing import answer_cost
 from loadgen.runner import Runner
 from loadgen.runplan import LoadConfig
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
+from loadgen.sweep.plan import Plan
 from loadgen.sweep.probe import Probe, run_probe
+from loadgen.sweep.unloaded import unloaded_check
+from loadgen.sweep.verdict import evidence_rule
 from loadgen.types import RequestRecord
 
 
@@ -80,6 +93,14 @@ class Sweep:
         self.interrupted = False
         self.rate_limited_at: float | None = None  # the rate (or concurrency) where 429s took over
         self.reruns: list[dict[str, Any]] = []  # INVALID probes run again (a transient client stall)
+        self.unloaded: dict[str, Any] | None = None  # the unloaded check (loadgen.sweep.unloaded)
+        self.plan = Plan(scfg)
+        self.started_ns = now_ns()
+        self.untested_above: float | None = None  # the lowest rate the client could not test (INVALID after re-runs)
+        self.untested_users: int | None = None  # the same for a concurrency sweep: the user count
+
+    def elapsed_s(self) -> float:
+        return (now_ns() - self.started_ns) / 1e9
 
     async def _probe(self, rate: float, concurrency: int | None = None) -> Probe:
         idx = len(self.probes) + 1
@@ -108,9 +129,34 @@ class Sweep:
         )
         p.prefix_cache_reset = reset
         self.probes.append(p)
-        extra = " (stopped early)" if p.stopped_early else ""
-        self.progress(f"probe {idx}: {label}: {p.verdict.upper()}{extra}; " + "; ".join(p.reasons))
+        if concurrency is None and p.verdict in ("pass", "fail") and not p.stopped_early:
+            self.plan.observe(rate, p.e2e_p99_ms / 1e3 if p.e2e_p99_ms is not None else None)
+        sent = f"; sent {p.sent_rps:.2f} req/s" if (concurrency and p.sent_rps is not None) else ""
+        self.progress(f"probe {idx}: {label}: {p.verdict_text}{sent}; " + "; ".join(p.reasons))
         return p
+
+    async def check_unloaded(self) -> bool:
+        """The unloaded check; True when the SLO is out of reach at any load (said in one line)."""
+        if self.scfg.unloaded_requests <= 0:
+            return False
+        n = self.scfg.unloaded_requests
+        self.progress(f"unloaded check: {n} requests one at a time ...")
+        self.unloaded = await unloaded_check(
+            self.endpoint,
+            self.base,
+            self.scfg,
+            self.out_dir,
+            config_record=self.config_record,
+            redactor=self.redactor,
+            runner_hook=self._set_runner,
+        )
+        u = self.unloaded
+        if u["e2e_p50_ms"] is not None:
+            self.plan.e2e_p50_s = u["e2e_p50_ms"] / 1e3
+            self.plan.e2e_p99_s = (u["e2e_max_ms"] or 0.0) / 1e3
+        for line in u["over"]:
+            self.progress(f"no rate can meet the SLO: {line}")
+        return bool(u["over"]) and not self.interrupted
 
     async def _probe_rerun(self, rate: float, concurrency: int | None = None) -> Probe:
         """:meth:`_probe`, run again (at most ``max_reruns`` times) while INVALID on the client's timing."""
@@ -194,6 +240,9 @@ class Sweep:
             runner_hook=self._set_runner,
         )
         x = run.result["throughput"]["request_rps"]
+        e2e = run.result["latency_ms"].get("e2e") or {}
+        if e2e.get("p99") is not None and x:
+            self.plan.e2e_p99_s, self.plan.e2e_p50_s, self.plan.cal_rps = e2e["p99"] / 1e3, e2e["p50"] / 1e3, x
         self.calibration = {
             "concurrency": self.scfg.calibration_concurrency,
             "duration_s": run.result["duration_s"],
@@ -205,6 +254,8 @@ class Sweep:
 
     async def search(self) -> SweepOutcome:
         s = self.scfg
+        if await self.check_unloaded():
+            return self._outcome(None, None, None)
         cap = await self.calibrate()
         if s.start_rate_rps:
             r = s.start_rate_rps
@@ -219,20 +270,30 @@ class Sweep:
         last_pass: float | None = None
         first_fail: float | None = None
         limited_by: str | None = None
+        self.progress(self.plan.why_line())
+        self.progress(self.plan.note(self.elapsed_s(), 0, self.plan.remaining(None, None, r), first=True))
         while len(self.probes) < s.max_probes and not self.interrupted:
+            if self.probes:
+                up = min((x for x in (first_fail, self.untested_above) if x is not None), default=None)
+                self.progress(self.plan.note(self.elapsed_s(), len(self.probes), self.plan.remaining(last_pass, up, r)))
             v = await self._verdict_at(r)
             if self.interrupted:
                 break
             if v == "invalid":
-                limited_by = "client"
-                break
-            if v == "rate_limited":
+                # the client could not test r: an upper bound on what it can test, not a FAIL
+                self.untested_above = r if self.untested_above is None else min(self.untested_above, r)
+                if last_pass is None:
+                    if r <= r_min * 1.0001:
+                        break  # even the lowest rate was client-limited: no answer
+                    r = max(r / 2, r_min)
+                    continue
+            elif v == "rate_limited":
                 limited_by = "rate_limit"
                 self.rate_limited_at = r
                 break
-            if v == "pass":
+            elif v == "pass":
                 last_pass = r if last_pass is None else max(last_pass, r)
-                if first_fail is None:
+                if first_fail is None and self.untested_above is None:
                     if s.max_rate_rps and r >= s.max_rate_rps:
                         limited_by = "max_rate"
                         break
@@ -247,25 +308,48 @@ class Sweep:
                         break  # even the lowest decidable rate fails
                     r = max(r / 2, r_min)
                     continue
-            if last_pass is not None and first_fail is not None:
-                if (first_fail - last_pass) / last_pass <= s.precision:
+            upper = min((x for x in (first_fail, self.untested_above) if x is not None), default=None)
+            if last_pass is not None and upper is not None:
+                if (upper - last_pass) / last_pass <= s.precision:
                     break
-                r = math.sqrt(last_pass * first_fail)
+                r = math.sqrt(last_pass * upper)
+        if (
+            limited_by is None
+            and self.untested_above is not None
+            and (first_fail is None or self.untested_above < first_fail)
+        ):
+            limited_by = "client"  # the bracket's upper end is the client's limit: a lower bound
         return self._outcome(last_pass, first_fail, limited_by)
 
     async def concurrency_sweep(self) -> SweepOutcome:
-        for c in self.scfg.concurrency_levels or []:
+        if await self.check_unloaded():
+            out = self._outcome(None, None, None)
+            out.result["interactivity"] = []
+            return out
+        levels = self.scfg.concurrency_levels or []
+        self.progress(self.plan.why_line())
+        self.progress(
+            self.plan.note(
+                self.elapsed_s(), 0, (len(levels), sum(map(self.plan.level_s, levels))), first=True, levels=True
+            )
+        )
+        for i, c in enumerate(levels):
             if self.interrupted:
                 break
+            if i:
+                left = levels[i:]
+                self.progress(self.plan.note(self.elapsed_s(), i, (len(left), sum(map(self.plan.level_s, left)))))
             p = await self._probe_rerun(0.0, concurrency=c)
             if p.verdict == "invalid":
+                self.untested_users = c  # this many users (and more) the client could not test
                 break
             if p.verdict == "rate_limited":
                 self.rate_limited_at = p.concurrency
                 break
         passing = [p for p in self.probes if p.verdict == "pass"]
         best = max(passing, key=lambda p: p.concurrency or 0) if passing else None
-        out = self._outcome(None, None, "rate_limit" if self.rate_limited_at else None, best_probe=best)
+        limited = "rate_limit" if self.rate_limited_at else ("client" if self.untested_users else None)
+        out = self._outcome(None, None, limited, best_probe=best)
         out.result["interactivity"] = self._interactivity()
         return out
 
@@ -282,9 +366,14 @@ class Sweep:
                 pass
             per_user = (1000.0 / tpot) if tpot else None
             total = p.output_tps
+            if p.stopped_early or p.verdict in ("invalid", "rate_limited"):
+                per_user = total = None  # no steady load was measured: no point on the curve, never (0, 0)
             rows.append(
                 {
                     "concurrency": p.concurrency,
+                    "stopped_early": p.stopped_early,
+                    "verdict_text": p.verdict_text,
+                    "sent_rps": p.sent_rps,
                     "per_user_output_tps": per_user,
                     "output_tps": total,
                     "output_tps_per_accelerator": (total / self.scfg.accelerators)
@@ -341,6 +430,14 @@ class Sweep:
         }
         if limited_by == "rate_limit":
             answer["rate_limited_at"] = self.rate_limited_at
+        # the answer probe's own verdict text: "PASS (point estimate)" marks an answer on thin evidence
+        answer["verdict_text"] = at.verdict_text if at else None
+        answer["point_estimate"] = bool(at.low_confidence) if at else None
+        answer["untested_above_rps"] = self.untested_above
+        answer["untested_concurrency"] = self.untested_users
+        answer["slo_below_unloaded"] = (
+            "; ".join(self.unloaded["over"]) if self.unloaded and self.unloaded["over"] else None
+        )
         flags = non_monotonic(self.probes)
         result = {
             "schema_version": SWEEP_SCHEMA_VERSION,
@@ -363,12 +460,23 @@ class Sweep:
                 "min_requests_per_probe": s.needed_requests(),
                 "max_extensions": s.max_extensions,
                 "max_reruns": s.max_reruns,
+                "unloaded_requests": s.unloaded_requests,
                 "max_schedule_lag_ms": s.schedule_lag_bound_ms(self.base.bounds.max_schedule_lag_p99_ms)[0],
                 "max_schedule_lag_rule": s.schedule_lag_bound_ms(self.base.bounds.max_schedule_lag_p99_ms)[1],
                 "cost_per_hour_usd": s.cost_per_hour_usd,
                 "prices": s.prices.describe() if s.prices is not None else None,
                 "accelerators": s.accelerators,
             },
+            "evidence_rule": evidence_rule(
+                s.slos,
+                s.confidence,
+                s.needed_requests(),
+                s.probe_duration_s,
+                s.max_extensions,
+                closed_loop=bool(s.concurrency_levels),
+            ),
+            "unloaded": self.unloaded,
+            "plan": {"estimates": self.plan.estimates, "elapsed_s": self.elapsed_s()},
             "calibration": self.calibration,
             "answer": answer,
             "non_monotonic": flags,

@@ -171,6 +171,11 @@ CASES: list[Case] = [
         run_with("--header", "X-A: b\r\nX-Injected: 1"),
         r"^--header 'X-A': a control character \(CR, LF, \.\.\.\) in a header is refused$",
     ),
+    Case(  # issue 20 item 6: was a 41-line traceback
+        "cfg-33-dry-run-out-cannot-be-created",
+        run_with("--dry-run", "--out", "{dir}/bad.csv/x"),
+        r"^--out '\S*bad\.csv/x': cannot create it: Not a directory$",
+    ),
 ]
 MINIMUM = 12
 

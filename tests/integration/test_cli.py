@@ -98,7 +98,7 @@ USAGE = [
         "--extra-body is not valid JSON (column 2): Expecting property name enclosed in double quotes",
     ),
     (["--rate", "5", "--extra-body", "[1]"], "--extra-body must be a JSON object"),
-    (["--rate", "5", "--header", "NoColon"], "--header 'NoColon'...: expected 'Name: value'"),
+    (["--rate", "5", "--header", "NoColon"], "--header 'NoColon'...: expected 'Name: value' (the value is not shown)"),
     (["--rate", "5", "--burstiness", "2"], "--burstiness needs --arrival gamma"),
     (["--rate", "0"], "--rate must be > 0"),
 ]

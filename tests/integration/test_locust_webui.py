@@ -1,7 +1,9 @@
 """The Locust web UI of ``loadgen locust``, driven in real headless Chromium.
 
-Start a test from the page, see the TTFT row of Locust's table and loadgen's own tab
-fill in, stop it from the page, find ``result.json``. Needs Debian's ``chromium``
+Fill loadgen's fields of the start form (Custom parameters: an SLO), start a test from
+the page, see Locust's table hold one E2E row (each request counted once) and loadgen's
+own tab fill in (TTFT, ITL in its table; the panel's SLO verdict and four charts), stop
+it from the page, find ``result.json``. Needs Debian's ``chromium``
 (``/usr/bin/chromium``) and the ``playwright`` Python package (its bundled browsers
 are not used: ``playwright install`` is never run); skipped with the reason when
 either is missing. The screenshots go to ``$LOADGEN_UI_SCREENSHOTS`` (default: the
@@ -39,15 +41,16 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 
 
-def wait_port(port: int, timeout_s: float) -> None:
+def wait_port(port: int, timeout_s: float, child: Child | None = None) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (child is None or child.proc.poll() is None):
         try:
             socket.create_connection(("127.0.0.1", port), 0.2).close()
             return
         except OSError:
             time.sleep(0.2)
-    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout_s} s")
+    log = child.tail() if child is not None else ""
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout_s} s:\n{log}")
 
 
 def test_start_watch_and_stop_from_the_page(tmp_path: Path) -> None:
@@ -62,29 +65,40 @@ def test_start_watch_and_stop_from_the_page(tmp_path: Path) -> None:
          "--web-port", str(port), "-u", "2", "-r", "10"], tmp_path / "locust.log",
     )  # fmt: skip
     try:
-        wait_port(port, 60)
+        wait_port(port, 60, child)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 page.goto(f"http://127.0.0.1:{port}/", timeout=30_000)
+                page.get_by_text("Custom parameters").click()
+                page.get_by_label("Loadgen slo", exact=False).fill("ttft:p99<=10s")
                 page.get_by_role("button", name="Start").click()
-                # Locust's own table: a TTFT row (type TTFT, named by the endpoint path)
-                page.get_by_role("cell", name="TTFT", exact=True).first.wait_for(timeout=30_000)
+                # Locust's own table: one row per request, type E2E, named by the endpoint path
+                page.get_by_role("cell", name="E2E", exact=True).first.wait_for(timeout=30_000)
+                types = page.locator("table tbody tr td:first-child").all_inner_texts()
+                assert "TTFT" not in types and "TPOT" not in types, types
                 page.screenshot(path=str(shots / "locust-statistics.png"))
-                # loadgen's tab: HDR/exact figures from loadgen's own records
-                page.get_by_role("tab", name="loadgen (closed loop)").click()
+                # loadgen's tab: HDR/exact figures from loadgen's own records, SLO verdict, charts
+                page.get_by_role("tab", name="loadgen").click()
                 row = page.get_by_role("row").filter(has_text="TTFT").first
                 row.wait_for(timeout=15_000)
                 count = _wait_count(page, timeout_s=15)
                 assert count > 0
                 table = page.get_by_role("table").first.inner_text()
                 assert "closed loop: 2 Locust users" in table and "ITL (per token, HDR)" in table, table
+                page.locator("[data-loadgen-slo]").wait_for(timeout=15_000)
+                assert page.locator("#loadgen-panel svg.loadgen-chart").count() == 4
+                panel = page.locator("#loadgen-panel").inner_text()
+                assert "ttft:p99<=10000ms" in panel and "output tok/s" in panel, panel
                 page.screenshot(path=str(shots / "locust-loadgen-tab.png"))
                 page.get_by_role("button", name="Stop").click()
                 page.wait_for_function("document.body.innerText.includes('STOPPED')", timeout=60_000)
                 assert (out / "result.json").exists(), child.tail()
-                page.get_by_role("row").filter(has_text="written to").first.wait_for(timeout=15_000)
+                # the panel keeps polling after the stop (Locust's table stops at STOPPED, so its last
+                # refresh may come before the result is written)
+                page.locator("[data-loadgen-state=stopped]").wait_for(timeout=15_000)
+                assert str(out / "result.json") in page.locator("#loadgen-panel").inner_text()
                 page.screenshot(path=str(shots / "locust-stopped.png"))
             finally:
                 browser.close()
@@ -97,6 +111,7 @@ def test_start_watch_and_stop_from_the_page(tmp_path: Path) -> None:
     res = json.loads((out / "result.json").read_text())
     assert res["counts"]["requests"] >= count and res["counts"]["failed"] == 0
     assert res["locust"]["mode"] == "closed loop"
+    assert res["config"]["slos"] == ["ttft:p99<=10s"] and res["slo"]["targets"][0]["target"] == "ttft:p99<=10000ms"
 
 
 def _wait_count(page: Any, timeout_s: float) -> int:

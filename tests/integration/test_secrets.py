@@ -303,3 +303,78 @@ def test_a_mistyped_header_is_not_echoed() -> None:
     assert proc.returncode == 2
     assert "Authorization" in proc.stderr and "Traceback" not in proc.stderr
     assert leaks(proc.stdout + proc.stderr, key) == []
+
+
+def test_header_env_keeps_the_secret_off_the_command_line(tmp_path: Path) -> None:
+    """``--header-env NAME=ENVVAR``: the server gets the header, no process's argv holds the value, nothing
+    written does (issue 20 item 4)."""
+    key = new_key()
+    with RecordingServer(lambda n, r: ok_stream()) as srv:
+        out = tmp_path / "out"
+        args = [*COMMON, "--endpoint", f"http://127.0.0.1:{srv.port}", "--header-env", f"x-api-key={ENV_NAME}"]
+        proc = run_cli([*args, "--out", str(out)], {ENV_NAME: key})
+    assert proc.returncode in (0, 1), proc.stderr
+    assert all(r["headers"]["x-api-key"] == key for r in srv.requests)
+    assert key not in " ".join(args)
+    res, _ = load(out)
+    assert "x-api-key" in res["config"]["header_names"]
+    assert_no_leaks(out, proc, {"header-env": key})
+
+
+def test_a_config_file_with_secrets_must_be_private(tmp_path: Path) -> None:
+    key = new_key()
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'header = ["Authorization: Bearer {key}"]\n')
+    cfg.chmod(0o644)
+    with RecordingServer(lambda n, r: ok_stream()) as srv:
+        args = [*COMMON, "--endpoint", f"http://127.0.0.1:{srv.port}", "--config", str(cfg)]
+        refused = run_cli([*args, "--out", str(tmp_path / "a")], {})
+        assert refused.returncode == 2 and not srv.requests
+        assert (
+            f"holds secrets (header Authorization) and is readable by group or others (mode 0644): chmod 600 {cfg}"
+            in (refused.stderr)
+        )
+        assert leaks(refused.stdout + refused.stderr, key) == []
+        cfg.chmod(0o600)
+        proc = run_cli([*args, "--out", str(tmp_path / "b")], {})
+    assert proc.returncode in (0, 1), proc.stderr
+    assert all(r["headers"]["authorization"] == f"Bearer {key}" for r in srv.requests)
+    assert_no_leaks(tmp_path / "b", proc, {"config": key})
+
+
+def test_no_process_loadgen_starts_shows_a_secret(tmp_path: Path) -> None:
+    """Every process a run starts (the parent, its worker processes, the embedded simulated endpoint is not
+    used here) is scanned in /proc/*/cmdline while it sends: no key in any process title (issue 20 item 4)."""
+    if not Path("/proc/self/cmdline").exists():
+        import pytest
+
+        pytest.skip("needs /proc")
+    import time
+
+    keys = {"env": new_key(), "header-env": new_key()}
+    with RecordingServer(lambda n, r: ok_stream()) as srv:
+        env = dict(os.environ, PYTHONPATH=str(REPO), **{ENV_NAME: keys["env"], "LOADGEN_TEST_H": keys["header-env"]})
+        env.pop("OPENAI_API_KEY", None)
+        args = ["--rate", "20", "--requests", "60", "--output-tokens", "3", "--workers", "2",
+                "--endpoint", f"http://127.0.0.1:{srv.port}", "--api-key-env", ENV_NAME,
+                "--header-env", "x-api-key=LOADGEN_TEST_H", "--out", str(tmp_path / "out")]  # fmt: skip
+        p = subprocess.Popen([sys.executable, "-m", "loadgen.cli", "run", *args], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        seen: list[str] = []
+        titles = 0
+        for _ in range(100):  # bounded: ~5 s of scans while it runs
+            for f in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    t = f.read_bytes().replace(b"\0", b" ").decode("latin-1")
+                except OSError:
+                    continue
+                titles += 1
+                seen += [name for name, k in keys.items() if leaks(t, k)]
+            if p.poll() is not None:
+                break
+            time.sleep(0.05)
+        out, err = p.communicate(timeout=60)
+    assert titles > 0 and seen == []
+    assert p.returncode in (0, 1), err
+    assert len([r for r in srv.requests if r["method"] == "POST"]) >= 60
+    assert all(r["headers"].get("x-api-key") == keys["header-env"] for r in srv.requests if r["method"] == "POST")

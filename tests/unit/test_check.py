@@ -192,7 +192,7 @@ def test_cli_check_writes_and_exits(servers: tuple[_Server, _Server], prompts_fi
 
 
 def test_unreachable_endpoint_is_one_line_and_keys_never_leak(tmp_path: Path) -> None:
-    """No server: a usage error naming the URL (no traceback), with the key and URL userinfo
+    """No server: exit 3 naming the URL and the cause (no traceback), with the key and URL userinfo
     redacted from the message; nothing written that looks like a result."""
     import socket
 
@@ -202,8 +202,87 @@ def test_unreachable_endpoint_is_one_line_and_keys_never_leak(tmp_path: Path) ->
     s.close()  # nothing listens there now
     key = "sk-check-SENTINEL-4242"
     r = CliRunner().invoke(main, ["check", "--endpoint", f"http://user:{key}@127.0.0.1:{port}", "--header",
-                                  f"Authorization: Bearer {key}", "--out", str(tmp_path / "o")])  # fmt: skip
-    assert r.exit_code == 2, r.output
-    assert "/v1/models: no model name" in r.output and "pass --model" in r.output
+                                  f"X-Api-Key: {key}", "--out", str(tmp_path / "o")])  # fmt: skip
+    assert r.exit_code == 3, r.output
+    assert f"cannot reach http://127.0.0.1:{port}/v1: connection refused" in r.output, r.output
     assert "Traceback" not in r.output and key not in r.output
     assert not (tmp_path / "o" / "check.json").exists()
+
+
+def _free_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = int(s.getsockname()[1])
+    s.close()  # nothing listens there now
+    return port
+
+
+def test_cli_unreachable_with_model_names_the_cause_before_sending_all(tmp_path: Path) -> None:
+    """``loadgen check --model`` against nothing: exit 3 and one line naming "connection refused",
+    not "40 prompts, 40 failed"; a name that does not resolve says DNS."""
+    port = _free_port()
+    r = CliRunner().invoke(main, ["check", "--endpoint", f"http://127.0.0.1:{port}", "--model", "m",
+                                  "--out", str(tmp_path / "o")])  # fmt: skip
+    assert r.exit_code == 3, r.output
+    assert f"connection refused by 127.0.0.1:{port}" in r.output and "failed" not in r.output
+    assert "--model" not in r.output and len(r.output.strip().splitlines()) == 1
+    r = CliRunner().invoke(main, ["check", "--endpoint", "http://no-such-host.invalid:9", "--model", "m"])
+    assert r.exit_code == 3 and "DNS: cannot resolve 'no-such-host.invalid'" in r.output, r.output
+
+
+def test_cli_tls_to_a_plain_server_names_tls(servers: tuple[_Server, _Server]) -> None:
+    ref, _ = servers
+    r = CliRunner().invoke(main, ["check", "--endpoint", ref.url.replace("http://", "https://"), "--model", "m"])
+    assert r.exit_code == 3 and "TLS handshake with 127.0.0.1:" in r.output, r.output
+
+
+def test_cli_wrong_model_and_not_openai_say_status_and_message(tmp_path: Path) -> None:
+    """A 4xx on the first prompt (wrong model) or on /v1/models (not OpenAI-compatible) stops the
+    check with the status and the server's own message (exit 2)."""
+    with _Server(REFERENCE) as srv:
+        srv.script = {**REFERENCE, "p1": (404, None, "")}
+        pf = tmp_path / "p.jsonl"
+        pf.write_text('{"id": "p1", "prompt": "p1"}\n{"id": "p2", "prompt": "p2"}\n')
+        r = CliRunner().invoke(main, ["check", "--endpoint", srv.url, "--prompts", str(pf), "--model", "nope"])
+        assert r.exit_code == 2, r.output
+        assert (
+            "answered HTTP 404: boom before the check" in r.output and len(srv.bodies) == 1
+        )  # nothing after the refusal
+    port = _free_port()
+
+    async def not_found(_: web.Request) -> web.Response:
+        return web.json_response({"detail": "Not Found"}, status=404)
+
+    app = web.Application()
+    app.router.add_get("/v1/models", not_found)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    try:
+        r = CliRunner().invoke(main, ["check", "--endpoint", f"http://127.0.0.1:{port}"])
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(10)
+    assert r.exit_code == 2 and "/v1/models answered HTTP 404: Not Found" in r.output, r.output
+
+
+def test_cli_failures_under_way_are_counted_by_kind_with_their_cause(tmp_path: Path) -> None:
+    """Failures after the first prompt are data: the summary line gives each kind's count and cause."""
+    script = {"p1": (200, [1], "a"), "p2": (500, None, ""), "p3": (500, None, ""), "p4": (429, None, "")}
+    pf = tmp_path / "p.jsonl"
+    pf.write_text("".join(json.dumps({"id": k, "prompt": k}) + "\n" for k in script))
+    with _Server(script) as srv:
+        r = CliRunner().invoke(
+            main, ["check", "--endpoint", srv.url, "--prompts", str(pf), "--out", str(tmp_path / "o")]
+        )
+    assert r.exit_code == 1, r.output
+    assert "4 prompts, 3 failed (http_error 2: HTTP 500: boom; rate_limited 1: HTTP 429: boom)" in r.output
+    doc = json.loads((tmp_path / "o" / "check.json").read_text())
+    assert doc["summary"]["errors_by_kind"]["http_error"] == {"count": 2, "first": "HTTP 500: boom"}
+    assert [o["http_status"] for o in doc["outputs"]] == [None, 500, 500, 429]

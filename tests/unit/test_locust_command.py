@@ -54,7 +54,11 @@ def test_locust_command_line_defaults() -> None:
         (["--rate", "5", "--burstiness", "2"], "--burstiness needs --arrival gamma"),
         (["--web-host", "0.0.0.0", "--rate", "5"], "--web-token-env"),
         (["--web-login"], "--web-token-env"),
+        (["--master", "--master-bind-host", "0.0.0.0"], "--allow-remote-workers and --master-token-env"),
+        (["--master", "--master-bind-host", "*", "--allow-remote-workers"], "--master-token-env"),
+        (["--master", "--master-token-env", "LG_SURELY_UNSET_VAR"], "that environment variable is not set"),
         (["--input-tokens", "bogus:1"], "bogus"),
+        (["--slo", "ttft<=1s"], "invalid SLO"),
     ],
 )
 def test_usage_errors_before_anything_starts(args: list[str], message: str) -> None:

@@ -1,0 +1,224 @@
+"""The OpenAI-compatible answer, sans-IO: stream events and whole bodies into a record.
+
+:class:`OpenAIStreamParser` reads an SSE stream (bytes and arrival times in) with the rules of
+:func:`apply_stream_event` (one event -> facts on the record), shared with ``loadgen.locust``;
+:func:`apply_body` reads a whole ``--no-stream`` body. No network here: the endpoint
+(:mod:`loadgen.endpoints.openai`) feeds what it read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from loadgen.endpoints.http import fail, settle
+from loadgen.errors import ProtocolError
+from loadgen.redact import Redactor
+from loadgen.sse import SSEDecoder
+from loadgen.types import RequestRecord, TokenEvent
+
+__all__ = ["MAX_USAGE_TOKENS", "OpenAIStreamParser", "apply_body", "apply_stream_event"]
+
+
+def apply_body(record: RequestRecord, obj: Any, *, chat: bool, redact: Redactor) -> None:
+    """Fill ``record`` from a whole (non-streamed) answer ``obj`` (parsed JSON): its text,
+    finish reason and usage, or a ``stream_error`` for an error object; then settle it
+    (``ok`` or ``filtered``). Raises :class:`ProtocolError` on a malformed answer."""
+    if not isinstance(obj, dict):
+        raise ProtocolError("response body is not a JSON object")
+    if obj.get("error"):
+        _fail(record, "stream_error", _error_text(obj["error"], redact))
+        return
+    choices = obj.get("choices") or []
+    if not isinstance(choices, list):
+        raise ProtocolError("choices is not a list")
+    text = ""
+    if choices and isinstance(choices[0], dict):
+        c = choices[0]
+        if chat:
+            msg = c.get("message") or {}
+            if not isinstance(msg, dict):
+                raise ProtocolError("choices[0].message is not an object")
+            text = (_text_field(msg, "reasoning_content") or _text_field(msg, "reasoning")) + _text_field(
+                msg, "content"
+            )
+        else:
+            text = _text_field(c, "text")
+        record.finish_reason = c.get("finish_reason")
+    record.body_text = text
+    _take_usage(record, obj.get("usage"))
+    settle(record, streamed=False)
+
+
+def apply_stream_event(record: RequestRecord, data: str, t_ns: int, *, chat: bool, redact: Redactor) -> str | None:
+    """Apply one SSE event's ``data`` (arrived at ``t_ns``) to ``record``.
+
+    Returns ``"done"`` at ``[DONE]``, ``"failed"`` on an in-band error object (the
+    record is then a ``stream_error`` ending at ``t_ns``), else None. A token-bearing
+    event (see :mod:`loadgen.metrics`) appends a :class:`TokenEvent`; usage is kept
+    (cumulative: the last value wins); ``finish_reason`` is kept. Chunks with an empty
+    ``choices`` (Azure's ``prompt_filter_results``, usage-only chunks), chunks without
+    a ``delta`` (Azure's ``content_filter_results``/``content_filter_offsets``) and
+    role-only deltas carry no token. Raises :class:`ProtocolError` on malformed JSON.
+    """
+    if data == "[DONE]":
+        return "done"
+    if not data.strip():
+        return None
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise ProtocolError(f"malformed JSON in event: {redact(data)[:80]!r}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("event data is not a JSON object")
+    err = obj.get("error")
+    if err:
+        record.end_ns = t_ns
+        _fail(record, "stream_error", _error_text(err, redact))
+        return "failed"
+    usage = obj.get("usage")
+    cont = None
+    if usage:
+        _take_usage(record, usage)
+        cont = record.completion_tokens
+    choices = obj.get("choices")
+    if not choices:
+        return None
+    if not isinstance(choices, list):
+        raise ProtocolError("choices is not a list")
+    c = choices[0]
+    if not isinstance(c, dict):
+        raise ProtocolError("choices[0] is not an object")
+    if chat:
+        delta = c.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise ProtocolError("choices[0].delta is not an object")
+        content = _text_field(delta, "content")
+        other = _text_field(delta, "reasoning_content") or _text_field(delta, "reasoning")
+        tools = delta.get("tool_calls")
+        if tools:
+            other += _tool_text(tools)
+        if content or other or tools:
+            record.events.append(TokenEvent(t_ns, other + content, bool(content), cont))
+    else:
+        text = _text_field(c, "text")
+        if text:
+            record.events.append(TokenEvent(t_ns, text, True, cont))
+    fr = c.get("finish_reason")
+    if fr:
+        record.finish_reason = fr
+    return None
+
+
+class OpenAIStreamParser:
+    """Sans-IO reader of an OpenAI-style SSE stream into a record: bytes and arrival times in.
+
+    ``feed(chunk, t_ns)`` takes one read (stamped with its arrival) and returns True
+    once the stream has ended (``[DONE]``) or failed in-band; ``finish(t_ns)`` is
+    called at the end of the body. A clean end is ``[DONE]``, or EOF after a
+    ``finish_reason`` with no partial event pending; anything else is an
+    ``incomplete_stream``. A clean end with ``finish_reason: "content_filter"`` is the
+    ``filtered`` error kind; a stream whose tokens came in one burst (a buffering proxy,
+    see :func:`loadgen.metrics.is_buffered`) is marked ``buffered``: its TPOT and ITL
+    are not measurable (both by :func:`~loadgen.endpoints.http.settle`).
+    """
+
+    __slots__ = ("record", "chat", "redact", "dec", "done", "failed")
+
+    def __init__(
+        self, record: RequestRecord, *, chat: bool, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024
+    ) -> None:
+        self.record = record
+        self.chat = chat
+        self.redact = redact
+        self.dec = SSEDecoder(max_event_bytes)
+        self.done = False
+        self.failed = False
+
+    def feed(self, chunk: bytes, t_ns: int) -> bool:
+        rec = self.record
+        for ev in self.dec.feed(chunk):
+            r = apply_stream_event(rec, ev.data, t_ns, chat=self.chat, redact=self.redact)
+            if r == "done":
+                self.done = True
+                rec.end_ns = t_ns
+                break
+            if r == "failed":
+                self.failed = True
+                break
+        return self.done or self.failed
+
+    def finish(self, t_ns: int) -> None:
+        rec = self.record
+        if self.failed:
+            return
+        if not self.done:
+            self.dec.close()
+            rec.end_ns = t_ns
+            if rec.finish_reason is None or self.dec.pending:
+                _fail(rec, "incomplete_stream", "stream closed before [DONE] or finish_reason")
+                return
+        settle(rec)
+
+
+_fail = fail
+
+
+MAX_USAGE_TOKENS = 1 << 22
+"""A reported token count above this (4 Mi) is not believed: a protocol error."""
+
+
+def _count(usage: dict[str, Any], name: str) -> int | None:
+    """An integer token count of ``usage`` (anything else is ignored, as before); a negative or
+    absurd one is a ProtocolError: per-token metrics allocate one slot per reported token."""
+    v = usage.get(name)
+    if not isinstance(v, int) or isinstance(v, bool):
+        return None
+    if not 0 <= v <= MAX_USAGE_TOKENS:
+        raise ProtocolError(f"usage.{name} is not a plausible token count: {v}")
+    return v
+
+
+def _text_field(obj: dict[str, Any], name: str) -> str:
+    """A text field of a choice or delta: "" when absent or null; ProtocolError when not a string."""
+    v = obj.get(name)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise ProtocolError(f"{name} is not a string: {type(v).__name__}")
+    return v
+
+
+def _take_usage(record: RequestRecord, usage: Any) -> None:
+    if not isinstance(usage, dict):
+        return
+    ct = _count(usage, "completion_tokens")
+    if ct is not None:
+        record.completion_tokens = ct
+    pt = usage.get("prompt_tokens")
+    if isinstance(pt, int):
+        record.prompt_tokens = pt
+    det = usage.get("completion_tokens_details")
+    if isinstance(det, dict) and isinstance(det.get("reasoning_tokens"), int):
+        record.reasoning_tokens = det["reasoning_tokens"]
+    pdet = usage.get("prompt_tokens_details")
+    if isinstance(pdet, dict) and isinstance(pdet.get("cached_tokens"), int):
+        record.cached_prompt_tokens = pdet["cached_tokens"]
+
+
+def _error_text(err: Any, redact: Redactor) -> str:
+    """The error's message, secrets scrubbed *before* it is cut to 300 characters."""
+    if isinstance(err, dict):
+        return redact(str(err.get("message") or err.get("type") or err))[:300]
+    return redact(str(err))[:300]
+
+
+def _tool_text(tools: Any) -> str:
+    out = []
+    if isinstance(tools, list):
+        for t in tools:
+            if isinstance(t, dict):
+                fn = t.get("function") or {}
+                out.append(str(fn.get("name") or "") + str(fn.get("arguments") or ""))
+    return "".join(out) or " "

@@ -1,0 +1,148 @@
+"""Reading an answer's body: bounded in size and in idle time.
+
+Every body the client reads is bounded: a server (or anything in between) that sends a
+1 GiB answer costs the request, never the client's memory.
+
+* :func:`read_bounded`: a whole body, at most ``limit`` bytes, else :class:`BodyTooLarge`
+  (a :class:`~loadgen.errors.ProtocolError`: the request's ``protocol`` error kind, as an SSE
+  event over its limit is); the connection is dropped, never read to its end.
+* :func:`idle_guard`: the idle (inter-chunk) timeout: no byte of the body for ``idle_s``
+  after the headers or after the last read raises :class:`IdleTimeout` (the ``timeout`` kind).
+  The wait for the headers is bounded by the total deadline only (a queued request may wait
+  long for its answer to start).
+
+The limits of reads beside the load (discovery, pre-flight) are here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+
+from loadgen.errors import ProtocolError
+
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT_S",
+    "DEFAULT_MAX_BODY_BYTES",
+    "MODELS_BODY_LIMIT",
+    "SIDE_BODY_LIMIT",
+    "BodyTooLarge",
+    "IdleGuard",
+    "IdleTimeout",
+    "idle_guard",
+    "read_bounded",
+]
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+"""A whole (non-streamed) answer above this many bytes is a ``protocol`` error: the same 16 MiB
+as the largest SSE event (``max_event_bytes``), which the endpoints pass for both."""
+
+MODELS_BODY_LIMIT = 8 * 1024 * 1024
+"""``GET /v1/models``: read at most this much (a catalogue of hundreds of models is ~1 MiB)."""
+
+SIDE_BODY_LIMIT = 64 * 1024
+"""``GET /version``, the pre-flight's answer, the network baseline's cheap request: at most this much."""
+
+DEFAULT_IDLE_TIMEOUT_S = 120.0
+"""No byte of an answer's body for this long ends the request as a ``timeout``: longer than the
+idle limits of the proxies and load balancers commonly in front of servers (60 to 100 s), so a
+stream that goes quiet this long would have been cut on its way anyway; far shorter than the
+600 s total deadline that otherwise holds a stalled stream."""
+
+
+class BodyTooLarge(ProtocolError):
+    """An answer's body is larger than the client reads (the ``protocol`` error kind)."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"{what} larger than {limit} bytes")
+        self.limit = limit
+
+
+class IdleTimeout(TimeoutError):
+    """No byte of an answer's body for the idle timeout (the ``timeout`` error kind)."""
+
+    def __init__(self, idle_s: float) -> None:
+        super().__init__(f"no byte of the answer for {idle_s:g} s (idle timeout, --idle-timeout)")
+        self.idle_s = idle_s
+
+
+class IdleGuard:
+    """The idle timer of one body being read (``async with idle_guard(idle_s) as guard``):
+    :meth:`touch` after each read. One timer per ``idle_s`` of reading, not one per read: a
+    read only stores its time; the timer, when due, re-arms itself at the last read + ``idle_s``
+    and cancels the reading task only when that time has passed (as :func:`asyncio.timeout`
+    cancels it: the task's cancel is undone at the exit and :class:`IdleTimeout` raised)."""
+
+    __slots__ = ("_expired", "_handle", "_idle_s", "_last", "_loop", "_task", "_cancelling")
+
+    def __init__(self, idle_s: float | None) -> None:
+        self._idle_s = idle_s
+        self._expired = False
+        self._handle: asyncio.TimerHandle | None = None
+        self._last = 0.0
+        self._cancelling = 0
+
+    def touch(self) -> None:
+        """A read arrived: the body may now stay quiet for ``idle_s`` again."""
+        if self._handle is not None:
+            self._last = self._loop.time()
+
+    def _due(self) -> None:
+        assert self._idle_s is not None
+        at = self._last + self._idle_s
+        if self._loop.time() < at:
+            self._handle = self._loop.call_at(at, self._due)
+            return
+        self._handle = None
+        self._expired = True
+        self._task.cancel()
+
+    async def __aenter__(self) -> IdleGuard:
+        if self._idle_s is not None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._task, self._loop = task, asyncio.get_running_loop()
+            self._cancelling = task.cancelling()
+            self._last = self._loop.time()
+            self._handle = self._loop.call_at(self._last + self._idle_s, self._due)
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._expired:
+            self._expired = False
+            if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+                assert self._idle_s is not None
+                raise IdleTimeout(self._idle_s) from None
+
+
+def idle_guard(idle_s: float | None) -> IdleGuard:
+    """Bound the quiet time of a body read inside ``async with``: :class:`IdleTimeout` when no
+    :meth:`IdleGuard.touch` came for ``idle_s`` (None: no idle timeout). A cancel from elsewhere
+    (an outer deadline, Ctrl-C) passes through unchanged."""
+    return IdleGuard(idle_s)
+
+
+async def read_bounded(
+    resp: aiohttp.ClientResponse, limit: int, *, what: str = "response body", idle_s: float | None = None
+) -> bytes:
+    """The whole body of ``resp``, at most ``limit`` bytes (decoded: a compressed body is
+    bounded by what it expands to). Past the limit (or a ``Content-Length`` over it) the
+    connection is dropped and :class:`BodyTooLarge` raised; ``idle_s``: see :func:`idle_guard`."""
+    length = resp.content_length
+    if length is not None and length > limit:
+        resp.close()
+        raise BodyTooLarge(what, limit)
+    buf = bytearray()
+    async with idle_guard(idle_s) as guard:
+        async for chunk in resp.content.iter_any():
+            guard.touch()
+            buf += chunk
+            if len(buf) > limit:
+                resp.close()
+                raise BodyTooLarge(what, limit)
+    return bytes(buf)

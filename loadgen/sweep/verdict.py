@@ -1,0 +1,113 @@
+"""The words of a sweep's verdicts: one text per probe and per target, and the evidence rule.
+
+Each text is computed once, when the probe ends, and stored in ``sweep.json``
+(``probes[i]["verdict_text"]``, ``probes[i]["targets"][j]["verdict_text"]``); the live
+progress line, the console table and report.html all show that stored text, so a probe
+reads the same in every place (issue 23). The texts:
+
+* ``PASS``: the one-sided Clopper-Pearson upper bound of the exceedance fraction is within
+  1 - percentile at the chosen confidence (:func:`loadgen.slo.judge_counts`);
+* ``PASS (point estimate)`` / ``FAIL (point estimate)``: still undecided after the probe's
+  extensions (or with fewer requests than the evidence rule asks), decided on k/n alone;
+* ``FAIL``: the lower bound is past 1 - percentile (or the backlog grows, or the server's
+  errors alone prove it);
+* ``FAIL (stopped early)``: the known exceedances made FAIL certain before the probe's end;
+* ``INVALID: reason``: the client's own timing (the verdict table in docs/measurement.md);
+* ``RATE LIMITED: ...``: most requests answered HTTP 429 (the provider's quota).
+
+The rules themselves stay in :mod:`loadgen.slo`; this module only names their outcome.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.slo import SLOTarget, TargetJudge, probe_target_verdict
+from loadgen.sweep.stability import TAIL_FRACTION
+
+PASS, FAIL = "PASS", "FAIL"
+POINT = " (point estimate)"
+EARLY = " (stopped early)"
+
+
+def target_verdict(
+    k: int, n: int, t: SLOTarget, confidence: float, *, stopped_early: bool, fail_k: int | None
+) -> tuple[str, bool, str]:
+    """One per-request target's (verdict, point_estimate, text) from its counts.
+
+    ``k`` exceedances of ``n`` judged requests. :func:`loadgen.slo.probe_target_verdict` decides
+    (undecided, on the point estimate k/n: ``point_estimate`` True). In a probe stopped
+    early, the target whose count reached ``fail_k`` (the exceedances that make FAIL certain
+    over the largest possible probe) or whose bounds already FAIL is ``FAIL (stopped early)``;
+    any other target keeps its own verdict on its own counts (0 of 865 over is not a FAIL).
+    """
+    v, point, *_ = probe_target_verdict(TargetJudge(t, n=n, k=k), confidence, stopped_early=False)
+    if stopped_early and ((v == "fail" and not point) or (fail_k is not None and k >= fail_k)):
+        return "fail", False, FAIL + EARLY
+    return v, point, v.upper() + (POINT if point else "")
+
+
+def probe_verdict_text(
+    verdict: str,
+    *,
+    low_confidence: bool,
+    stopped_early: bool,
+    validity_detail: list[str] | None = None,
+) -> str:
+    """The probe's one verdict text (module docstring) from its stored facts."""
+    if verdict == "invalid":
+        # the first failed generator check, up to its first parenthesis: "p99 schedule lag 949.000 ms"
+        why = ((validity_detail or [])[:1] or ["the client's own timing"])[0].split(" (")[0]
+        return f"INVALID: {why}"
+    if verdict == "rate_limited":
+        return "RATE LIMITED: HTTP 429 on most requests"
+    base = PASS if verdict == "pass" else FAIL
+    if verdict != "pass" and stopped_early:
+        return base + EARLY
+    if low_confidence:
+        return base + POINT
+    return base
+
+
+def text_of(p: dict[str, Any]) -> str:
+    """A ``sweep.json`` probe's verdict text: the stored one, or (older files) derived the same way."""
+    if p.get("verdict_text"):
+        return str(p["verdict_text"])
+    return probe_verdict_text(
+        p["verdict"],
+        low_confidence=bool(p.get("low_confidence")),
+        stopped_early=bool(p.get("stopped_early")),
+        validity_detail=p.get("validity_detail"),
+    )
+
+
+def evidence_rule(
+    slos: list[SLOTarget],
+    confidence: float,
+    need: int,
+    probe_duration_s: float,
+    max_extensions: int,
+    *,
+    closed_loop: bool,
+) -> str:
+    """The rule the probes were held to, in one sentence (``sweep.json`` ``evidence_rule``, the report's header).
+
+    ``need`` is :meth:`loadgen.sweep.SweepConfig.needed_requests`: the fewest requests that can
+    PASS the strictest per-request percentile with no exceedance at ``confidence``.
+    """
+    judged = [t for t in slos if t.metric != "itl"]
+    pct = max((t.percentile for t in judged), default=50.0)
+    why = f"p{pct:g} at {confidence * 100:g} % confidence cannot pass on fewer with no exceedance"
+    if closed_loop:
+        head = (
+            f"each probe: at least {probe_duration_s:g} s, extended in time until it holds at least "
+            f"{need} judged requests ({why})"
+        )
+        which = "an undecided probe"
+    else:
+        head = f"each probe: at least {probe_duration_s:g} s and at least {need} requests ({why})"
+        which = f"an undecided probe (or one whose p99 E2E exceeds {TAIL_FRACTION:.0%} of its window)"
+    return (
+        f"{head}; {which} is extended up to {max_extensions} times, then decided on its "
+        "point estimate k/n and marked (point estimate)"
+    )

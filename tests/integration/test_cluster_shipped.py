@@ -1,0 +1,148 @@
+"""``--cluster`` with nodes that have no loadgen: the driver's package is shipped to the actors.
+
+loadgen is not on a public index, so ``pip install 'loadgen[cluster]'`` fails on a fresh node.
+The path that works with only Ray and loadgen's dependencies on the nodes: the driver connects,
+finds that the actors cannot import loadgen (or import another one) and reconnects with its own
+package as Ray ``runtime_env`` ``py_modules``. Here the Ray head runs from a virtualenv that
+sees this environment's packages (Ray, numpy, aiohttp, ...) through a plain ``.pth`` line but not
+loadgen (its editable install is not processed there, and no PYTHONPATH reaches it); the CLI
+run on it must finish with every request and say ``conditions.cluster.code: shipped ...``.
+
+Skipped without Ray. About 30 s (a head node, two actors, a short run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray", reason="Ray is not installed: pip install 'loadgen[cluster]' to run the --cluster tests")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _node_python(root: Path) -> str:
+    """A virtualenv whose Python imports this environment's packages but not loadgen."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=60)
+    py = str(root / "bin" / "python")
+    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True, timeout=30).stdout.strip()  # fmt: skip
+    Path(site, "deps-only.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return py
+
+
+def _pids_with_arg(text: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if text.encode() in (d / "cmdline").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+@pytest.fixture()
+def bare_head() -> Iterator[tuple[str, str]]:
+    """A one-node Ray cluster on 127.0.0.1 whose Python has no loadgen; yields (address, its python)."""
+    tmp = Path(tempfile.mkdtemp(prefix="lgship-", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    py = _node_python(tmp / "venv")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    probe = subprocess.run([py, "-c", "import ray, numpy, aiohttp, orjson, hdrh; import loadgen"], cwd=tmp, env=env,
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert "No module named 'loadgen'" in probe.stderr, probe.stderr  # the node's Python: deps yes, loadgen no
+    port = _free_port()
+    cmd = [py, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()", "start",
+           "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "3",
+           "--object-store-memory", str(80 * 1024 * 1024), "--include-dashboard", "false",
+           "--dashboard-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port()),
+           "--ray-client-server-port", str(_free_port()), "--disable-usage-stats", "--temp-dir", str(tmp / "ray")]  # fmt: skip
+    log = open(tmp / "head.log", "wb")
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while b"Ray runtime started" not in (tmp / "head.log").read_bytes():
+            if p.poll() is not None:
+                pytest.fail("ray start exited: " + (tmp / "head.log").read_text()[-2000:])
+            if time.monotonic() > deadline:
+                pytest.fail("ray start: the head node was not up after 90 s")
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}", py
+    finally:
+        for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                p.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass
+        for pid in _pids_with_arg(str(tmp)):  # Ray's workers run in sessions of their own
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_cli_run_on_nodes_without_loadgen_ships_the_drivers_package(bare_head: tuple[str, str], tmp_path: Path) -> None:
+    address, _ = bare_head
+    # the driver runs its installed loadgen from another directory: Ray hands the driver's sys.path[0]
+    # (here the checkout, with -m from it) to the actors of a one-host cluster, which would hide the test
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPENAI_API_KEY")}
+    env.update(RAY_USAGE_STATS_ENABLED="0", COLUMNS="200")
+    out = tmp_path / "run"
+    p = subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", "run", "--cluster", address, "--workers", "2", "--rate", "20",
+         "--requests", "20", "--input-tokens", "8", "--output-tokens", "4", "--arrival", "constant", "--out", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert p.returncode in (0, 1), p.stderr[-3000:]  # 1: INVALID on a busy machine; the run happened
+    assert "shipping the driver's package" in p.stderr
+    res = json.loads((out / "result.json").read_text())
+    assert res["counts"]["requests"] == 20 and res["counts"]["completed"] == 20
+    assert res["conditions"]["cluster"]["code"].startswith("shipped from the driver")
+
+
+def test_wheel_from_the_script_installs_on_a_node_and_runs_the_drivers_code(tmp_path: Path) -> None:
+    """The other path: ``scripts/build_wheel`` builds a wheel that installs on a node with only its
+    dependencies (here from this environment, no index) and holds the driver's very code (the same
+    source hash, so the actors use it and nothing is shipped)."""
+    from loadgen.cluster import code_hash
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    p = subprocess.run([str(REPO / "scripts" / "build_wheel"), str(tmp_path / "dist")], capture_output=True,
+                       text=True, timeout=180, env=env)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    wheel = p.stdout.strip().splitlines()[-1]
+    assert Path(wheel).name.startswith("loadgen-") and not (REPO / "build").exists()
+    py = _node_python(tmp_path / "node")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
+                    str(tmp_path / "node-site"), wheel], check=True, timeout=180, env=env)  # fmt: skip
+    node_env = dict(env, PYTHONPATH=str(tmp_path / "node-site"))
+    out = subprocess.run([py, "-c", "from loadgen.cluster import code_hash; print(code_hash())"], cwd=tmp_path,
+                         env=node_env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == code_hash()

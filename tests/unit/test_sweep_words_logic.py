@@ -1,0 +1,251 @@
+"""The sweep says what it decided, on enough evidence (issue 23), without a server.
+
+* one verdict text per target and per probe (:mod:`loadgen.sweep.verdict`): a target with
+  0 of 865 over is not called a FAIL because another target stopped the probe;
+* closed-loop probes extended in time to the evidence rule's request count, and their sent
+  rate over the probe's duration, not over the ramp's burst (:mod:`loadgen.sweep.evidence`);
+* the unloaded check's verdict (:mod:`loadgen.sweep.unloaded`);
+* the search continues below a client-limited rate and answers a lower bound;
+* the plan's arithmetic (:mod:`loadgen.sweep.plan`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from loadgen.metrics import compute
+from loadgen.report.sweep_report import answer_line, render_sweep
+from loadgen.slo import SLOTarget, TargetJudge
+from loadgen.sweep import Probe, ProbeJudge, Sweep, SweepConfig
+from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps
+from loadgen.sweep.plan import SETUP_S, Plan, bisection_steps
+from loadgen.sweep.probe import _finish_probe
+from loadgen.sweep.unloaded import judge_unloaded
+from loadgen.sweep.verdict import evidence_rule, probe_verdict_text, target_verdict
+from loadgen.types import RequestRecord, TokenEvent
+
+MS = 1_000_000
+P99 = SLOTarget("ttft", 99.0, 300 * MS)
+P90 = SLOTarget("ttft", 90.0, 50 * MS)
+E2E = SLOTarget("e2e", 90.0, 10_000 * MS)
+
+
+# --------------------------------------------------------------------------- verdict texts
+
+
+@pytest.mark.parametrize(
+    "k,n,stopped,fail_k,want",
+    [
+        (0, 299, False, None, ("pass", False, "PASS")),
+        (0, 60, False, None, ("pass", True, "PASS (point estimate)")),  # 60 < 299: undecided
+        (2, 299, False, None, ("pass", True, "PASS (point estimate)")),  # 0.67 %: undecided, k/n <= q
+        (3, 299, False, None, ("fail", True, "FAIL (point estimate)")),  # 1.003 % > 1 %
+        (4, 299, False, None, ("fail", True, "FAIL (point estimate)")),
+        (10, 299, False, None, ("fail", False, "FAIL")),
+        (10, 299, True, 12, ("fail", False, "FAIL (stopped early)")),  # decided fail, stopped
+        (12, 100, True, 12, ("fail", False, "FAIL (stopped early)")),  # reached the early-stop count
+        (0, 865, True, 20, ("pass", False, "PASS")),  # the other target stopped the probe: still PASS
+    ],
+)
+def test_target_verdict_text(k: int, n: int, stopped: bool, fail_k: int | None, want: tuple[str, bool, str]) -> None:
+    assert target_verdict(k, n, P99, 0.95, stopped_early=stopped, fail_k=fail_k) == want
+
+
+def test_probe_verdict_text() -> None:
+    t = probe_verdict_text
+    assert t("pass", low_confidence=False, stopped_early=False) == "PASS"
+    assert t("pass", low_confidence=True, stopped_early=False) == "PASS (point estimate)"
+    assert t("fail", low_confidence=True, stopped_early=True) == "FAIL (stopped early)"
+    assert t("fail", low_confidence=False, stopped_early=False) == "FAIL"
+    assert t("invalid", low_confidence=False, stopped_early=False, validity_detail=["p99 lag 9 ms"]) == (
+        "INVALID: p99 lag 9 ms"
+    )
+
+
+def rec(i: int, ttft_ms: float | None, *, end_ms: float = 100.0) -> RequestRecord:
+    r = RequestRecord(index=i, phase="measure", scheduled_ns=0, sent_ns=0, end_ns=int(end_ms * MS), status="ok")
+    if ttft_ms is not None:
+        r.events = [TokenEvent(int(ttft_ms * MS) + j * MS, "tok ", True) for j in range(4)]
+        r.completion_tokens = 4
+    return r
+
+
+def finished(j: ProbeJudge, slos: list[SLOTarget], concurrency: int | None = None) -> Probe:
+    res = {
+        "validity": {"valid": True, "checks": []},
+        "throughput": {k: 1.0 for k in ("achieved_send_rps", "request_rps", "output_tps", "total_tps", "goodput_rps")},
+        "latency_ms": {},
+        "duration_s": 2.0,
+        "counts": {"requests": 16, "unsent": 0},
+    }
+    p = _finish_probe(j, SweepConfig(slos=slos), [res], 50.0, Path("p"), 2.0, 1, concurrency)
+    p.verdict_text = probe_verdict_text(p.verdict, low_confidence=p.low_confidence, stopped_early=p.stopped_early)
+    return p
+
+
+def test_a_stopped_probe_names_only_the_target_that_stopped_it() -> None:
+    # two SLOs; TTFT made FAIL certain, E2E had 0 of 40 over: the issue's "(fail; bounds 0.0000..)"
+    j = ProbeJudge([P90, E2E], n_cap=300, confidence=0.95)
+    for i in range(40):
+        r = rec(i, 500.0 if i < 30 else 10.0, end_ms=600.0)
+        j.on_record(r, compute(r))
+    j.stopped_early = True
+    p = finished(j, [P90, E2E])
+    by = {x["target"]: x for x in p.targets}
+    assert by[P90.label]["verdict_text"] == "FAIL (stopped early)"
+    assert by[E2E.label]["verdict_text"] == "PASS"  # 0 of 40 over, p90 needs 29
+    assert p.verdict == "fail" and p.verdict_text == "FAIL (stopped early)"
+    assert f"{E2E.label}: 0 of 40 over (PASS; bounds" in "; ".join(p.reasons)
+    assert f"{P90.label}: 30 of 40 over (FAIL (stopped early); bounds" in "; ".join(p.reasons)
+
+
+def test_one_text_in_the_table_and_the_answer_for_a_point_estimate() -> None:
+    j = ProbeJudge([P99], n_cap=900, confidence=0.95)
+    for i in range(60):  # 60 requests, none over: p99 at 95 % needs 299
+        r = rec(i, 10.0)
+        j.on_record(r, compute(r))
+    p = finished(j, [P99], concurrency=4)
+    p.offered_rps = 0.0
+    assert p.verdict_text == "PASS (point estimate)" and p.judged_requests == 60
+    res = {
+        "slo": [{"target": P99.label}],
+        "probes": [p.to_json()],
+        "answer": {"concurrency": 4, "output_tps": 1.0, "request_rps": 1.0, "point_estimate": True},
+        "probe_time_s": 2.0,
+        "evidence_rule": evidence_rule([P99], 0.95, 299, 10.0, 2, closed_loop=True),
+    }
+    con = Console(record=True, width=250)
+    render_sweep(res, con, "/nonexistent")
+    text = con.export_text()
+    row = next(ln for ln in text.splitlines() if ln.lstrip("│┃ ").startswith("1 "))
+    assert [c.strip() for c in row.strip().strip("│").split("│")][5] == "PASS (point estimate)"
+    assert "4 users (a point estimate" in answer_line(res)
+    assert "extended in time until it holds at least 299 judged requests" in " ".join(text.split())
+
+
+# --------------------------------------------------------------------------- closed-loop evidence
+
+
+def test_closed_loop_extension_sized_to_the_needed_requests() -> None:
+    scfg = SweepConfig(slos=[P99], probe_duration_s=10.0, max_extensions=2)
+    tj = TargetJudge(P99, n=60)
+    # 60 judged in 10 s: 239 more at 6/s, plus 25 %
+    assert closed_loop_extension_s([tj], scfg, 299, 10.0, 1) == pytest.approx(1.25 * 239 * 10 / 60)
+    assert closed_loop_extension_s([tj], scfg, 299, 10.0, 3) is None  # extensions used up: point estimate
+    assert closed_loop_extension_s([TargetJudge(P99, n=0)], scfg, 299, 10.0, 1) == 10.0
+    assert closed_loop_extension_s([TargetJudge(P99, n=300)], scfg, 299, 50.0, 2) is None  # decided PASS
+    assert closed_loop_extension_s([TargetJudge(P99, n=300, k=3)], scfg, 299, 50.0, 2) == 10.0  # undecided
+
+
+def test_closed_loop_sent_rate_is_over_the_probe_not_the_ramp() -> None:
+    # 16 users' first sends within 18 ms read 844 req/s as (N - 1) / send span; 16 over 2 s is 8
+    assert closed_loop_sent_rps([{"counts": {"requests": 16, "unsent": 0}, "duration_s": 2.0}]) == 8.0
+    segs = [
+        {"counts": {"requests": 30, "unsent": 2}, "duration_s": 4.0},
+        {"counts": {"requests": 12}, "duration_s": 1.0},
+    ]
+    assert closed_loop_sent_rps(segs) == 8.0
+
+
+# --------------------------------------------------------------------------- unloaded check
+
+
+def unloaded_result(p50: float, completed: int = 5) -> dict[str, Any]:
+    return {"counts": {"completed": completed}, "latency_ms": {"ttft": {"p50": p50}, "e2e": {"p50": 60.0, "max": 70.0}}}
+
+
+def test_unloaded_median_over_the_threshold_names_value_and_threshold() -> None:
+    scfg = SweepConfig(slos=[SLOTarget("ttft", 99.0, 5 * MS)])
+    u = judge_unloaded(unloaded_result(31.25), scfg, 5)
+    assert u["over"] == [
+        "ttft:p99<=5ms is below what the server does with one request: at concurrency 1 its ttft median was "
+        "31.2 ms over 5 requests, above the 5 ms threshold"
+    ]
+    assert judge_unloaded(unloaded_result(4.0), scfg, 5)["over"] == []
+    assert judge_unloaded(unloaded_result(31.25, completed=2), scfg, 5)["over"] == []  # too few to say
+    low = SweepConfig(slos=[SLOTarget("ttft", 10.0, 5 * MS)])  # a p10 target: the median says nothing
+    assert judge_unloaded(unloaded_result(31.25), low, 5)["over"] == []
+
+
+# --------------------------------------------------------------------------- search below a client limit
+
+
+def stub_sweep(verdict_of: Any, **kw: Any) -> Sweep:
+    scfg = SweepConfig(slos=[P99], calibration_s=0, unloaded_requests=0, **kw)
+    base = SimpleNamespace(bounds=SimpleNamespace(max_schedule_lag_p99_ms=None))
+    sw = Sweep(None, base, scfg, Path("/nonexistent"), config_record={})  # type: ignore[arg-type]  # never sends
+
+    async def verdict_at(rate: float) -> str:
+        v = verdict_of(rate)
+        p = Probe(rate, v, False, {}, {}, 0, 1.0, False, {}, 1.0, 1.0, 1.0, 1.0, 1.0, f"p{len(sw.probes)}")
+        p.verdict_text = v.upper()
+        sw.probes.append(p)
+        return v
+
+    sw._verdict_at = verdict_at  # type: ignore[method-assign]  # the probes' verdicts, scripted
+    return sw
+
+
+def test_a_client_limited_rate_bounds_the_search_from_above() -> None:
+    # the client cannot test above 87 req/s; the server meets the SLO up to 120
+    sw = stub_sweep(lambda r: "invalid" if r > 87 else ("pass" if r <= 120 else "fail"), start_rate_rps=160.0)
+    a = asyncio.run(sw.search()).result["answer"]
+    assert a["limited_by"] == "client"
+    assert a["max_rate_rps"] is not None and a["max_rate_rps"] <= 87
+    assert a["untested_above_rps"] > 87 and (a["untested_above_rps"] - a["max_rate_rps"]) / a["max_rate_rps"] <= 0.05
+    line = answer_line({"slo": [{"target": P99.label}], "answer": a})
+    assert f"rates above {a['untested_above_rps']:,.2f} req/s could not be tested by this client" in line
+    assert "--cpus" in line and "--workers" in line
+
+
+def test_a_fail_below_the_client_limit_is_a_real_answer() -> None:
+    sw = stub_sweep(lambda r: "invalid" if r > 87 else ("pass" if r <= 50 else "fail"), start_rate_rps=160.0)
+    a = asyncio.run(sw.search()).result["answer"]
+    assert a["limited_by"] is None and a["max_rate_rps"] <= 50 <= a["bracket_rps"][1]
+
+
+def test_client_limited_down_to_the_lowest_rate_is_no_answer() -> None:
+    sw = stub_sweep(lambda r: "invalid", start_rate_rps=100.0, min_rate_rps=25.0)
+    out = asyncio.run(sw.search())
+    assert [p.offered_rps for p in out.probes] == [100.0, 50.0, 25.0]
+    a = out.result["answer"]
+    assert (a["limited_by"], a["max_rate_rps"], a["untested_above_rps"]) == ("client", None, 25.0)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def test_bisection_steps() -> None:
+    assert bisection_steps(1, 2, 0.10) == 3  # ln 2 / ln 1.1 = 7.3 -> 2^3
+    assert bisection_steps(1, 2, 0.05) == 4
+    assert bisection_steps(10, 10.4, 0.05) == 0
+
+
+def test_probe_time_follows_the_evidence_and_tail_rules() -> None:
+    scfg = SweepConfig(slos=[P99], probe_duration_s=10.0, probe_warmup_s=1.0, max_extensions=2)
+    plan = Plan(scfg, e2e_p99_s=4.0, cal_rps=40.0)
+    # at 20 req/s: 299 requests take 14.95 s; E2E p99 4 * 20 / 40 = 2 s <= 25 % of 14.95: no extension
+    assert plan.probe_s(20.0) == pytest.approx(SETUP_S + 1.0 + 14.95 + 2.0)
+    # at 40 req/s: a 10 s segment, E2E p99 4 s > 2.5 s: one extension of 20 s (4 s <= 5 s)
+    assert plan.probe_s(40.0) == pytest.approx(SETUP_S + 1.0 + (10 + 4) + (20 + 4))
+    n, secs = plan.remaining(None, None, 20.0)
+    assert n == 2 + bisection_steps(1, 2, 0.05)
+    assert secs == pytest.approx(plan.probe_s(20.0) + plan.probe_s(40.0) + 4 * plan.probe_s(20 * math.sqrt(2)))
+    assert plan.remaining(20.0, 21.0, None) == (0, 0)
+    # a finished probe's own tail replaces the calibration's: 1 s at 20 req/s, so 2 s at 40
+    plan.observe(20.0, 1.0)
+    assert plan.e2e_at(40.0) == pytest.approx(2.0) and plan.probe_s(40.0) == pytest.approx(SETUP_S + 1.0 + 10 + 2)
+
+
+def test_a_concurrency_level_the_client_cannot_test_makes_the_answer_a_lower_bound() -> None:
+    a = {"concurrency": 4, "output_tps": 1.0, "request_rps": 1.0, "untested_concurrency": 16, "limited_by": "client"}
+    line = answer_line({"slo": [{"target": P99.label}], "answer": a})
+    assert "highest concurrency meeting ttft:p99<=300ms: 4 users" in line
+    assert "; 16 users could not be tested by this client (a lower bound; remedy: give the client CPUs" in line
