@@ -111,6 +111,7 @@ class System:
     slo_metric_label: str | None = None  # "TTFT p99": what the curve's values are
     answer_load_rps: float | None = None  # the curve's x at the answer
     answer_concurrency: int | None = None  # a concurrency sweep's answer
+    answer_verdict: str | None = None  # sweep.json answer.verdict_text when it is a point estimate
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -183,6 +184,8 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
             if rp.exists():
                 res = _load_json(rp)
                 sys_.links["answer_probe"] = str(rp)
+        if a.get("point_estimate"):
+            sys_.answer_verdict = str(a.get("verdict_text") or "PASS (point estimate)")
         v = sys_.values
         v["max_rate_rps"] = a.get("max_rate_rps")
         v["max_concurrency"] = a.get("concurrency")
@@ -311,6 +314,12 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
         rows.append({"key": key, "label": label, "values": vals, "best": best})
     warnings += [
         f"{s.label} drifts over its run: {s.drift['reason']}" for s in systems if s.drift.get("verdict") == "drifting"
+    ]
+    warnings += [
+        f"{s.label}: the answer is {s.answer_verdict}: its probe did not hold the requests needed to decide "
+        "the percentile at the chosen confidence"
+        for s in systems
+        if s.answer_verdict
     ]
     return {
         "schema_version": SCORECARD_SCHEMA_VERSION,

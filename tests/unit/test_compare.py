@@ -173,3 +173,20 @@ def test_zero_itl_from_multi_token_chunks_is_not_ranked_best(tmp_path: Path) -> 
     assert any(w.startswith("a: ITL p50") and "not ranked" in w for w in card["warnings"])
     a.values["itl_p50_ms"] = 5.0
     assert {r["key"]: r for r in scorecard([a, b, c])["rows"]}["itl_p50_ms"]["best"] == "a"
+
+
+def test_a_point_estimate_answer_is_said_on_the_scorecard(tmp_path: Path) -> None:
+    # issue 23: a point-estimate answer is labelled in every place it is shown, the scorecard included
+    a_dir = _sweep(tmp_path / "a", out_tokens=128, rate=10, out_tps=1000, cost=None, joules=None)
+    doc = json.loads((a_dir / "sweep.json").read_text())
+    doc["answer"].update(point_estimate=True, verdict_text="PASS (point estimate)")
+    (a_dir / "sweep.json").write_text(json.dumps(doc))
+    b = load_system(str(_sweep(tmp_path / "b", out_tokens=128, rate=12, out_tps=1200, cost=None, joules=None)))
+    card = scorecard([load_system(str(a_dir)), b])
+    said = [w for w in card["warnings"] if "point estimate" in w]
+    assert said == [
+        "a: the answer is PASS (point estimate): its probe did not hold the requests needed to decide "
+        "the percentile at the chosen confidence"
+    ]
+    write_outputs(card, [load_system(str(a_dir)), b], tmp_path / "out")
+    assert "PASS (point estimate)" in (tmp_path / "out" / "scorecard.html").read_text()
