@@ -205,8 +205,10 @@ def test_sweep(vllm: ServerProcess, tmp_path: Path) -> None:
     print("probes:", [(round(p["offered_rps"], 2), p["verdict"]) for p in probes])
     print("per-probe server deltas:", json.dumps([{k: s[k] for k in ("offered_rps", "prefix_cache_reset", "metrics")}
                                                   for s in sections]))  # fmt: skip
-    # the last probe may be client-limited (INVALID) when other work shares the two cores
-    assert len(probes) >= 2 and [p["verdict"] for p in probes[:-1]] == ["pass"] * (len(probes) - 1), probes
+    # probes may be client-limited (INVALID, re-run, then a bound the search goes on below: issue 23) when other
+    # work shares the two cores; none of the tiny model's probes may FAIL at these rates
+    verdicts = [p["verdict"] for p in probes]
+    assert len(probes) >= 2 and verdicts[0] == "pass" and set(verdicts) <= {"pass", "invalid"}, probes
     assert result["answer"]["max_rate_rps"] is not None and result["answer"]["max_rate_rps"] >= 3.0
     assert len(sections) == len(probes)
     for s in sections:
