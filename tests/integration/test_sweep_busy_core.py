@@ -6,7 +6,9 @@ per further token, 16 tokens, so 50 ms a request and 80 req/s of capacity), SLO 
 (:func:`loadgen.sim.reference.reference_max_rate`) is ~59.7 req/s. ``loadgen sweep`` as the user
 types it must land within 0.85-1.08 x that reference while ``nice -n 19 yes`` holds a core,
 and say how many probes it re-ran (a probe made INVALID by a client stall is re-run, not the
-end of the sweep). The shortened CI form: 10 s probes, 10 % precision (about 70 s);
+end of the sweep). Where the machine is busier still and the client's own schedule lag stays
+over its bound above the answer, the sweep must say "client limited" (exit 5) and its answer,
+a lower bound, must still land in that range. The shortened CI form: 10 s probes, 10 % precision (about 70 s);
 ``scripts/bench_sweep --profile md4 --busy-core`` runs the full form with three seeds.
 """
 
@@ -53,6 +55,15 @@ def test_md4_sweep_lands_near_the_reference_with_a_core_busy(tmp_path: Path) -> 
     reruns = res.get("reruns")
     assert reruns is not None  # re-runs are always reported, an empty list when none
     print(f"\nM/D/4 answer {ans} req/s vs reference {ref:.2f} ({(ans or 0) / ref:.3f} x); {len(reruns)} re-run(s)")
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert res["answer"]["limited_by"] is None
+    if p.returncode == 5:
+        # A CI machine busier than one nice-19 core (steal time, CPU quota): the client's own
+        # schedule lag was over its bound above the answer, and the sweep says so. That is the
+        # verdict table working (the client's timing makes a probe INVALID); the answer is then
+        # a lower bound, and it must still be a right one.
+        assert res["answer"]["limited_by"] == "client", res["answer"]
+        assert "client limited" in p.stdout, p.stdout[-3000:]
+        assert ans is not None and ans <= 1.02 * ref, (ans, ref)
+    else:
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        assert res["answer"]["limited_by"] is None
     assert 0.85 * ref <= ans <= 1.08 * ref, (ans, ref, [(q["offered_rps"], q["verdict"]) for q in res["probes"]])

@@ -68,7 +68,15 @@ def _stall_sweep(sim_url: str, out: Path) -> Any:
             super()._set_runner(r)
             if not StallOnce.stalled:
                 StallOnce.stalled = True
-                asyncio.get_running_loop().call_later(0.8, time.sleep, 0.3)  # the client's loop stalls 300 ms
+                loop = asyncio.get_running_loop()
+
+                def stall() -> None:  # the client's loop stalls 300 ms, only while the first probe runs
+                    if self.current_runner is r:
+                        time.sleep(0.3)
+
+                # every 0.5 s of the 3 s probe: a slow set-up on a busy machine cannot make it miss
+                for k in range(6):
+                    loop.call_later(0.6 + 0.5 * k, stall)
 
     async def go() -> Any:
         ep = make_endpoint("openai-compatible", base_url=sim_url, api="completions", preflight=False)
@@ -77,6 +85,7 @@ def _stall_sweep(sim_url: str, out: Path) -> Any:
             scfg = SweepConfig(
                 slos=[parse_slo("ttft:p50<=2s")], probe_duration_s=3.0, probe_warmup_s=0.0, calibration_s=0.0,
                 max_extensions=0, start_rate_rps=8.0, max_rate_rps=8.0, max_schedule_lag_ms=100.0,
+                unloaded_requests=0,  # the stall must land in the first probe, not in the unloaded check
             )  # fmt: skip
             # only the schedule lag is judged here: a busy 2-core test machine must not fail the rest
             loose = ValidityBounds(send_rate_tolerance=1.0, max_client_cpu=2.0, max_loop_lag_p99_ms=1000)
