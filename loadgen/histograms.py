@@ -14,7 +14,9 @@ processes or hosts give the same histogram as one process recording everything.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 HIGHEST_US = 3_600_000_000
@@ -48,6 +50,39 @@ class LatencyHistogram:
             self.overflow_count += 1
             if v > self.overflow_max_us:
                 self.overflow_max_us = v
+
+    def record_many_ns(self, values_ns: Sequence[float] | np.ndarray) -> None:
+        """Record many values at once: the same counts as ``record_ns`` on each, in a few numpy passes.
+
+        A request's per-token values (ITL, inter-chunk: hundreds a request) cost ~8 µs each through
+        ``record_ns`` (hdrh's index arithmetic in Python): milliseconds per record, on the loop
+        that stamps the reads. Here the bucket index of every value is computed as hdrh computes
+        it (bucket = bit length of ``v | sub_bucket_mask`` less the unit and half-count
+        magnitudes; sub-bucket = ``v >> bucket``) and the counts added in place.
+        """
+        if len(values_ns) == 0:
+            return
+        x = np.asarray(values_ns, dtype=np.float64)
+        v = np.where(x >= 0, np.floor(x / 1000 + 0.5), 0.0).astype(np.int64)  # as record_ns rounds
+        h = self.hist
+        self.count += int(v.size)
+        self.sum_us += int(v.sum())
+        bits = np.frexp((v | h.sub_bucket_mask).astype(np.float64))[1]  # bit length (exact below 2**53)
+        bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
+        sub = v >> (bucket + h.unit_magnitude)
+        idx = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + (sub - h.sub_bucket_half_count)
+        ok = (idx >= 0) & (idx < h.counts_len)
+        over = v[~ok]
+        if over.size:
+            self.overflow_count += int(over.size)
+            self.overflow_max_us = max(self.overflow_max_us, int(over.max()))
+        inside = v[ok]
+        if inside.size:
+            counts = np.ctypeslib.as_array(h.counts)
+            np.add.at(counts, idx[ok], 1)
+            h.total_count += int(inside.size)
+            h.min_value = min(h.min_value, int(inside.min()))
+            h.max_value = max(h.max_value, int(inside.max()))
 
     def merge(self, other: LatencyHistogram) -> None:
         """Add ``other``'s counts into this histogram (exact)."""

@@ -9,6 +9,7 @@ interval log, one tagged histogram per metric, microsecond values).
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -23,7 +24,7 @@ from loadgen.metrics import RequestMetrics, TokenCounter, compute
 from loadgen.recordlog import RecordWriter, write_hlog, write_json
 from loadgen.redact import Redactor
 from loadgen.results import Aggregator
-from loadgen.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan
+from loadgen.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan, warm_record_path
 from loadgen.runplan import LoadConfig, build_plan, build_workload
 from loadgen.types import RequestRecord
 from loadgen.validity import validity as run_validity
@@ -141,7 +142,14 @@ async def measure(
             result["energy"] = {"joules": energy["energy_j"], **energy}
     from loadgen.timeseries import series  # per-interval throughput and latency (sustained behaviour)
 
-    result["timeseries"] = series(out_dir / "requests.jsonl", cfg.origin, window=result["window"])
+    result["timeseries"] = series(out_dir / "requests.jsonl", cfg.latency_origin, window=result["window"])
+    from loadgen.why import why_of_dirs  # the cause of each SLO miss, from the same records
+
+    result["why"] = why_of_dirs([out_dir], cfg.slos, origin=cfg.latency_origin)
+    if cfg.max_throughput:  # --rate inf: the batch scorecard (loadgen.throughput)
+        from loadgen.throughput import scorecard as batch_scorecard
+
+        result["max_throughput"] = batch_scorecard(result, agg.win.tokens, cfg, out_dir / "requests.jsonl")
     result = redactor.scrub(result)  # server-supplied text (/version, messages), by value
     write_json(out_dir / "result.json", result)
     write_hlog(out_dir / "histograms.hlog", agg, outcome)
@@ -161,6 +169,12 @@ async def _run_here(
     runner_hook: Callable[[Runner], None] | None,
 ) -> RunOutcome:
     """One process: the runner in this event loop; each record is aggregated and written at once."""
+    # The runner collects and freezes the heap before its first send; t0 is fixed here, before it, so
+    # do the long part now: a full collection over a large heap (a test session, a notebook) took
+    # longer than the lead-in and made the first sends late. The runner's own pass then sees only
+    # what is not frozen, and it unfreezes everything at its end.
+    gc.collect()
+    warm_record_path()
     t0 = now_ns() + LEAD_IN_NS
     runner: Runner | None = None
 
@@ -174,16 +188,20 @@ async def _run_here(
     )
 
     def sink(rec: RequestRecord) -> None:
-        m = compute(rec, tokenizer, cfg.origin)
+        m = compute(rec, tokenizer, cfg.latency_origin)
         agg.add(rec, m)
         writer.write(rec, m)
         if on_record is not None:
             on_record(rec, m)
 
-    runner = Runner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
-    if runner_hook is not None:
-        runner_hook(runner)
-    outcome = await runner.run()
+    gc.freeze()
+    try:
+        runner = Runner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        if runner_hook is not None:
+            runner_hook(runner)
+        outcome = await runner.run()
+    finally:
+        gc.unfreeze()  # (the runner's end unfroze it already, unless it never ran)
     if writer.error is not None:
         raise OutputError(
             f"{writer.error}: sending stopped at once; the {writer.lines} whole lines written before are kept, "
@@ -216,11 +234,11 @@ def build_result(
     completion, drain included)."""
     agg.open_loop = outcome.client.open_loop
     window = agg.window()
-    validity = run_validity(agg, outcome.client, cfg.bounds)
+    validity = run_validity(agg, outcome.client, cfg.validity_bounds())
     cond = client_conditions()
     cond["endpoint"] = endpoint.describe()
     cond["open_file_limit"] = {"soft": fd_limit[0], "hard": fd_limit[1]}
-    cond["latency_origin"] = cfg.origin
+    cond["latency_origin"] = cfg.latency_origin
     cond["t0_monotonic_ns"] = outcome.t0_ns
     cond["t0_wall"] = dt.datetime.fromtimestamp(outcome.t0_wall_ns / 1e9, dt.UTC).isoformat()
     result: dict[str, Any] = {
@@ -255,6 +273,7 @@ def build_result(
         "wall_s": outcome.client.wall_s,
         "cpu_fraction": validity["client_cpu_fraction"],
         "loop_lag_p99_ms": validity["loop_lag_p99_ms"],
+        "stamp_lateness_p99_ms": outcome.client.stamp_lateness_p99_ms,
         "schedule_realized_rps": outcome.client.schedule_realized_rps,
     }
     return result

@@ -316,3 +316,14 @@ def compute(
     m.itl_estimated = itl_est
     m.itl_ns = itl_samples(events, ks, n)
     return m
+
+
+def prefix_cache_hit_rate(cached_tokens: int, prompt_tokens: int) -> float | None:
+    """Prefix-cache hit rate = cached prompt tokens / prompt tokens, over the same requests.
+
+    ``cached_tokens``: the sum of ``usage.prompt_tokens_details.cached_tokens`` (vLLM with
+    ``--enable-prompt-tokens-details``, OpenAI) over the requests that report it; ``prompt_tokens``:
+    the sum of ``usage.prompt_tokens`` of those same requests. None when they hold no prompt token.
+    As vLLM's ``prefix_cache_hits`` / ``prefix_cache_queries`` counters, per request.
+    """
+    return cached_tokens / prompt_tokens if prompt_tokens > 0 else None

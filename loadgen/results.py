@@ -159,12 +159,8 @@ class Aggregator:
         s = summarize(rec, m, self.slos)
         self.add_summary(s)
         if s.phase == "measure" and s.ok and not s.zero_output:
-            hi = self.hist["itl"]
-            for v in m.itl_ns:
-                hi.record_ns(v)
-            hc = self.hist["inter_chunk"]
-            for v in m.inter_chunk_ns:
-                hc.record_ns(v)
+            self.hist["itl"].record_many_ns(m.itl_ns)
+            self.hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
 
     def merge_token_histograms(self, states: dict[str, dict]) -> None:
         """Merge per-token HDR histograms shipped by a worker process (exact bucket merge)."""

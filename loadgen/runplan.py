@@ -9,12 +9,14 @@ run (:mod:`loadgen.measurement`) and by every worker process (:mod:`loadgen.work
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from loadgen.errors import ConfigError
 from loadgen.runner import RunPlan
 from loadgen.slo import SLOTarget
+from loadgen.throughput import batch_size, check_max_throughput
 from loadgen.validity import ValidityBounds
 from loadgen.workload.arrivals import condition_on_rate
 from loadgen.workload.spec import Workload, WorkloadOptions
@@ -62,19 +64,42 @@ class LoadConfig:
     # set for sweep probes, whose nominal rates the search compares; a plain run keeps the
     # unconditioned process (its offered_rps is the schedule's own realized rate).
     exact_rate: bool = False
+    cost_per_hour_usd: float | None = None  # max-throughput scorecard: cost per million output tokens
+    power_w: float | None = None  # max-throughput scorecard: the system's power when no meter reads it
+    sessions: Any = None  # --sessions: a loadgen.workload.session_sources.SessionSource (loadgen.session_run)
 
     @property
     def has_trace(self) -> bool:
         return bool(self.workload and self.workload.trace)
 
+    @property
+    def latency_origin(self) -> Literal["scheduled", "sent"]:
+        """Where latency counts from: ``origin`` in open loop; the send in closed loop (no schedule there:
+        a user's request is due when its previous one ends, and due->send is the generator's own lag)."""
+        return "sent" if self.concurrency is not None else self.origin
+
+    @property
+    def max_throughput(self) -> bool:
+        """``--rate inf`` (``--profile throughput``): every request due at once (:mod:`loadgen.throughput`)."""
+        return self.rate_rps is not None and math.isinf(self.rate_rps)
+
+    def validity_bounds(self) -> ValidityBounds:
+        """The bounds the run is judged by: in max-throughput mode no schedule check applies."""
+        return replace(self.bounds, max_throughput=True) if self.max_throughput else self.bounds
+
     def validate(self) -> None:
+        if self.max_throughput:
+            check_max_throughput(self)
         if self.rate_rps is not None and self.concurrency is not None:
             raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
-        if self.rate_rps is None and self.concurrency is None and not self.has_trace:
+        if self.rate_rps is None and self.concurrency is None and not self.has_trace and self.sessions is None:
             raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
         if self.requests is not None and self.duration_s is not None:
             raise ConfigError("--requests and --duration clash: give one of them")
-        if self.requests is None and self.duration_s is None and not (self.has_trace and self.concurrency is None):
+        if (
+            self.requests is None and self.duration_s is None and self.sessions is None
+            and not (self.has_trace and self.concurrency is None)
+        ):  # fmt: skip
             raise ConfigError("give --requests N or --duration D")
         if self.concurrency is not None and self.max_concurrency is not None:
             raise ConfigError("--max-concurrency caps an open-loop run; with --concurrency it clashes")
@@ -94,7 +119,7 @@ class LoadConfig:
 
     def expected_requests(self) -> float | None:
         """Requests an open-loop schedule will hold (warm-up included): the count, or rate x duration."""
-        if self.rate_rps is None or self.has_trace:
+        if self.rate_rps is None or self.has_trace or self.max_throughput:
             return None
         measured = self.requests if self.requests is not None else self.rate_rps * (self.duration_s or 0.0)
         return measured + self.warmup_requests + self.rate_rps * self.warmup_s
@@ -121,6 +146,19 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
     """The schedule (open loop) or the user plan (closed loop) for ``cfg``."""
     cfg.validate()
     wl = workload or build_workload(cfg)
+    if cfg.max_throughput:  # every request due at once, at most max_concurrency in flight: N users
+        n = cfg.requests + cfg.warmup_requests if cfg.requests is not None else None
+        return RunPlan(
+            mode="closed",
+            concurrency=batch_size(cfg.max_concurrency, n),
+            make_spec=wl.spec_factory(),
+            max_requests=n,
+            duration_s=cfg.duration_s,
+            warmup_requests=cfg.warmup_requests,
+            warmup_s=cfg.warmup_s,
+            drain_grace_s=cfg.drain_grace_s,
+            ramp_s=0.0,  # every request due at once: no staggered start-up (loadgen.closed_loop.ramp_ns)
+        )
     if cfg.concurrency is None:
         schedule = wl.lazy_schedule(  # send times in arrays; each prompt built just before its send
             rate_rps=cfg.rate_rps,

@@ -60,6 +60,19 @@ class SSEDecoder:
         self._start = True
 
     @property
+    def max_event_bytes(self) -> int:
+        return self._max
+
+    def clean(self) -> bool:
+        """True when nothing is buffered (no partial line, event or UTF-8 character, no CR pending):
+        a chunk of whole events then decodes alone, as :meth:`feed` would decode it."""
+        return not (self._parts or self._data or self._event or self._skip_lf) and not self._dec.getstate()[0]
+
+    def started(self) -> None:
+        """The stream has begun (its events were taken whole by the caller): a later BOM is data."""
+        self._start = False
+
+    @property
     def pending(self) -> bool:
         """True when bytes of an unfinished event are buffered (at EOF: an incomplete event)."""
         return bool(self._parts or self._data or self._event)

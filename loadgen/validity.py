@@ -16,6 +16,7 @@ import numpy as np
 
 from loadgen.runner import ClientStats
 from loadgen.samples import SampleLog
+from loadgen.throughput import max_throughput_checks
 
 RATE_LIMIT_DOMINATED = 0.5
 """A run whose requests end rate-limited more often than this is ``limited_by: rate_limit``."""
@@ -28,11 +29,14 @@ class ValidityBounds:
     max_schedule_lag_p99_ms: float = 5.0
     send_rate_tolerance: float = 0.01
     max_client_cpu: float = 0.95
-    max_loop_lag_p99_ms: float = 10.0
+    max_loop_lag_p99_ms: float = 10.0  # raised above 10 ms (--max-loop-lag), it loosens the stamp bound too
+    max_stamp_lateness_p99_ms: float = 5.0  # token-weighted (loadgen.stamp_lateness); judged instead of the loop lag
+    min_stamp_tokens: int = 1000  # fewer token stamps: the event-loop lag is judged instead
     min_requests: int = 100
     min_duration_s: float = 10.0
     max_error_rate: float = 0.01
     schedule_lag_note: str = ""  # why the lag bound is what it is (a sweep's default rule), printed with it
+    max_throughput: bool = False  # --rate inf: no schedule checks, the send path judged instead (loadgen.throughput)
 
 
 class RunCounts(Protocol):
@@ -77,6 +81,15 @@ def generator_send_rps(agg: RunCounts) -> float | None:
     return (agg.generator_sends - 1) / ((last - first) / 1e9)
 
 
+DEFAULT_LOOP_LAG_BOUND_MS = 10.0
+"""``ValidityBounds.max_loop_lag_p99_ms``'s default: a caller's larger value also bounds the stamp lateness."""
+
+CLOSED_LOOP_IDLE_SHARE = 0.01
+"""Closed loop: the due->send lag bound is the larger of the schedule-lag bound and this share of the median
+E2E. Latency counts from the send there, so the lag does not enter the latencies; it idles the user, whose
+share of the offered concurrency falls by lag / (E2E + lag): under 1 % at this bound."""
+
+
 MOSTLY_FAILED = 0.5
 """Over this fraction of failed measured requests a run is a FAIL on the server's errors (exit 1), stated
 on its verdict line; at or under it, an error rate over the bound is a warning."""
@@ -99,7 +112,11 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
     # generator checks: failing any makes the run INVALID (limited_by: client)
     if client.aborted_reason:
         check("generator_kept_up", "generator", False, client.aborted_reason)
-    if client.open_loop:
+    if bounds.max_throughput:  # no schedule checks (said so), the send path judged (loadgen.throughput)
+        e2e = getattr(agg, "samples", {}).get("e2e")  # an Aggregator's exact E2E samples
+        for name, ok, detail in max_throughput_checks(agg.generator_lag, e2e):
+            check(name, "generator", ok, detail)
+    elif client.open_loop:
         lag = np.percentile(np.asarray(agg.generator_lag), 99) / 1e6 if len(agg.generator_lag) else 0.0
         check(
             "schedule_lag_p99",
@@ -121,6 +138,20 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
                 f"vs the schedule's realized {want:.3f} req/s ({err * 100:.2f} % off, bound "
                 f"{bounds.send_rate_tolerance * 100:g} %)",
             )
+    elif len(agg.generator_lag):  # closed loop: a request is due when its user's previous one is done
+        lag = np.percentile(np.asarray(agg.generator_lag), 99) / 1e6
+        e2e = getattr(agg, "samples", {}).get("e2e")  # an Aggregator's exact E2E samples
+        med = float(np.median(e2e.values())) / 1e6 if e2e is not None and len(e2e) else 0.0
+        bound = max(bounds.max_schedule_lag_p99_ms, CLOSED_LOOP_IDLE_SHARE * med)
+        check(
+            "send_lag_p99",
+            "generator",
+            lag <= bound,
+            f"p99 due->send lag {lag:.3f} ms (closed loop: from the end of the user's previous request, or its "
+            f"place in the start-up ramp, to its send; connection set-up excluded) <= {bound:.3f} ms (the larger "
+            f"of {bounds.max_schedule_lag_p99_ms:g} ms and {CLOSED_LOOP_IDLE_SHARE:.0%} of the median E2E: a user "
+            "idle that long offers under 1 % less load)",
+        )
     cpu = client.cpu_s / client.wall_s if client.wall_s > 0 else 0.0
     if client.worker_cpu_fractions:
         busiest = max(client.worker_cpu_fractions)
@@ -141,13 +172,28 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
     if client.worker_failures:
         check("workers", "generator", False, "; ".join(client.worker_failures))
     ll = None
+    stamped = client.stamp_lateness_p99_ms is not None and client.stamp_tokens >= bounds.min_stamp_tokens
+    if stamped:
+        # what the numbers carry: how late the token stamps were (token-weighted), not the loop at any moment
+        sl = client.stamp_lateness_p99_ms or 0.0
+        # a caller that loosened the loop-lag bound (--max-loop-lag) tolerates that much lateness of the stamps
+        looser = bounds.max_loop_lag_p99_ms > DEFAULT_LOOP_LAG_BOUND_MS
+        sl_bound = max(bounds.max_stamp_lateness_p99_ms, bounds.max_loop_lag_p99_ms if looser else 0.0)
+        check(
+            "stamp_lateness_p99",
+            "generator",
+            sl <= sl_bound,
+            f"p99 stamp lateness {sl:.1f} ms over {client.stamp_tokens} token stamps (the event loop's lag "
+            f"where tokens arrived, token-weighted) <= {sl_bound:g} ms" + (" (--max-loop-lag)" if looser else ""),
+        )
     if client.loop_lag_ms:
         ll = float(np.percentile(np.asarray(client.loop_lag_ms), 99))
         check(
             "event_loop_lag_p99",
-            "generator",
+            "measurement" if stamped else "generator",
             ll <= bounds.max_loop_lag_p99_ms,
-            f"p99 event-loop lag {ll:.3f} ms (bound {bounds.max_loop_lag_p99_ms:g} ms)",
+            f"p99 event-loop lag {ll:.3f} ms (bound {bounds.max_loop_lag_p99_ms:g} ms)"
+            + (" (the stamps' own lateness is judged: stamp_lateness_p99)" if stamped else ""),
         )
     cl = agg.errors_by_kind.get("client_limit", 0)
     check("client_resources", "generator", cl == 0, f"{cl} requests hit a descriptor limit")
@@ -239,4 +285,8 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
             "the load generator could not keep to the schedule: lower the rate, use --workers, "
             "or run the client on a machine with more free CPU"
         )
+        if bounds.max_throughput:  # no schedule here: the client could not feed the batch
+            out["remedy"] = out["remedy"].replace(
+                "keep to the schedule: lower the rate", "feed the batch: lower --max-concurrency"
+            )
     return out

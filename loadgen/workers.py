@@ -190,13 +190,11 @@ async def worker_body(
                 buf.clear()
 
         def sink(rec: Any) -> None:
-            m = compute(rec, tokenizer, load.origin)
+            m = compute(rec, tokenizer, load.latency_origin)
             s = summarize(rec, m, load.slos)
             if s.phase == "measure" and s.ok and not s.zero_output:
-                for v in m.itl_ns:
-                    hist["itl"].record_ns(v)
-                for v in m.inter_chunk_ns:
-                    hist["inter_chunk"].record_ns(v)
+                hist["itl"].record_many_ns(m.itl_ns)
+                hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
             d = record_line(rec, m, t0, save_text=load.save_text, token_lists=load.token_lists)
             if d["error_detail"]:
                 d["error_detail"] = redactor(d["error_detail"])

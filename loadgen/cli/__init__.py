@@ -27,6 +27,7 @@ from loadgen.cli.check import check_command
 from loadgen.cli.compare import compare_cmd
 from loadgen.cli.helpfmt import SectionedCommand, fill_missing_help
 from loadgen.cli.locust import LocustOutcome, locust_command
+from loadgen.cli.plan import capacity_group, plan_cmd
 from loadgen.cli.run import run_cmd
 from loadgen.cli.sweep import sweep_cmd
 from loadgen.errors import ConfigError, EndpointUnreachable, LoadgenError, OutputError
@@ -141,6 +142,11 @@ def _no_verdict(outcome: None, err: Console) -> int:
     return EXIT_OK
 
 
+def gate_exit_code(outcome: dict[str, Any], err: Console) -> int:
+    """``loadgen capacity gate``: 1 only when the candidate regressed significantly, else 0."""
+    return EXIT_FAIL if outcome["regressed"] else EXIT_OK
+
+
 # ---------------------------------------------------------------- errors -> exit codes
 
 
@@ -198,6 +204,10 @@ for _serve_cmd in serve_group.commands.values():
 main.add_command(serve_group)
 main.add_command(sim_command)
 main.add_command(trace_group)
+main.add_command(_mapped(plan_cmd, _no_verdict, input_errors_are_usage=True))
+for _cap_name, _cap_cmd in capacity_group.commands.items():
+    _mapped(_cap_cmd, gate_exit_code if _cap_name == "gate" else _no_verdict, input_errors_are_usage=True)
+main.add_command(capacity_group)
 # help a person can read (loadgen.cli.helpfmt): run and sweep print their options in sections
 # (the class swap keeps sweep.py's decorators as they are), shared option names get one help text
 for _cmd in (run_cmd, sweep_cmd):

@@ -34,9 +34,13 @@ __all__ = [
 
 def build_load_config(kw: dict[str, Any]) -> LoadConfig:
     """``loadgen run``'s options as a :class:`~loadgen.runplan.LoadConfig` (usage errors for bad ones)."""
+    if kw.get("profile") == "throughput":  # GuideLLM's name for max-throughput mode: --rate inf
+        if kw["rate"] is not None and kw["rate"] != float("inf"):
+            raise click.UsageError("--profile throughput is --rate inf: it clashes with --rate R")
+        kw["rate"] = float("inf")
     if kw["rate"] is not None and kw["concurrency"] is not None:
         raise click.UsageError("--rate (open loop) and --concurrency (closed loop) clash: give one")
-    if kw["rate"] is None and kw["concurrency"] is None and not kw["trace"]:
+    if kw["rate"] is None and kw["concurrency"] is None and not kw["trace"] and not kw.get("sessions"):
         raise click.UsageError("give --rate R (open loop), --concurrency N (closed loop) or --trace FILE")
     if kw["n_requests"] is not None and kw["duration"] is not None:
         raise click.UsageError("--requests and --duration clash: give one")
@@ -44,8 +48,11 @@ def build_load_config(kw: dict[str, Any]) -> LoadConfig:
         raise click.UsageError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
     if kw["rate"] is not None and not kw["rate"] > 0:  # NaN too
         raise click.UsageError("--rate must be > 0")
-    if kw["rate"] is not None and kw["rate"] == float("inf"):
-        raise click.UsageError("--rate must be finite")
+    inf = kw["rate"] == float("inf")  # max-throughput mode (loadgen.throughput)
+    if not inf and (kw.get("cost_per_hour") is not None or kw.get("power_w") is not None):
+        raise click.UsageError("--cost-per-hour and --power-w price the max-throughput scorecard: give --rate inf")
+    if inf and click.get_current_context().get_parameter_source("latency_origin") == click.core.ParameterSource.DEFAULT:
+        kw["latency_origin"] = "sent"  # no schedule: latency counts from the send (an explicit "scheduled" is refused)
     warm_n, warm_s = 0, 0.0
     if kw["warmup"]:
         if kw["warmup"].isdigit():
@@ -55,7 +62,12 @@ def build_load_config(kw: dict[str, Any]) -> LoadConfig:
     duration = duration_s(kw["duration"], "--duration")
     if duration is not None and not duration > 0:
         raise click.UsageError("--duration must be > 0")
-    if kw["n_requests"] is None and duration is None and not (kw["trace"] and kw["concurrency"] is None):
+    if (
+        kw["n_requests"] is None
+        and duration is None
+        and not kw.get("sessions")
+        and not (kw["trace"] and kw["concurrency"] is None)
+    ):
         duration = 60.0
     slos = []
     for s in kw["slos"]:
@@ -69,6 +81,8 @@ def build_load_config(kw: dict[str, Any]) -> LoadConfig:
     base.warmup_requests = warm_n
     base.warmup_s = warm_s
     base.slos = slos
+    if inf:
+        base.cost_per_hour_usd, base.power_w = kw.get("cost_per_hour"), kw.get("power_w")
     return base
 
 
@@ -141,6 +155,8 @@ def config_record(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> dict
     if kw.get("extra_body"):
         rec["extra_body"] = redact_body(parse_extra_body(kw["extra_body"]))
     rec["slos"] = list(kw.get("slos") or [])
+    if rec.get("rate") == float("inf"):  # JSON has no infinity: max-throughput mode, recorded as written
+        rec["rate"] = "inf"
     return rec
 
 

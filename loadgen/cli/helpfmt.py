@@ -30,11 +30,11 @@ __all__ = [
 SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
     ("Load", frozenset({
         "rate", "concurrency", "n_requests", "duration", "warmup", "arrival", "burstiness", "max_concurrency",
-        "drain_grace", "workers", "cluster", "cpus", "dry_run",
+        "drain_grace", "workers", "cluster", "cpus", "dry_run", "profile",
     })),
     ("Workload", frozenset({
         "input_tokens", "output_tokens", "trace", "trace_format", "trace_spread", "time_scale", "trace_start",
-        "trace_duration", "trace_loop", "trace_keep_zero_output", "dataset", "tokenizer", "prompt_format",
+        "trace_duration", "trace_loop", "trace_keep_zero_output", "dataset", "sessions", "tokenizer", "prompt_format",
         "shared_prefix_tokens", "prefix_groups", "salt", "seed",
     })),
     ("Endpoint", frozenset({
@@ -52,13 +52,14 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
     })),
     ("Cost", frozenset({
         "price_input_per_million", "price_output_per_million", "price_cached_input_per_million", "cost_per_hour",
-        "accelerators",
+        "accelerators", "power_w",
     })),
     ("Sweep search", frozenset({
         "probe_duration", "probe_warmup", "confidence", "precision", "repeats", "max_rate", "min_rate", "start_rate",
         "calibration", "calibration_concurrency", "max_extensions", "concurrency_levels",
     })),
-    ("Output", frozenset({"out_dir", "save_text", "no_token_lists", "label", "config_file", "help"})),
+    ("Output", frozenset({"out_dir", "save_text", "no_token_lists", "label", "config_file", "help",
+                          "progress", "quiet", "metrics_port", "metrics_host", "otlp_endpoint", "otlp_interval"})),
 )  # fmt: skip
 """Help sections in print order, each with the parameter names (click's ``param.name``) it holds."""
 

@@ -335,7 +335,18 @@ def common_endpoint_options(f: F) -> F:
 def run_only_options(f: F) -> F:
     opts = [
         click.option(
-            "--rate", "--request-rate", "rate", type=float, help="Open loop: offered load in requests per second."
+            "--rate",
+            "--request-rate",
+            "rate",
+            type=float,
+            help="Open loop: offered load in requests per second; inf: max-throughput mode (every request at once, "
+            "at most --max-concurrency in flight; latency from the send).",
+        ),
+        click.option(
+            "--profile",
+            type=click.Choice(["throughput"]),
+            help="throughput: max-throughput mode, the same as --rate inf (GuideLLM's profile name); with "
+            "--max-concurrency N, the batch scorecard at N in flight.",
         ),
         click.option("--concurrency", type=int, help="Closed loop: number of concurrent users."),
         click.option("--requests", "--num-prompts", "n_requests", type=int, help="Measured requests (after warm-up)."),
@@ -357,6 +368,14 @@ def run_only_options(f: F) -> F:
         click.option("--dry-run", is_flag=True, help="Build the schedule, write schedule.jsonl, send nothing."),
         click.option(
             "--cpus", help="Run the client on these CPUs only (e.g. 0 or 0-3): keeps it off a local server's cores."
+        ),
+        click.option(
+            "--cost-per-hour", type=float, help="USD per hour of the system under test (max-throughput scorecard)."
+        ),
+        click.option(
+            "--power-w",
+            type=float,
+            help="Power of the system under test in watts, when no energy meter reads it (max-throughput scorecard).",
         ),
     ]
     for o in reversed(opts):
@@ -427,6 +446,11 @@ def workload_options(f: F) -> F:
             "asking for 1 token; by default they are skipped and counted.",
         ),
         click.option("--dataset", help="Prompts from a ShareGPT JSON or a loadgen JSONL file."),
+        click.option(
+            "--sessions",
+            help="Multi-turn sessions: 'synthetic,turns=10,input=64,output=32,delay=1s' or a session file "
+            "[,key=value...]; --rate is then sessions/s, --requests a session count (loadgen.workload.session_sources).",
+        ),
         click.option("--tokenizer", help="Hugging Face tokenizer directory or tokenizer.json: exact input lengths."),
         click.option(
             "--prompt-format",

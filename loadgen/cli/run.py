@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.config import build_load_config, config_record, prices, run_estimate
+from loadgen.cli.live import LiveView, live_enabled, live_options, telemetry_from_options
 from loadgen.cli.options import (
     common_endpoint_options,
     cpus_option,
@@ -39,6 +40,7 @@ __all__ = ["run_cmd"]
 @common_endpoint_options
 @run_only_options
 @workload_options
+@live_options
 def run_cmd(**kw: Any) -> MeasuredRun | None:
     """One sustained run (open loop with --rate, closed loop with --concurrency)."""
     return _run(kw, Console(), Console(stderr=True, soft_wrap=True))
@@ -46,15 +48,28 @@ def run_cmd(**kw: Any) -> MeasuredRun | None:
 
 def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | None:
     """The run (its verdict goes to :func:`loadgen.cli.run_exit_code`); None for --dry-run."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from loadgen.measurement import measure
     from loadgen.report.console import render_run
 
     load = build_load_config(kw)
+    if kw.get("sessions"):  # issue 17: multi-turn sessions (loadgen.session_run)
+        from loadgen.workload.session_sources import parse_session_source
+
+        load.sessions = parse_session_source(kw["sessions"])
+        if parse_workers(kw["workers"]) > 1 or kw["cluster"]:
+            raise click.UsageError("--sessions runs in one process (not yet with --workers or --cluster)")
+        if kw["trace"] or kw["dataset"]:
+            raise click.UsageError("--sessions clashes with --trace and --dataset: give the session file to --sessions")
     load.validate()
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir()
+    if kw["dry_run"] and load.sessions is not None:
+        from loadgen.session_run import write_session_schedule
+
+        make_out_dir(out_dir)
+        n, turns = write_session_schedule(load, load.sessions, out_dir / "schedule.jsonl")
+        console.print(f"dry run: {n} sessions, {turns} turns written to {out_dir / 'schedule.jsonl'}; nothing sent")
+        return None
     if kw["dry_run"]:
         _dry_run(load, out_dir, console)
         return None
@@ -72,25 +87,39 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
             try:
                 await endpoint.open()
                 extra = {"server": await observer.conditions()} if observer is not None else None
-                total = load.requests if load.requests is not None else None
-                with Progress(
-                    TextColumn("[progress.description]{task.description}"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TimeElapsedColumn(),
-                    console=err,
-                    transient=True,
-                    disable=not err.is_terminal,
-                ) as progress:
-                    task = progress.add_task("requests", total=total)
-                    make_out_dir(out_dir)
+                make_out_dir(out_dir)
+                total = None if load.requests is None else load.requests + load.warmup_requests
+                live = LiveView(  # loadgen.cli.live: a thread tailing requests.jsonl, off the send path
+                    err, enabled=live_enabled(kw, err), run_file=out_dir / "requests.jsonl",
+                    total=total, rate_rps=None if load.max_throughput else load.rate_rps,
+                )  # fmt: skip
+                if load.sessions is not None:
+                    from loadgen.session_run import measure_sessions
+
+                    cfg_rec = config_record(kw, target.url, target.embedded)
+                    return await measure_sessions(
+                        endpoint,
+                        load,
+                        load.sessions,
+                        out_dir,
+                        config_record=cfg_rec,
+                        redactor=redactor,
+                        server_observer=observer,
+                        conditions_extra=extra,
+                    )
+                with live, telemetry_from_options(kw, out_dir / "requests.jsonl", err) as tele:
+
+                    def hook(runner: Any) -> None:  # read-only references for the view and the exporter
+                        live.attach(runner)
+                        tele.attach(runner)
+
                     return await measure(
                         endpoint,
                         load,
                         out_dir,
                         config_record=config_record(kw, target.url, target.embedded),
                         redactor=redactor,
-                        on_record=lambda rec, m: progress.advance(task),
+                        runner_hook=hook,
                         workers=parse_workers(kw["workers"], cluster),
                         server_observer=observer,
                         conditions_extra=extra,
@@ -106,6 +135,14 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
 
     write_requests_csv(out_dir / "requests.jsonl", out_dir / "requests.csv")
     render_run(run.result, console, str(out_dir))
+    if run.result.get("sessions"):
+        from loadgen.report.sessions import render_sessions
+
+        render_sessions(run.result["sessions"], console)
+    if run.result.get("max_throughput"):  # --rate inf: the batch scorecard
+        from loadgen.report.batch import render_batch
+
+        render_batch(run.result["max_throughput"], console)
     return run
 
 
@@ -118,6 +155,8 @@ def _dry_run(load: LoadConfig, out_dir: Path, console: Console) -> None:
 
     if load.concurrency is not None:
         raise click.UsageError("--dry-run writes an open-loop schedule; it clashes with --concurrency")
+    if load.max_throughput:
+        raise click.UsageError("--dry-run writes an open-loop schedule; --rate inf has none (every request at once)")
     if load.salt is None:
         load = _replace(load, salt=new_salt())
     wl = build_workload(load)

@@ -7,6 +7,7 @@ the report; :func:`loadgen.cli.sweep_exit_code` turns its answer into the exit c
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.config import base_load_config, build_sweep_config, config_record, sweep_estimate
+from loadgen.cli.live import LiveView, live_enabled, view_options
 from loadgen.cli.options import (
     common_endpoint_options,
     cpus_option,
@@ -70,12 +72,51 @@ __all__ = ["sweep_cmd"]
 @click.option(
     "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/)."
 )
+@view_options
 def sweep_cmd(**kw: Any) -> SweepOutcome:
     """Find the highest offered load that still meets the SLO."""
-    return _sweep(kw, Console(), Console(stderr=True, soft_wrap=True))
+    with TailSignals() as tail:
+        return _sweep(kw, Console(), Console(stderr=True, soft_wrap=True), tail)
 
 
-def _sweep(kw: dict[str, Any], console: Console, err: Console) -> SweepOutcome:
+class TailSignals:
+    """SIGINT/SIGTERM after the search, while its results are written (server stop, sweep.json,
+    the report): the first is noted and the files are finished, then the command exits 130
+    (:func:`loadgen.cli._mapped`); a second leaves at once. During the search the signals are
+    :meth:`loadgen.sweep.Sweep.interrupt`'s (drain, then cancel); without this, a signal in
+    the seconds after it killed the process (SIGTERM) or raised (SIGINT) before sweep.json."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> None:
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old.setdefault(sig, signal.getsignal(sig))
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+        os.write(2, b"interrupted: writing what the sweep measured first (interrupt again to leave now)\n")
+
+    def __enter__(self) -> TailSignals:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        import signal
+
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old.clear()
+        if self.count and exc_type is None:
+            raise KeyboardInterrupt  # everything is written: exit 130 as for any interrupt
+
+
+def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals | None = None) -> SweepOutcome:
     """The sweep, written and shown (its answer goes to :func:`loadgen.cli.sweep_exit_code`)."""
     import signal
 
@@ -83,6 +124,8 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> SweepOutcome:
     from loadgen.report.sweep_report import render_sweep, write_report
     from loadgen.sweep import Sweep
 
+    if kw.get("sessions"):  # issue 17: the session search is a library call for now; never a silent plain sweep
+        raise click.UsageError("--sessions: 'loadgen sweep' does not take it yet (see loadgen.sweep.sessions)")
     scfg = build_sweep_config(kw)
     base = base_load_config(kw)
     cpus = cpus_option(kw)
@@ -98,6 +141,9 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> SweepOutcome:
             confirm_remote(kw, target.url, target.embedded, sweep_estimate(kw, scfg), err)
         endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
         use_uvloop()
+        live = LiveView(  # loadgen.cli.live: off the send path
+            err, enabled=live_enabled(kw, err), sweep_dir=out_dir, targets=scfg.slos, origin=base.latency_origin
+        )
 
         async def go() -> SweepOutcome:
             loop = asyncio.get_running_loop()
@@ -112,7 +158,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> SweepOutcome:
                     out_dir,
                     config_record=config_record(kw, target.url, target.embedded),
                     redactor=redactor,
-                    progress=lambda msg: err.print(redactor(msg)),
+                    progress=lambda msg: None if kw["quiet"] else live.print(redactor(msg)),
                     server_observer=observer,
                     cluster=cluster,
                 )
@@ -137,13 +183,22 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console) -> SweepOutcome:
             finally:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
+                if tail is not None:
+                    tail.install()  # from here to the written files, a signal loses nothing
                 await endpoint.close()
                 if observer is not None:
                     await observer.close()
 
-        out = asyncio.run(go())
+        with live:
+            out = asyncio.run(go())
+    from loadgen.why import sweep_why  # each probe's SLO misses by cause
+
+    sweep_why(out.result, out_dir, scfg.slos, base.latency_origin)
     out.result = redactor.scrub(out.result)  # server-supplied text, by value
     write_json(out_dir / "sweep.json", out.result)
     write_report(out.result, out_dir)
     render_sweep(out.result, console, str(out_dir))
+    from loadgen.report.why import render_sweep_why
+
+    render_sweep_why(out.result, console)
     return out

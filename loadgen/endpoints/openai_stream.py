@@ -51,8 +51,10 @@ def apply_body(record: RequestRecord, obj: Any, *, chat: bool, redact: Redactor)
     settle(record, streamed=False)
 
 
-def apply_stream_event(record: RequestRecord, data: str, t_ns: int, *, chat: bool, redact: Redactor) -> str | None:
-    """Apply one SSE event's ``data`` (arrived at ``t_ns``) to ``record``.
+def apply_stream_event(
+    record: RequestRecord, data: str | bytes, t_ns: int, *, chat: bool, redact: Redactor
+) -> str | None:
+    """Apply one SSE event's ``data`` (text, or its UTF-8 bytes; arrived at ``t_ns``) to ``record``.
 
     Returns ``"done"`` at ``[DONE]``, ``"failed"`` on an in-band error object (the
     record is then a ``stream_error`` ending at ``t_ns``), else None. A token-bearing
@@ -62,14 +64,15 @@ def apply_stream_event(record: RequestRecord, data: str, t_ns: int, *, chat: boo
     a ``delta`` (Azure's ``content_filter_results``/``content_filter_offsets``) and
     role-only deltas carry no token. Raises :class:`ProtocolError` on malformed JSON.
     """
-    if data == "[DONE]":
+    if data == "[DONE]" or data == b"[DONE]":
         return "done"
-    if not data.strip():
-        return None
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
-        raise ProtocolError(f"malformed JSON in event: {redact(data)[:80]!r}") from None
+        if not data.strip():
+            return None  # an empty event: no token
+        text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+        raise ProtocolError(f"malformed JSON in event: {redact(text)[:80]!r}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("event data is not a JSON object")
     err = obj.get("error")
@@ -137,9 +140,17 @@ class OpenAIStreamParser:
         self.failed = False
 
     def feed(self, chunk: bytes, t_ns: int) -> bool:
+        if chunk[-2:] == b"\n\n" and chunk[:5] == b"data:" and b"\r" not in chunk and self.dec.clean():
+            events = _plain_data_events(chunk, self.dec.max_event_bytes)
+            if events is not None:  # the common read: whole data-only events, nothing pending
+                self.dec.started()
+                return self._apply(events, t_ns)
+        return self._apply([ev.data for ev in self.dec.feed(chunk)], t_ns)
+
+    def _apply(self, events: list[str] | list[bytes], t_ns: int) -> bool:
         rec = self.record
-        for ev in self.dec.feed(chunk):
-            r = apply_stream_event(rec, ev.data, t_ns, chat=self.chat, redact=self.redact)
+        for data in events:
+            r = apply_stream_event(rec, data, t_ns, chat=self.chat, redact=self.redact)
             if r == "done":
                 self.done = True
                 rec.end_ns = t_ns
@@ -163,6 +174,22 @@ class OpenAIStreamParser:
 
 
 _fail = fail
+
+
+def _plain_data_events(chunk: bytes, max_event_bytes: int) -> list[bytes] | None:
+    """The ``data`` of each event of ``chunk`` when it holds only whole one-line ``data:`` events
+    (LF line ends, no other field, no comment, none over ``max_event_bytes``): what
+    :class:`~loadgen.sse.SSEDecoder` would dispatch for it from a clean state, without decoding
+    to text (orjson reads the UTF-8 bytes and rejects invalid ones). None: anything else (the
+    decoder takes the chunk)."""
+    pieces = chunk.split(b"\n\n")
+    pieces.pop()  # what follows the last blank line: empty (the chunk ends with one)
+    out = []
+    for p in pieces:
+        if p[:5] != b"data:" or b"\n" in p or len(p) > max_event_bytes:
+            return None
+        out.append(p[6:] if p[5:6] == b" " else p[5:])
+    return out
 
 
 MAX_USAGE_TOKENS = 1 << 22
@@ -191,6 +218,14 @@ def _text_field(obj: dict[str, Any], name: str) -> str:
 
 
 def _take_usage(record: RequestRecord, usage: Any) -> None:
+    if type(usage) is dict and len(usage) <= 3:  # per chunk with continuous usage: {prompt, completion, total}
+        ct, pt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+        if type(ct) is int and 0 <= ct <= MAX_USAGE_TOKENS and (pt is None or isinstance(pt, int)):
+            record.completion_tokens = ct
+            if pt is not None:
+                record.prompt_tokens = pt
+            if "completion_tokens_details" not in usage and "prompt_tokens_details" not in usage:
+                return  # what the full reading below would do with this usage, without its calls
     if not isinstance(usage, dict):
         return
     ct = _count(usage, "completion_tokens")

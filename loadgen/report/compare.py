@@ -48,6 +48,7 @@ from loadgen.errors import InputFileError
 from loadgen.report.compare_html import NOT_MEASURED, fmt_cell, render_html
 from loadgen.report.sweep_facts import probe_state, system_facts
 from loadgen.report.sweep_plots import METRIC_NAME, PCT_KEY
+from loadgen.throughput import WINDOW_RULE
 from loadgen.timeseries import DRIFT_MIN_LATENCY_MS, DRIFT_THRESHOLD, drift, series
 
 SCORECARD_SCHEMA_VERSION = 1
@@ -86,9 +87,32 @@ ROWS = (
     *QUALITY_ROWS,
 )
 
+# the "throughput" section: max-throughput runs (--rate inf, loadgen.throughput) compared with each other only
+THROUGHPUT_ROWS = (
+    ("tp_batch", "max-throughput: batch (requests in flight)", None),
+    ("tp_sustained_output_tps", "max-throughput: sustained output tok/s", "high"),
+    ("tp_sustained_output_tps_per_slot", "max-throughput: sustained output tok/s per slot", "high"),
+    ("tp_sustained_window_s", "max-throughput: sustained window (s)", None),
+    ("tp_output_tps_incl_drain", "max-throughput: output tok/s incl. ramp and drain", None),
+    ("tp_cost_per_million_output_tokens_usd", "max-throughput: cost per million output tokens (USD)", "low"),
+    ("tp_energy_per_million_output_tokens_j", "max-throughput: energy per million output tokens (J)", "low"),
+)
+TP_KEYS = {
+    "tp_batch": "batch",
+    "tp_sustained_output_tps": "sustained_output_tps",
+    "tp_sustained_output_tps_per_slot": "sustained_output_tps_per_slot",
+    "tp_output_tps_incl_drain": "output_tps_incl_drain",
+    "tp_cost_per_million_output_tokens_usd": "cost_per_million_output_tokens_usd",
+    "tp_energy_per_million_output_tokens_j": "energy_per_million_output_tokens_j",
+}
+NOT_THROUGHPUT_RUN = "not a max-throughput run"
+
 UNPACED_ITL_ROWS = ("itl_p50_ms", "itl_p99_ms")  # a 0 here is not a best (see scorecard)
 
-MUST_MATCH = ("model", "api", "stream", "input_tokens", "output_tokens", "slo", "arrival", "latency_origin", "schema")
+MUST_MATCH = (
+    "model", "api", "stream", "input_tokens", "output_tokens", "slo", "arrival", "latency_origin", "schema",
+    "max_throughput",
+)  # fmt: skip
 
 
 @dataclass
@@ -112,6 +136,7 @@ class System:
     answer_load_rps: float | None = None  # the curve's x at the answer
     answer_concurrency: int | None = None  # a concurrency sweep's answer
     answer_verdict: str | None = None  # sweep.json answer.verdict_text when it is a point estimate
+    interrupted: bool = False  # the run or sweep was stopped by the user (its "interrupted")
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -186,6 +211,7 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
                 sys_.links["answer_probe"] = str(rp)
         if a.get("point_estimate"):
             sys_.answer_verdict = str(a.get("verdict_text") or "PASS (point estimate)")
+        sys_.interrupted = bool(doc.get("interrupted"))
         v = sys_.values
         v["max_rate_rps"] = a.get("max_rate_rps")
         v["max_concurrency"] = a.get("concurrency")
@@ -237,6 +263,7 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
                       "token_unit": ag.get("token_unit"), "load": (cdoc.get("settings") or {}).get("load")}  # fmt: skip
         sys_.links["check"] = str(check_path)
     v["output_tokens_per_joule"] = tokens_per_joule(res) or NOT_MEASURED
+    v.update(throughput_values(res.get("max_throughput")))
     for k in list(v):
         if v[k] is None:
             v[k] = NOT_MEASURED
@@ -253,8 +280,23 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
         "schema": doc.get("schema_version"),
         "server_version": ep.get("server_version"),
         "loadgen_version": cond.get("loadgen_version") or doc.get("loadgen_version"),
+        # max-throughput mode and its batch: such runs are compared with each other only, at one batch
+        "max_throughput": {"batch": (res.get("max_throughput") or {}).get("batch")}
+        if res.get("max_throughput")
+        else None,
     }
     return sys_
+
+
+def throughput_values(card: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``tp_*`` cells of one system from its ``result.json`` ``max_throughput`` (:mod:`loadgen.throughput`)."""
+    if not card:
+        return {k: NOT_THROUGHPUT_RUN for k, _, _ in THROUGHPUT_ROWS}
+    out = {k: card.get(src) for k, src in TP_KEYS.items()}
+    out["tp_sustained_window_s"] = (card.get("sustained_window") or {}).get("duration_s")
+    if out["tp_sustained_output_tps"] is None and card.get("sustained_not_measured"):
+        out["tp_sustained_output_tps"] = f"{NOT_MEASURED} ({card['sustained_not_measured']})"
+    return {k: NOT_MEASURED if v is None else v for k, v in out.items()}
 
 
 def tokens_per_joule(res: dict[str, Any]) -> float | None:
@@ -298,7 +340,8 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
     ranked = comparable or force
     rows = []
     warnings: list[str] = []
-    for key, label, better in ROWS:
+    in_mode = [s for s in systems if s.conditions.get("max_throughput")]
+    for key, label, better in ROWS + (THROUGHPUT_ROWS if in_mode else ()):
         vals = {s.label: s.values.get(key, NOT_MEASURED) for s in systems}
         best = None
         nums = {k: v for k, v in vals.items() if isinstance(v, (int, float))}
@@ -320,6 +363,12 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
         "the percentile at the chosen confidence"
         for s in systems
         if s.answer_verdict
+    ]
+    warnings += [
+        f"{s.label}: the sweep was interrupted: its answer is at most the lower bound or bracket its decided "
+        "probes show"
+        for s in systems
+        if s.interrupted
     ]
     return {
         "schema_version": SCORECARD_SCHEMA_VERSION,
@@ -366,6 +415,13 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
         },
         "interactivity": {s.label: s.interactivity for s in systems if s.interactivity},
         "checks": {s.label: s.check for s in systems if s.check},
+        "throughput": {
+            "systems": [s.label for s in in_mode],
+            "rule": "max-throughput runs (--rate inf) only, ranked with each other at one batch under the same "
+            f"conditions; sustained: {WINDOW_RULE}",
+        }
+        if in_mode
+        else None,
     }
 
 

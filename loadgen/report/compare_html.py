@@ -27,6 +27,7 @@ from loadgen.report.plotting import (
 )
 
 NOT_MEASURED = "not measured"
+THROUGHPUT_FIRST_ROW = "tp_batch"  # the first row of the max-throughput section (compare.THROUGHPUT_ROWS)
 _PERCENT_KEYS = ("_change", "_agreement", "_rate", "quality_accuracy")
 
 CSS = """
@@ -223,6 +224,8 @@ def render_html(card: dict[str, Any]) -> str:
         body += f"<tr class='describe'><th>{html.escape(r['label'])}</th>{cells}</tr>"
     body += f"<tr class='section'><th colspan='{width}'>Measured</th></tr>"
     for r in card["rows"]:
+        if r["key"] == THROUGHPUT_FIRST_ROW:  # the max-throughput runs' section (loadgen.throughput)
+            body += f"<tr class='section'><th colspan='{width}'>Max throughput (batch)</th></tr>"
         cells = "".join(_cell(r["values"][x], r["key"], r["best"] == x) for x in labels)
         body += f"<tr><th>{html.escape(r['label'])}</th>{cells}</tr>"
     files = ""
@@ -237,6 +240,8 @@ def render_html(card: dict[str, Any]) -> str:
     for w in card.get("warnings") or []:
         warn += f"<p class='drift'><b>Drift:</b> {html.escape(w)}</p>"
     notes = f"<p class='note'>Sustained: {html.escape(card['sustained']['rule'])}.</p>"
+    if card.get("throughput"):
+        notes += f"<p class='note'>Max throughput: {html.escape(card['throughput']['rule'])}.</p>"
     for label, c in (card.get("checks") or {}).items():
         notes += (f"<p class='note'>Quality of {html.escape(label)}: {html.escape(str(c.get('source')))} against "
                   f"{html.escape(str(c.get('reference')))} ({html.escape(str(c.get('token_unit')))}; {html.escape(str(c.get('load')))}).</p>")  # fmt: skip

@@ -8,7 +8,7 @@ and searchable), no script and no network. Probe states are drawn the same way e
 * FAIL (stopped early): a hollow orange triangle just above the SLO line — the probe was cut
   short once a FAIL was certain, so its percentiles (finished requests only) are not drawn and
   its short window's throughput is not a collapse;
-* INVALID (the client's timing) and RATE LIMITED: a grey diamond on the x axis.
+* INVALID (the client's timing), RATE LIMITED and INTERRUPTED (no verdict): a grey diamond on the x axis.
 
 Artists carry SVG ids (``slo-<i>``, ``probe-pass``, ...) so that tests can find them.
 """
@@ -25,7 +25,7 @@ STATE_STYLE: dict[str, dict[str, Any]] = {
     "pass": {"marker": "o", "color": "#2e7d32", "mfc": "#2e7d32", "label": "PASS"},
     "fail": {"marker": "X", "color": "#c62828", "mfc": "#c62828", "label": "FAIL"},
     "stopped_early": {"marker": "^", "color": "#ef6c00", "mfc": "white", "label": "FAIL (stopped early)"},
-    "invalid": {"marker": "D", "color": "#757575", "mfc": "white", "label": "INVALID / rate limited"},
+    "invalid": {"marker": "D", "color": "#757575", "mfc": "white", "label": "INVALID / rate limited / interrupted"},
 }
 BRACKET_COLOR = "#2e7d32"
 SLO_COLOR = "#c62828"

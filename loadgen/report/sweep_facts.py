@@ -24,7 +24,8 @@ def verdict_text(p: dict[str, Any]) -> str:
 
 
 def probe_state(p: dict[str, Any]) -> str:
-    """``pass``, ``fail``, ``stopped_early`` (a FAIL cut short) or ``invalid`` (client timing, rate limited)."""
+    """``pass``, ``fail``, ``stopped_early`` (a FAIL cut short) or ``invalid`` (no verdict on the load: client
+    timing, rate limited, or interrupted by the user)."""
     v = p.get("verdict")
     if v == "pass":
         return "pass"

@@ -17,6 +17,7 @@ from typing import Any
 from loadgen.report import sweep_plots
 from loadgen.report.plotting import STATE_STYLE, figure_png, figure_svg, pyplot
 from loadgen.report.sweep_facts import conditions_rows, probe_state, target_texts, verdict_text
+from loadgen.report.why import why_html
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -207,6 +208,8 @@ def write_report(
 {fig_html}
 <h2>Probes</h2>
 {probes_table(res)}
+<h2>Why probes missed</h2>
+{why_html(res)}
 <p class="note">Non-monotonic verdicts: {html.escape(notes)}</p>
 <p class="note">Probes re-run after a client stall (INVALID on the client's own timing): {html.escape(rerun_text)}</p>
 <p class="note">Every figure here is in sweep.json and the probes' result.json files next to this page.</p>

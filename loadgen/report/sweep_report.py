@@ -9,7 +9,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.sweep.verdict import text_of
+from loadgen.sweep.verdict import interrupted_answer, text_of
 
 CLIENT_REMEDY = "give the client CPUs of its own (--cpus), more client processes (--workers), or another machine"
 POINT_NOTE = "a point estimate: its probe held fewer requests than the evidence rule asks, or stayed undecided"
@@ -17,6 +17,8 @@ POINT_NOTE = "a point estimate: its probe held fewer requests than the evidence 
 
 def answer_line(res: dict[str, Any]) -> str:
     """The sweep's answer in one line (console and report): what was decided, and on what evidence."""
+    if res.get("interrupted"):  # at most a bracket or lower bound (loadgen.sweep.verdict)
+        return interrupted_answer(res)
     a = res["answer"]
     slos = " and ".join(t["target"] for t in res["slo"])
     point = f" ({POINT_NOTE})" if a.get("point_estimate") else ""

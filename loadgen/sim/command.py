@@ -19,6 +19,7 @@ import click
 
 from loadgen.sim.faults import FaultConfig
 from loadgen.sim.model import SimParams
+from loadgen.sim.prefix_cache import PrefixCache
 from loadgen.sim.server import SimServer
 
 __all__ = ["sim_command"]
@@ -191,6 +192,21 @@ async def _serve(
     "the truth log then exclude this process's wake-up from an idle CPU (replay-"
     "fidelity benchmarks).",
 )
+@click.option(
+    "--prefix-cache-blocks",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Model a prefix cache of this many KV blocks (LRU; cached prefill is free; usage reports "
+    "prompt_tokens_details.cached_tokens). 0: off.",
+)
+@click.option(
+    "--prefix-block-tokens",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Tokens per KV block of the prefix cache (vLLM's default block size).",
+)
 @click.option("--cpus", help="Serve on these CPUs only (e.g. 1 or 2-3): keeps the simulator off the client's cores.")
 @click.option(
     "--parent-pid",
@@ -246,6 +262,9 @@ def sim_command(**kw: Any) -> None:
         truth_log=kw["truth_log"],
         seed=kw["seed"],
         tokenizer=tokenizer,
+        prefix_cache=PrefixCache(kw["prefix_cache_blocks"], kw["prefix_block_tokens"])
+        if kw["prefix_cache_blocks"]
+        else None,
     )
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -45,6 +45,8 @@ __all__ = [
     "dumps_str",
     "error_body",
     "parse_request",
+    "prompt_units",
+    "reply_units",
     "sim_version",
     "sse_event",
 ]
@@ -166,15 +168,18 @@ class Parsed:
     max_tokens: int
     include_usage: bool
     continuous_usage: bool
+    units: list[Any] | None = None  # the prompt's tokens for the prefix cache (asked for with ``units``)
 
 
 def parse_request(
-    raw: bytes, api: str, *, model_name: str, strict: bool, default_max_tokens: int, tokenizer: Any = None
-) -> Parsed:
+    raw: bytes, api: str, *, model_name: str, strict: bool, default_max_tokens: int, tokenizer: Any = None,
+    units: bool = False,
+) -> Parsed:  # fmt: skip
     """Validate a request body of ``api`` (``completions`` or ``chat``) into :class:`Parsed`.
 
     ``strict`` rejects fields vLLM's OpenAI server does not know; ``default_max_tokens``
-    applies when the body gives none; ``tokenizer`` counts the prompt (None: words).
+    applies when the body gives none; ``tokenizer`` counts the prompt (None: words);
+    ``units`` also returns the prompt's tokens (:func:`prompt_units`, for the prefix cache).
     Raises :class:`BadRequest` when the body is unusable.
     """
     try:
@@ -233,7 +238,56 @@ def parse_request(
             prompt_tokens = count_prompt_tokens(body["prompt"], tokenizer)
     except ValueError as exc:
         raise BadRequest(400, str(exc), param="messages" if api == "chat" else "prompt") from None
-    return Parsed(stream, prompt_tokens, max_tokens, include_usage, continuous)
+    parsed = Parsed(stream, prompt_tokens, max_tokens, include_usage, continuous)
+    if units:
+        got = prompt_units(body["messages"] if api == "chat" else body["prompt"], api, tokenizer)
+        parsed.units = got if len(got) == prompt_tokens else None  # a mismatch (never expected): no caching
+    return parsed
+
+
+def _message_units(m: dict[str, Any]) -> list[Any]:
+    content = m.get("content")
+    if isinstance(content, list):
+        content = " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    words = content.split() if isinstance(content, str) else []
+    return ["<|m|>", str(m.get("role")), "<|c|>", *words, "<|e|>"]
+
+
+def prompt_units(prompt: Any, api: str, tokenizer: Any = None) -> list[Any]:
+    """The prompt's tokens as the prefix cache sees them: ``len`` equals the counted prompt tokens.
+
+    Without a tokenizer: the words of a completions prompt (a token-id list as is); for chat,
+    per message ``<|m|> role <|c|> words... <|e|>`` (the four notional template tokens of
+    :data:`CHAT_TEMPLATE_TOKENS_PER_MESSAGE`). With one: the token ids of the prompt (special
+    tokens included) or of the rendered chat template.
+    """
+    if api == "chat":
+        if tokenizer is not None:
+            return list(tokenizer.encode(tokenizer.render_chat(prompt), add_special_tokens=False))
+        return [u for m in prompt for u in _message_units(m)]
+    if isinstance(prompt, list):
+        if len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        else:
+            return list(prompt)
+    if tokenizer is not None:
+        return list(tokenizer.encode(prompt, add_special_tokens=True))
+    return prompt.split()
+
+
+def reply_units(prompt_units_: list[Any], api: str, output_tokens: int, tokenizer: Any = None) -> list[Any] | None:
+    """Prompt + reply tokens as the next turn's history will hold them (None: not modelled).
+
+    Without a tokenizer: chat appends the assistant message's units (``<|m|> assistant <|c|>``
+    and the output words); completions appends the output words. With a tokenizer the
+    template's rendering of the reply is not modelled (None): only prompt blocks are cached.
+    """
+    if tokenizer is not None:
+        return None
+    words = [WORDS[i % len(WORDS)].strip() for i in range(output_tokens)]
+    if api == "chat":
+        return [*prompt_units_, "<|m|>", "assistant", "<|c|>", *words]
+    return [*prompt_units_, *words]
 
 
 def error_body(message: str, type_: str, param: str | None = None, code: Any = None) -> bytes:

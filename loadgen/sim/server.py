@@ -22,9 +22,20 @@ abandoned) ends as one JSON line, written and flushed when it ends::
                write was handed to the socket (the earliest the client can see it),
      "end_ns": after the final write,
      "prompt_tokens": counted prompt tokens (null if the body was unusable),
+     "cached_tokens": prompt tokens served from the prefix cache (``--prefix-cache-blocks``;
+                      null when the cache is off or the body was unusable),
      "output_tokens": tokens actually written, "max_tokens": tokens requested,
      "status": "ok" | "fault:<kind>" | "client_gone" | "cancelled" | "rejected:<http status>"
                | "server_error"}
+
+With a prefix cache (:mod:`loadgen.sim.prefix_cache`) a request's prefill costs its uncached
+tokens only (``prompt_tokens - cached_tokens`` go to the model), and the usage block carries
+``prompt_tokens_details.cached_tokens`` as vLLM's does with ``--enable-prompt-tokens-details``.
+``POST /reset_prefix_cache`` empties it (as vLLM's dev endpoint). ``GET /metrics`` serves vLLM's
+counters in Prometheus text: ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
+``vllm:request_success_total`` and, with the cache, ``vllm:prefix_cache_queries_total`` /
+``vllm:prefix_cache_hits_total`` (prompt tokens looked up / found, as vLLM's), so
+:class:`loadgen.serve.ServerObserver` reads the hit rate from /metrics deltas.
 
 ``<kind>`` is one of :data:`loadgen.sim.faults.FAULT_KINDS`. All ``*_ns`` are perf_counter_ns.
 ``cancelled`` means the server was stopping; ``rejected`` a validation error
@@ -49,6 +60,7 @@ from loadgen.clock import now_ns, sleep_until
 from loadgen.sim.faults import FaultConfig, draw_fault
 from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams, TokenEmission
+from loadgen.sim.prefix_cache import PrefixCache
 from loadgen.sim.protocol import (
     ARRIVAL_KEY,
     DONE_EVENT,
@@ -62,6 +74,7 @@ from loadgen.sim.protocol import (
     dumps_str,
     error_body,
     parse_request,
+    reply_units,
     sim_version,
     sse_event,
 )
@@ -81,6 +94,7 @@ class _Truth:
     first_token_ns: int | None = None
     end_ns: int | None = None
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None
     output_tokens: int = 0
     max_tokens: int | None = None
     status: str | None = None  # set when the request ends
@@ -110,6 +124,7 @@ class SimServer:
         truth_log: str | None = None,
         seed: int = 0,
         tokenizer: Any = None,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.params = params if params is not None else SimParams()
         self.tokenizer = tokenizer  # a loadgen.workload.tokenizer.Tokenizer, or None: count words
@@ -118,6 +133,10 @@ class SimServer:
         self.faults = faults if faults is not None else FaultConfig()
         self.truth_log_path = truth_log
         self.model = new_model(self.params)  # the batch, or FIFO servers (--fifo)
+        self.prefix_cache = prefix_cache  # None: no prefix caching (the default)
+        self.prompt_tokens_total = 0  # /metrics counters (vLLM's names)
+        self.generation_tokens_total = 0
+        self.requests_ok_total = 0
         self._rng = random.Random(seed)
         self._fault_ps = self.faults.probabilities()
         self._any_fault = any(p > 0.0 for p in self._fault_ps)
@@ -138,6 +157,8 @@ class SimServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/version", self._version)
+        app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
+        app.router.add_get("/metrics", self._metrics)
         app.cleanup_ctx.append(self._lifespan)
         return app
 
@@ -226,6 +247,28 @@ class SimServer:
         }
         return web.json_response(body, dumps=dumps_str)
 
+    async def _metrics(self, request: web.Request) -> web.Response:
+        label = '{model_name="' + self.model_name + '"}'
+        counters = [
+            ("vllm:prompt_tokens_total", self.prompt_tokens_total),
+            ("vllm:generation_tokens_total", self.generation_tokens_total),
+            ("vllm:request_success_total", self.requests_ok_total),
+        ]
+        if self.prefix_cache is not None:
+            counters += [
+                ("vllm:prefix_cache_queries_total", self.prefix_cache.queried_tokens),
+                ("vllm:prefix_cache_hits_total", self.prefix_cache.hits_tokens),
+            ]
+        lines = []
+        for name, v in counters:
+            lines += [f"# TYPE {name} counter", f"{name}{label} {float(v)}"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
+        if self.prefix_cache is not None:
+            self.prefix_cache.reset()
+        return web.Response(status=200)
+
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "completions")
 
@@ -239,6 +282,7 @@ class SimServer:
         return parse_request(
             raw, api, model_name=self.model_name, strict=self.strict,
             default_max_tokens=self.params.default_max_tokens, tokenizer=self.tokenizer,
+            units=self.prefix_cache is not None,
         )  # fmt: skip
 
     def _draw_fault(self) -> str | None:
@@ -261,6 +305,7 @@ class SimServer:
             "chunks": chunks,
             "end_ns": truth.end_ns,
             "prompt_tokens": truth.prompt_tokens,
+            "cached_tokens": truth.cached_tokens,
             "output_tokens": truth.output_tokens,
             "max_tokens": truth.max_tokens,
             "status": truth.status,
@@ -315,13 +360,26 @@ class SimServer:
                 )
                 truth.end_ns = now_ns()
                 return resp
+            cache = self.prefix_cache
+            cached = 0
+            if cache is not None:
+                truth.cached_tokens = 0
+                if parsed.units is not None:
+                    cached = truth.cached_tokens = cache.lookup(parsed.units)
+                    cache.insert(parsed.units)
             queue: asyncio.Queue[TokenEmission] = asyncio.Queue()
             self._queues[seq] = queue
-            self.model.arrive(now_ns(), seq, parsed.prompt_tokens, parsed.max_tokens)
+            self.model.arrive(now_ns(), seq, parsed.prompt_tokens - cached, parsed.max_tokens)  # cached: no prefill
             self._kick()
             if parsed.stream:
-                return await self._stream(request, api, parsed, fault, queue, truth, chunks)
-            return await self._unary(request, api, parsed, fault, queue, truth, chunks)
+                done = await self._stream(request, api, parsed, fault, queue, truth, chunks)
+            else:
+                done = await self._unary(request, api, parsed, fault, queue, truth, chunks)
+            if cache is not None and parsed.units is not None and truth.status == "ok":
+                full = reply_units(parsed.units, api, truth.output_tokens, self.tokenizer)
+                if full is not None:
+                    cache.insert(full)  # the decoded blocks too: the next turn's history starts with them
+            return done
         except asyncio.CancelledError:
             truth.status = "cancelled"
             raise
@@ -337,6 +395,10 @@ class SimServer:
                 truth.end_ns = now_ns()
             if truth.status is None:  # an unexpected exception (a bug): aiohttp answers 500
                 truth.status = "server_error"
+            if truth.status == "ok":  # the /metrics counters
+                self.prompt_tokens_total += truth.prompt_tokens or 0
+                self.generation_tokens_total += truth.output_tokens
+                self.requests_ok_total += 1
             self._write_truth(truth, chunks)
 
     async def _stream(
@@ -351,8 +413,15 @@ class SimServer:
         prompt_tokens = parsed.prompt_tokens
         continuous = parsed.continuous_usage
 
-        def usage(n: int) -> dict[str, int]:
-            return {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+        def usage(n: int) -> dict[str, Any]:
+            u: dict[str, Any] = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": n,
+                "total_tokens": prompt_tokens + n,
+            }
+            if truth.cached_tokens is not None:
+                u["prompt_tokens_details"] = {"cached_tokens": truth.cached_tokens}
+            return u
 
         resp = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -445,7 +514,9 @@ class SimServer:
         chat = api == "chat"
         text = "".join(WORDS[i % len(WORDS)] for i in range(out))
         p = parsed.prompt_tokens
-        usage = {"prompt_tokens": p, "completion_tokens": out, "total_tokens": p + out}
+        usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": out, "total_tokens": p + out}
+        if truth.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": truth.cached_tokens}
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         head = {"id": rid, "object": "chat.completion" if chat else "text_completion",
                 "created": int(time.time()), "model": self.model_name}  # fmt: skip

@@ -38,6 +38,12 @@ the probe's duration (:func:`~loadgen.sweep.evidence.closed_loop_sent_rps`). Eac
 each of its targets gets one verdict text (:mod:`loadgen.sweep.verdict`), stored in
 ``sweep.json`` and shown alike everywhere.
 
+Interrupted (the sweep's ``stop_requested``, or a segment whose run was interrupted by a
+signal): the probe is not extended and gets the verdict ``interrupted`` (text ``INTERRUPTED:
+undecided``, :mod:`loadgen.sweep.verdict`), whatever its counts so far: it did not run its
+duration, its stability test or its extensions. Only a FAIL already certain over the largest
+possible probe (``FAIL (stopped early)``) stands.
+
 The verdict table (docs/measurement.md): only the client's timing (the generator checks of
 :mod:`loadgen.validity`) makes a probe ``invalid``; everything the server causes (SLO
 misses, a growing backlog, errors) is ``fail`` with its reason. A probe whose requests
@@ -77,7 +83,7 @@ from loadgen.slo import (
 from loadgen.sweep.config import SweepConfig
 from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps
 from loadgen.sweep.stability import TAIL_FRACTION, backlog_trend
-from loadgen.sweep.verdict import probe_verdict_text, target_verdict
+from loadgen.sweep.verdict import INTERRUPTED, probe_verdict_text, target_verdict
 from loadgen.types import RequestRecord
 from loadgen.validity import RATE_LIMIT_DOMINATED
 
@@ -267,6 +273,7 @@ class Probe:
     schedule_realized_rps: float | None = None  # the measured sends' own rate: (N - 1) / span
     reruns: int = 0  # earlier INVALID probes at this rate, run again (a transient client stall)
     demanded_output_tps: float | None = None  # the measured requests' output tokens / window
+    interrupted: bool = False  # stopped by the user before its verdict: not extended, verdict "interrupted"
     # the one verdict text (loadgen.sweep.verdict), shown alike in the live line, table, sweep.json, report
     verdict_text: str = ""
     targets: list[dict[str, Any]] = field(default_factory=list)  # per target: counts, verdict, verdict_text
@@ -294,8 +301,14 @@ async def run_probe(
     workers: int = 1,
     server_observer: Any = None,
     cluster: Any = None,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> Probe:
-    """One probe at ``rate`` req/s (or closed loop at ``concurrency``), extended while undecided."""
+    """One probe at ``rate`` req/s (or closed loop at ``concurrency``), extended while undecided.
+
+    ``stop_requested``: the caller's interrupt flag (the sweep was stopped by the user). When it
+    is set, or a segment's run ends interrupted, no further segment is run and the probe's verdict
+    is ``interrupted`` (unless its FAIL was already certain: ``FAIL (stopped early)``).
+    """
     need = scfg.needed_requests()
     per_segment = max(need, math.ceil(rate * scfg.probe_duration_s)) if concurrency is None else None
     n_cap = (per_segment or need) * (1 + scfg.max_extensions)
@@ -308,6 +321,7 @@ async def run_probe(
     stability: list[str] = []
     unstable = False
     tail_short = False
+    interrupted = False
     seg_requests = per_segment
     seg_duration_s = scfg.probe_duration_s  # closed loop: a segment's length (extended in time)
     while True:
@@ -380,6 +394,9 @@ async def run_probe(
         results.append(run.result)
         total_duration += run.result["duration_s"]
         segments += 1
+        if run.result.get("interrupted") and not judge.stopped_early:
+            interrupted = True  # the user stopped it: no verdict from what it holds, and no extension
+            break
         if not run.result["validity"]["valid"] or judge.stopped_early:
             break
         if concurrency is not None:
@@ -387,30 +404,33 @@ async def run_probe(
             if ext is None:
                 break
             seg_duration_s = ext
-            continue
-        sched, end, first, meas, ok, tpot = judge.timing()
-        trends = backlog_trend(sched, first, tpot, meas)
-        stability += [f"segment {segments}: {t.describe()}" + (" GROWING" if t.growing else "") for t in trends]
-        if any(t.growing for t in trends):
-            unstable = True
+        else:
+            sched, end, first, meas, ok, tpot = judge.timing()
+            trends = backlog_trend(sched, first, tpot, meas)
+            stability += [f"segment {segments}: {t.describe()}" + (" GROWING" if t.growing else "") for t in trends]
+            if any(t.growing for t in trends):
+                unstable = True
+                break
+            tail_short = _tail_too_long(sched, end, meas, ok)
+            verdicts = [
+                judge_counts(tj.k, tj.n, tj.target, scfg.confidence)[0]
+                for tj in judge.targets
+                if judged_per_request(tj.target)
+            ]
+            if segments > scfg.max_extensions:
+                break
+            if tail_short and seg_requests is not None:
+                seg_requests = 2 * seg_requests  # a longer segment: its tail a smaller part of it
+                left = scfg.max_extensions - segments + 1  # segments still possible, this one included
+                done = sum((r.get("counts") or {}).get("requests") or 0 for r in results)
+                judge.set_cap(max(judge.n_cap, done + seg_requests * (2**left - 1)))
+            elif "fail" in verdicts or all(v == "pass" for v in verdicts):
+                break
+        if stop_requested is not None and stop_requested():
+            interrupted = True  # an extension was needed, but the sweep was stopped: undecided
             break
-        tail_short = _tail_too_long(sched, end, meas, ok)
-        verdicts = [
-            judge_counts(tj.k, tj.n, tj.target, scfg.confidence)[0]
-            for tj in judge.targets
-            if judged_per_request(tj.target)
-        ]
-        if segments > scfg.max_extensions:
-            break
-        if tail_short and seg_requests is not None:
-            seg_requests = 2 * seg_requests  # a longer segment: its tail a smaller part of it
-            left = scfg.max_extensions - segments + 1  # segments still possible, this one included
-            done = sum((r.get("counts") or {}).get("requests") or 0 for r in results)
-            judge.set_cap(max(judge.n_cap, done + seg_requests * (2**left - 1)))
-            continue
-        if "fail" in verdicts or all(v == "pass" for v in verdicts):
-            break
-    probe = _finish_probe(judge, scfg, results, rate, out_dir, total_duration, segments, concurrency)
+    probe = _finish_probe(judge, scfg, results, rate, out_dir, total_duration, segments, concurrency, interrupted)
+    probe.interrupted = interrupted
     probe.stability = stability
     probe.schedule_realized_rps = results[0].get("client", {}).get("schedule_realized_rps")
     if unstable and probe.verdict not in ("invalid", "rate_limited"):
@@ -452,6 +472,7 @@ def _finish_probe(
     duration: float,
     segments: int,
     concurrency: int | None,
+    interrupted: bool = False,
 ) -> Probe:
     first = results[0]
     last = results[-1]
@@ -493,6 +514,11 @@ def _finish_probe(
         for x in targets:  # none reached its count alone (a race at the stop): the undecided ones stopped it
             if "point_estimate" in x and (x["verdict"] == "fail" or x["point_estimate"]):
                 x.update(verdict="fail", point_estimate=False, verdict_text="FAIL (stopped early)")
+    if interrupted:  # the rule of loadgen.sweep.verdict: no verdict from an interrupted probe's counts
+        low_conf = False
+        for x in targets:
+            x.update(verdict="interrupted", verdict_text=INTERRUPTED)
+            x.pop("point_estimate", None)
     for x in targets:
         if "bounds" in x:
             lo, hi = x["bounds"]
@@ -500,12 +526,13 @@ def _finish_probe(
                 f"{x['target']}: {x['exceedances']} of {x['requests']} over ({x['verdict_text']}; bounds {lo:.4f}..{hi:.4f})"
             )
     validity_detail: list[str] = []
-    if invalid:
+    if invalid and not interrupted:
         if judge.fails_on_server_errors():
             verdict = "fail"
             reasons.append("FAIL on the server's errors alone, whatever the generator's lag (see validity)")
         else:
             verdict = "invalid"
+    if invalid:
         for r in invalid:
             validity_detail += [
                 c["detail"] for c in r["validity"]["checks"] if not c["ok"] and c["group"] == "generator"
@@ -514,9 +541,12 @@ def _finish_probe(
     limited = sum((c.get("errors_by_kind") or {}).get("rate_limited", 0) for c in counts)
     decided = sum((c.get("requests") or 0) - (c.get("errors_by_kind") or {}).get("cancelled", 0) for c in counts)
     rl_frac = limited / decided if decided else None
-    if verdict != "invalid" and rl_frac is not None and rl_frac > RATE_LIMIT_DOMINATED:
+    if not interrupted and verdict != "invalid" and rl_frac is not None and rl_frac > RATE_LIMIT_DOMINATED:
         verdict = "rate_limited"
         reasons.append(f"{limited} of {decided} requests answered 429: the provider's quota, not the server's latency")
+    if interrupted:
+        verdict = "interrupted"
+        reasons.insert(0, "stopped by the user before its verdict: not extended, no verdict from the counts so far")
     thr = first["throughput"]
     lat = {t.metric: first["latency_ms"].get(t.metric) for t in scfg.slos}
     judged = [x["requests"] for x in targets if "requests" in x]

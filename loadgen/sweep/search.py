@@ -21,6 +21,13 @@ only when even the lowest rate was client-limited). A ``rate_limited`` probe sto
 and reports the provider's quota as the limit (``limited_by: rate_limit``), not as the
 server's latency.
 
+Signals (:meth:`Sweep.interrupt`, SIGINT/SIGTERM in ``loadgen sweep``): the first stops the
+search; the probe in progress drains (``--drain-grace``), is not extended and has no verdict
+unless its FAIL was already certain (the rule of :mod:`loadgen.sweep.verdict`); probes decided
+before it keep theirs, and the answer says it was interrupted and is at most the bracket or
+lower bound they show (``sweep.json`` ``interrupted``, ``answer.interrupted``; exit 130). A
+second signal cancels what is in flight at once, as in ``loadgen run``.
+
 Before calibration, the unloaded check (:mod:`loadgen.sweep.unloaded`) stops a sweep whose SLO
 the server misses with one request at a time, before any probe; then the plan
 (:mod:`loadgen.sweep.plan`: requests per probe and why, expected probes, total time) is
@@ -91,6 +98,7 @@ class Sweep:
         self.probes: list[Probe] = []
         self.calibration: dict[str, Any] | None = None
         self.interrupted = False
+        self.cancelled = False  # a second signal: what is in flight is cancelled at once
         self.rate_limited_at: float | None = None  # the rate (or concurrency) where 429s took over
         self.reruns: list[dict[str, Any]] = []  # INVALID probes run again (a transient client stall)
         self.unloaded: dict[str, Any] | None = None  # the unloaded check (loadgen.sweep.unloaded)
@@ -126,6 +134,7 @@ class Sweep:
             workers=self.scfg.workers,
             server_observer=self.server_observer,
             cluster=self.cluster,
+            stop_requested=lambda: self.interrupted,
         )
         p.prefix_cache_reset = reset
         self.probes.append(p)
@@ -188,23 +197,49 @@ class Sweep:
 
     def _set_runner(self, r: Runner) -> None:
         self.current_runner = r
-        if self.interrupted:
+        if self.cancelled:
+            self._cancel(r)
+        elif self.interrupted:
             r.request_stop(True)
 
     def interrupt(self) -> None:
-        """Stop the search: the probe in progress drains and the sweep reports what it has."""
+        """Stop the search (the first SIGINT/SIGTERM): the probe in progress drains and the sweep
+        reports what it has. A second call cancels what is in flight at once (as ``loadgen run``)."""
+        r: Runner | None = getattr(self, "current_runner", None)
+        if self.interrupted:
+            self.cancelled = True
+            self.progress("interrupted again: cancelling the requests in flight")
+            if r is not None:
+                self._cancel(r)
+            return
         self.interrupted = True
-        r = getattr(self, "current_runner", None)
+        self.progress(
+            "interrupted: the requests in flight drain (up to --drain-grace), then the sweep reports what it "
+            "decided; interrupt again to cancel them now"
+        )
         if r is not None:
             r.request_stop(True)
 
+    @staticmethod
+    def _cancel(r: Runner) -> None:
+        """Stop ``r`` and cancel its requests in flight now, recorded as ``cancelled`` with this reason."""
+        r.request_stop(True, cancel_inflight=True)
+        # set before the cancelled tasks run (they read it when they record themselves)
+        r.cancel_reason = "in flight at a second interrupt"
+
     async def _verdict_at(self, rate: float) -> str:
         verdicts = []
-        for _ in range(max(self.scfg.repeats, 1)):
+        k = max(self.scfg.repeats, 1)
+        for i in range(k):
             p = await self._probe_rerun(rate)
             verdicts.append(p.verdict)
             if p.verdict != "pass":
                 break
+            if self.interrupted and i + 1 < k:
+                verdicts.append("interrupted")  # a PASS needs all K repeats: the rest were not run
+                break
+        if "interrupted" in verdicts:
+            return "interrupted"
         if "invalid" in verdicts:
             return "invalid"
         if "rate_limited" in verdicts:
@@ -254,7 +289,7 @@ class Sweep:
 
     async def search(self) -> SweepOutcome:
         s = self.scfg
-        if await self.check_unloaded():
+        if await self.check_unloaded() or self.interrupted:
             return self._outcome(None, None, None)
         cap = await self.calibrate()
         if s.start_rate_rps:
@@ -277,8 +312,8 @@ class Sweep:
                 up = min((x for x in (first_fail, self.untested_above) if x is not None), default=None)
                 self.progress(self.plan.note(self.elapsed_s(), len(self.probes), self.plan.remaining(last_pass, up, r)))
             v = await self._verdict_at(r)
-            if self.interrupted:
-                break
+            if v == "interrupted":
+                break  # no verdict at r; a verdict decided before the interrupt counts (the loop's test ends it after)
             if v == "invalid":
                 # the client could not test r: an upper bound on what it can test, not a FAIL
                 self.untested_above = r if self.untested_above is None else min(self.untested_above, r)
@@ -366,7 +401,7 @@ class Sweep:
                 pass
             per_user = (1000.0 / tpot) if tpot else None
             total = p.output_tps
-            if p.stopped_early or p.verdict in ("invalid", "rate_limited"):
+            if p.stopped_early or p.verdict in ("invalid", "rate_limited", "interrupted"):
                 per_user = total = None  # no steady load was measured: no point on the curve, never (0, 0)
             rows.append(
                 {
@@ -434,6 +469,8 @@ class Sweep:
         answer["verdict_text"] = at.verdict_text if at else None
         answer["point_estimate"] = bool(at.low_confidence) if at else None
         answer["untested_above_rps"] = self.untested_above
+        # stopped by the user: the answer is at most the bracket or lower bound the decided probes show
+        answer["interrupted"] = self.interrupted
         answer["untested_concurrency"] = self.untested_users
         answer["slo_below_unloaded"] = (
             "; ".join(self.unloaded["over"]) if self.unloaded and self.unloaded["over"] else None

@@ -13,7 +13,18 @@ reads the same in every place (issue 23). The texts:
   errors alone prove it);
 * ``FAIL (stopped early)``: the known exceedances made FAIL certain before the probe's end;
 * ``INVALID: reason``: the client's own timing (the verdict table in docs/measurement.md);
-* ``RATE LIMITED: ...``: most requests answered HTTP 429 (the provider's quota).
+* ``RATE LIMITED: ...``: most requests answered HTTP 429 (the provider's quota);
+* ``INTERRUPTED: undecided``: the user stopped the sweep (Ctrl-C, SIGTERM) while the probe ran,
+  or before an extension it needed. The rule: an interrupted probe is never extended and earns
+  no verdict from what it holds (it did not run its duration, its stability test or its
+  extensions), whatever its counts say: not PASS, not a point estimate, not INVALID. The one
+  exception is ``FAIL (stopped early)``: a FAIL that was already certain over the largest
+  possible probe (known exceedances alone) stands, interrupt or not. A probe that ended before
+  the interrupt keeps its own verdict.
+
+After an interrupt the sweep's answer (:func:`interrupted_answer`) says so and is at most what
+the decided probes show: a bracket (a PASS below a FAIL), a lower bound (a PASS, nothing above
+it decided), or no answer.
 
 The rules themselves stay in :mod:`loadgen.slo`; this module only names their outcome.
 """
@@ -28,6 +39,7 @@ from loadgen.sweep.stability import TAIL_FRACTION
 PASS, FAIL = "PASS", "FAIL"
 POINT = " (point estimate)"
 EARLY = " (stopped early)"
+INTERRUPTED = "INTERRUPTED: undecided"
 
 
 def target_verdict(
@@ -61,6 +73,8 @@ def probe_verdict_text(
         return f"INVALID: {why}"
     if verdict == "rate_limited":
         return "RATE LIMITED: HTTP 429 on most requests"
+    if verdict == "interrupted":
+        return INTERRUPTED
     base = PASS if verdict == "pass" else FAIL
     if verdict != "pass" and stopped_early:
         return base + EARLY
@@ -109,5 +123,49 @@ def evidence_rule(
         which = f"an undecided probe (or one whose p99 E2E exceeds {TAIL_FRACTION:.0%} of its window)"
     return (
         f"{head}; {which} is extended up to {max_extensions} times, then decided on its "
-        "point estimate k/n and marked (point estimate)"
+        "point estimate k/n and marked (point estimate); a probe interrupted by the user is not extended "
+        "and gets no verdict (INTERRUPTED: undecided) unless its FAIL was already certain"
     )
+
+
+def interrupted_answer(res: dict[str, Any]) -> str:
+    """The answer line of an interrupted sweep (``sweep.json`` with ``interrupted``): what the probes
+    decided before the stop, at most a bracket or a lower bound, never more.
+
+    The decided probes keep their verdicts; the interrupted one has none (module docstring). So:
+    a PASS at X and a FAIL at Y above it -> "within X..Y"; a PASS at X and nothing decided above
+    -> "at least X" (a lower bound); no PASS -> no answer.
+    """
+    a = res.get("answer") or {}
+    probes = res.get("probes") or []
+    slos = " and ".join(str(t["target"]) for t in res.get("slo") or []) or "the SLO"
+    decided = sum(1 for p in probes if p.get("verdict") in ("pass", "fail"))
+    head = f"interrupted: the search stopped after {decided} decided probe{'s' if decided != 1 else ''}"
+    point = " (a point estimate)" if a.get("point_estimate") else ""
+    if any(p.get("concurrency") for p in probes):
+        if not a.get("concurrency"):
+            return f"{head}; no user count tested met {slos}: no answer"
+        users = f"{a['concurrency']} user{'s' if a['concurrency'] != 1 else ''}"
+        return (
+            f"{head}; {users} met {slos}{point}: a lower bound (higher user counts were not all tested)"
+            f"; there {_n(a.get('output_tps'), 1)} output tok/s, {_n(a.get('request_rps'))} req/s"
+        )
+    lo, hi = (list(a.get("bracket_rps") or []) + [None, None])[:2]
+    if lo is None:
+        if hi is not None:
+            return f"{head}; no rate tested met {slos} ({_n(hi)} req/s failed; no lower rate was decided): no answer"
+        return f"{head}; no answer (no probe was decided)"
+    untested = a.get("untested_above_rps")
+    if hi is not None:
+        s = f"{head}; {_n(lo)} req/s met {slos}{point} and {_n(hi)} req/s failed: the answer lies in "
+        s += f"{_n(lo)}..{_n(hi)} req/s (the bracket was not narrowed to the precision asked)"
+    else:
+        s = f"{head}; {_n(lo)} req/s met {slos}{point}: a lower bound (no higher rate was decided)"
+    if untested is not None and (hi is None or untested < hi):
+        s += f"; rates above {_n(untested)} req/s could not be tested by this client"
+    s += f"; there {_n(a.get('output_tps'), 1)} output tok/s, goodput {_n(a.get('goodput_rps'))} req/s"
+    return s
+
+
+def _n(v: Any, d: int = 2) -> str:
+    return "-" if v is None else f"{v:,.{d}f}"

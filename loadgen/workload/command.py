@@ -12,7 +12,7 @@ from typing import Any
 import click
 import orjson
 
-from loadgen.errors import ConfigError
+from loadgen.errors import ConfigError, InputFileError
 from loadgen.workload.replay import trace_stats
 from loadgen.workload.trace_formats import FORMATS
 from loadgen.workload.traces import read_trace
@@ -94,8 +94,11 @@ def inspect_cmd(file: str, trace_format: str, start_s: float, duration_s: float 
                 max_requests: int | None, keep_zero_output: bool, as_json: bool) -> None:  # fmt: skip
     """Rows, duration, rate, timestamp resolution, burstiness and length distributions of FILE.
 
-    FILE is a path or builtin:NAME (a shipped excerpt).
+    FILE is a path or builtin:NAME (a shipped excerpt). A session file (``--sessions``: loadgen session
+    JSONL, kv-cache-tester/AgentX, TraceLab) is described as sessions (:mod:`loadgen.workload.session_inspect`).
     """
+    if trace_format == "auto" and _inspect_sessions(file, as_json):
+        return
     try:
         tr = read_trace(file, trace_format, start_s=start_s, duration_s=duration_s,
                         max_requests=max_requests, keep_zero_output=keep_zero_output)  # fmt: skip
@@ -107,3 +110,21 @@ def inspect_cmd(file: str, trace_format: str, start_s: float, duration_s: float 
         click.echo(orjson.dumps(st, option=orjson.OPT_INDENT_2).decode())
     else:
         click.echo(format_stats(st, tr.notes))
+
+
+def _inspect_sessions(file: str, as_json: bool) -> bool:
+    """Describe FILE as sessions when it is a session file; False when it is not one."""
+    from loadgen.workload.session_inspect import format_session_stats, session_stats
+    from loadgen.workload.session_sources import detect_format, load_sessions, parse_session_source
+
+    try:
+        if file.startswith("builtin:") or detect_format(file) == "sharegpt":
+            return False
+        sessions, facts = load_sessions(parse_session_source(file))
+    except InputFileError as exc:
+        raise click.UsageError(str(exc)) from None
+    except ConfigError:
+        return False  # not a session file: read it as a trace
+    st = session_stats(sessions, facts)
+    click.echo(orjson.dumps(st, option=orjson.OPT_INDENT_2).decode() if as_json else format_session_stats(st, file))
+    return True

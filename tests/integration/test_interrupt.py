@@ -173,3 +173,61 @@ def test_second_sigint_cancels_at_once(start) -> None:  # type: ignore[no-untype
     assert took < 8.0
     assert res["counts"]["errors_by_kind"] == {"cancelled": res["counts"]["requests"]}
     assert res["counts"]["requests"] >= 3
+
+
+# Ctrl-C during the pre-flight (issue 20 item 12), for run and sweep: discovery (GET /v1/models)
+# and the pre-flight POST never answer; exit 130 at once, no traceback. (run during discovery is
+# also tests/integration/test_fault_hardening.py's.)
+PREFLIGHT_STALLS = {
+    "discovery": ({"GET /v1/models": {"kind": "never"}}, ("GET", "/v1/models")),
+    "preflight_post": (
+        {"GET /v1/models": {"kind": "ok", "body": b'{"data": [{"id": "m"}]}'}, "POST": {"kind": "never"}},
+        ("POST", None),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("command", "phase"),
+    [("sweep", "discovery"), ("sweep", "preflight_post"), ("run", "preflight_post")],
+)
+def test_ctrl_c_during_preflight_exits_130(tmp_path: Path, command: str, phase: str) -> None:
+    from tests.fixtures.side_server import SideServer
+
+    routes, (method, path) = PREFLIGHT_STALLS[phase]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(q for q in (str(REPO), env.get("PYTHONPATH")) if q)
+    env.pop("OPENAI_API_KEY", None)
+    load = (
+        ["--requests", "1", "--rate", "1"] if command == "run" else ["--slo", "ttft:p90<=500ms", "--calibration", "0"]
+    )
+    with SideServer(routes) as srv:
+        args = ["--endpoint", srv.url, "--model", "m", *load, "--timeout", "60s", "--out", str(tmp_path / "out")]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.cli", command, *args],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+        def reached() -> bool:
+            return any(m == method and (path is None or t.split("?")[0] == path) for m, t in srv.seen)
+
+        try:
+            deadline = time.monotonic() + 30.0
+            while time.monotonic() < deadline and not reached():
+                time.sleep(0.05)
+            assert reached(), f"the CLI never sent its {phase} request: {srv.seen}"
+            time.sleep(0.2)  # the request is waiting for its answer
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err, err
+    assert "interrupted" in err, err

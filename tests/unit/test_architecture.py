@@ -52,20 +52,30 @@ FLOORS: dict[str, int] = {
     "loadgen.sim": 1,
     # one run's engine and its records
     "loadgen.runner": 2,
+    "loadgen.run_core": 2,
+    "loadgen.open_loop": 2,
+    "loadgen.closed_loop": 2,
+    "loadgen.stamp_lateness": 2,
     "loadgen.results": 2,
     "loadgen.validity": 2,
     "loadgen.recordlog": 2,
     "loadgen.timeseries": 2,
+    "loadgen.why": 2,
+    "loadgen.telemetry": 2,
     "loadgen.runplan": 2,
+    "loadgen.sessions": 2,  # issue 17: the session engine
+    "loadgen.throughput": 2,
     # the same run spread over processes or machines (a worker runs the same runner)
     "loadgen.workers": 3,
     "loadgen.cluster": 3,
     # one measured run (here, or spread by workers / cluster)
     "loadgen.measurement": 4,
+    "loadgen.session_run": 4,  # issue 17: one measured session run
     # searches, checks, reports
     "loadgen.sweep": 5,
     "loadgen.check": 5,
     "loadgen.report": 5,
+    "loadgen.capacity": 5,
     # the top floor and the leaf
     "loadgen.cli": 6,
     "loadgen.locust": 7,

@@ -98,7 +98,7 @@ def test_prepared_early_written_at_the_scheduled_time_never_before() -> None:
 def test_stop_before_the_gate_opens_leaves_the_request_unsent(monkeypatch: pytest.MonkeyPatch) -> None:
     # a 50 ms window (wide, so the timing holds on a busy machine): request 1 (at 300 ms) is
     # prepared at ~250 ms; the stop comes at 275 ms, before its gate opens
-    import loadgen.runner as runner_mod
+    import loadgen.open_loop as runner_mod
 
     monkeypatch.setattr(runner_mod, "PRESTART_NS", 50_000_000)
 

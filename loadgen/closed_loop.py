@@ -1,0 +1,95 @@
+"""Closed-loop users: N users, each sending its next request when its last one ends.
+
+Users start staggered over a ramp (:func:`ramp_ns`); a request's ``scheduled_ns`` is its due
+time (its user's previous end, or its place in the ramp): see :class:`ClosedLoopUsers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+
+from loadgen.clock import now_ns
+from loadgen.run_core import RunnerCore
+
+RAMP_PER_USER_NS = 2_000_000
+"""Closed-loop start-up: user ``u`` of ``C`` starts at t0 + u * ramp / C, the ramp being this much a user..."""
+RAMP_MAX_NS = 1_000_000_000
+"""...and at most this long (see :func:`ramp_ns`)."""
+
+
+def ramp_ns(concurrency: int, ramp_s: float | None = None) -> int:
+    """The closed-loop start-up ramp: users start evenly over it (``ramp_s``, else the default rule).
+
+    Default: ``min(C * RAMP_PER_USER_NS, RAMP_MAX_NS)`` (C = 8: 16 ms; C >= 500: 1 s). Users that start
+    together finish together: with equal requests they stay in waves for the whole run, each wave's
+    sends queue behind one another on the client and its reads arrive at once (a burst of stamps
+    and of sink work), so the waves, not the server, decided the verdict. Staggered, the sends and
+    the reads spread over the cycle as a real population's do.
+    """
+    if ramp_s is not None:
+        return max(int(ramp_s * 1e9), 0)
+    return min(concurrency * RAMP_PER_USER_NS, RAMP_MAX_NS)
+
+
+class ClosedLoopUsers(RunnerCore):
+    """The closed-loop users of a :class:`loadgen.runner.Runner`.
+
+    There is no offered schedule in closed loop: a user's request is *due* when its previous
+    one is done (its body read to the end, its connection free again: a server that holds the
+    body open after the last token delays the user, not the generator; its first one at the
+    user's place in the start-up ramp). The record's
+    ``scheduled_ns`` is that due time, so ``sent - scheduled`` is the generator's own due->send
+    lag (judged by the validity checks as open loop judges schedule lag) and latency counts from
+    the send (``LoadConfig.latency_origin``), as MLPerf's single-stream scenario and every peer do.
+    With a duration, the ramp is warm-up: the measured time starts after it (and the warm-up).
+    """
+
+    async def _run_closed(self, tg: asyncio.TaskGroup) -> None:
+        plan = self.plan
+        assert plan.make_spec is not None
+        counter = itertools.count()
+        t0 = self.t0_ns
+        ramp = ramp_ns(plan.concurrency, plan.ramp_s)
+        lead = ramp if plan.duration_s is not None else 0  # a timed run measures after the ramp
+        end_ns = None
+        if plan.duration_s is not None:
+            end_ns = t0 + lead + int((plan.warmup_s + plan.duration_s) * 1e9)
+        warm_end = t0 + lead + int(plan.warmup_s * 1e9)
+
+        def index_of(k: int) -> int:
+            return plan.index_start + plan.index_stride * k
+
+        # build each user's first request before t0
+        first = plan.concurrency if plan.max_requests is None else min(plan.concurrency, plan.max_requests)
+        prebuilt = {k: plan.make_spec(index_of(k)) for k in range(first)}
+
+        async def user(u: int) -> None:
+            due = t0 + ramp * u // max(plan.concurrency, 1)
+            if u:
+                await self._wait_until(due)
+            while not self._stop.is_set():
+                k = next(counter)
+                if plan.max_requests is not None and k >= plan.max_requests:
+                    return
+                spec = prebuilt.pop(k, None) or plan.make_spec(index_of(k))  # type: ignore[misc]  # make_spec is set for closed-loop plans
+                now = now_ns()
+                if end_ns is not None and now >= end_ns:
+                    return
+                phase = "warmup" if (k < plan.warmup_requests or now < warm_end) else "measure"
+                task = self._start(tg, spec, phase, min(due, now))
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(task)
+                if task.cancelled():
+                    return
+                due = task.result() or now_ns()  # the previous request was done (its body read to the end)
+
+        await self._wait_until(t0)
+        users = [asyncio.create_task(user(u)) for u in range(plan.concurrency)]
+        self._users = users
+        assert self._stop_fut is not None
+        pending: set[asyncio.Future[None]] = set(users)
+        while pending and not self._stop.is_set():
+            _, pending = await asyncio.wait(pending | {self._stop_fut}, return_when=asyncio.FIRST_COMPLETED)
+            pending.discard(self._stop_fut)

@@ -1,0 +1,311 @@
+"""One measured session run: ``--sessions`` source -> session engine -> records -> result.json.
+
+The session counterpart of :func:`loadgen.measurement.measure` (same files, same ``result.json``
+schema, plus a ``sessions`` block). Which sessions run and when they start:
+
+* open loop (``--rate R``: sessions per second, ``--arrival`` poisson | gamma | constant):
+  ``--requests N`` sessions (after ``--warmup N`` warm-up sessions), or every session whose start
+  falls inside ``--duration``; with neither, every session of the file;
+* the trace's own start times when the source has them (TraceLab, loadgen JSONL ``start_s``)
+  and no ``--rate`` is given;
+* closed loop (``--concurrency N``): N sessions at once, each replaced when it ends, until
+  ``--requests`` sessions started or ``--duration`` is over.
+
+File sessions are taken in file order and reused in turn when more are asked for (a reused
+session gets the id ``<id>~<round>``, so salting keeps its prefixes apart).
+
+Measured window (the rule for sessions): every turn of a measured session counts, including
+turns due after the last session start (a session is not cut at a time limit: its later turns
+carry the deep contexts the test is about). The rates in ``throughput`` are over the window of
+the turns' due times (:mod:`loadgen.window`, open-loop basis), so the tail of long sessions,
+when fewer sessions are still running, is inside it; ``sessions.last_start_s`` and
+``sessions.last_due_s`` show how long that tail is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+
+from loadgen.clock import now_ns
+from loadgen.endpoints import Endpoint
+from loadgen.errors import ConfigError, OutputError
+from loadgen.measurement import MeasuredRun, build_result, raise_fd_limit
+from loadgen.metrics import RequestMetrics, compute, prefix_cache_hit_rate
+from loadgen.recordlog import RecordWriter, record_line, write_hlog, write_json
+from loadgen.redact import Redactor
+from loadgen.results import Aggregator, summarize_exact
+from loadgen.runner import LEAD_IN_NS
+from loadgen.runplan import LoadConfig
+from loadgen.sessions import SessionPlan, SessionRunner
+from loadgen.types import RequestRecord
+from loadgen.units import parse_duration_s
+from loadgen.workload.arrivals import arrival_offsets_ns
+from loadgen.workload.prompts import new_salt
+from loadgen.workload.session_sources import SessionSource, load_sessions
+from loadgen.workload.sessions import Session, SessionPrompter
+
+__all__ = ["measure_sessions", "plan_sessions", "write_session_schedule"]
+
+MAX_SESSIONS = 1_000_000
+CLOSED_LOOP_SESSIONS = 10_000
+"""Sessions made ready for a closed-loop run bounded by ``--duration`` only."""
+
+
+def plan_sessions(cfg: LoadConfig, src: SessionSource, tokenizer: Any = None) -> tuple[SessionPlan, dict[str, Any]]:
+    """The session plan of ``cfg`` (module doc: which sessions, when) and facts about the source."""
+    warm = cfg.warmup_requests
+    n: int | None = None
+    if cfg.requests is not None:
+        n = cfg.requests + warm
+    elif cfg.rate_rps is not None and cfg.duration_s is not None:
+        n = len(arrival_offsets_ns(cfg.arrival, cfg.rate_rps, duration_s=cfg.duration_s, seed=cfg.seed,
+                                   burstiness=cfg.burstiness)) + warm  # fmt: skip
+    elif cfg.concurrency is not None and cfg.duration_s is not None:
+        n = CLOSED_LOOP_SESSIONS  # the duration ends the run first (end_offset_ns)
+    elif src.synthetic:
+        raise ConfigError("--sessions synthetic: give --requests N (sessions) or --duration")
+    if n is not None and n > MAX_SESSIONS:
+        raise ConfigError(f"{n:,} sessions is over the limit of {MAX_SESSIONS:,}")
+    base, facts = load_sessions(src, n if src.synthetic else None, seed=cfg.seed)
+    sessions = base if n is None else _cycle(base, n)
+    mode: Literal["open", "closed"] = "closed" if cfg.concurrency is not None else "open"
+    starts: list[int] = []
+    if mode == "open" and cfg.rate_rps is not None:
+        starts = arrival_offsets_ns(cfg.arrival, cfg.rate_rps, count=len(sessions), seed=cfg.seed,
+                                    burstiness=cfg.burstiness)  # fmt: skip
+    elif mode == "open":
+        if any(s.start_s is None for s in sessions):
+            raise ConfigError("--sessions: this source has no start times of its own: give --rate or --concurrency")
+        order = sorted(range(len(sessions)), key=lambda i: sessions[i].start_s or 0.0)
+        sessions = [sessions[i] for i in order]
+        starts = [round((s.start_s or 0.0) * 1e9) for s in sessions]
+        facts["arrivals"] = "the trace's own session starts"
+    api = cfg.workload.api if cfg.workload is not None else "completions"
+    prompter = SessionPrompter(
+        api=api, tokenizer=tokenizer, salt=cfg.salt or "", salt_sessions=src.salt_sessions, seed=cfg.seed,
+        use_recorded_replies=src.recorded_replies,
+    )  # fmt: skip
+    plan = SessionPlan(
+        sessions=sessions,
+        prompter=prompter,
+        mode=mode,
+        start_offsets_ns=starts,
+        concurrency=cfg.concurrency or 1,
+        warmup_sessions=warm,
+        idle_cap_s=parse_duration_s(src.options["idle_cap"], "--sessions idle_cap")
+        if "idle_cap" in src.options
+        else None,
+        drain_grace_s=cfg.drain_grace_s,
+        end_offset_ns=round((cfg.duration_s + cfg.warmup_s) * 1e9) if cfg.duration_s is not None else None,
+    )
+    return plan, facts
+
+
+def write_session_schedule(cfg: LoadConfig, src: SessionSource, path: Path) -> tuple[int, int]:
+    """``--dry-run``: the session schedule as JSON lines, one per turn; returns (sessions, turns).
+
+    A first turn has ``start_s`` (seconds from t0; open loop) or ``start: "when a slot frees"``
+    (closed loop); a later turn has ``delay_s`` (after the previous reply ends: its send time
+    depends on the server, so it is not an absolute time). Lengths are ``new_tokens`` (or
+    ``text_chars``) and ``output_tokens``.
+    """
+    plan, _ = plan_sessions(cfg, src)
+    n_turns = 0
+    with open(path, "wb") as fh:
+        for i, s in enumerate(plan.sessions):
+            for k, t in enumerate(s.turns):
+                d: dict[str, Any] = {"session_id": s.session_id, "turn": k}
+                if k == 0:
+                    if plan.mode == "open":
+                        d["start_s"] = int(plan.start_offsets_ns[i]) / 1e9
+                    else:
+                        d["start"] = "when a slot frees"
+                    if s.system_tokens:
+                        d["system_tokens"] = s.system_tokens
+                else:
+                    d["delay_s"] = t.delay_s if plan.idle_cap_s is None else min(t.delay_s, plan.idle_cap_s)
+                if t.text is not None:
+                    d["text_chars"] = len(t.text)
+                else:
+                    d["new_tokens"] = t.new_tokens
+                d["output_tokens"] = t.output_tokens
+                if t.reset:
+                    d["reset"] = True
+                if i < plan.warmup_sessions:
+                    d["phase"] = "warmup"
+                fh.write(orjson.dumps(d) + b"\n")
+                n_turns += 1
+    return len(plan.sessions), n_turns
+
+
+def _cycle(base: list[Session], n: int) -> list[Session]:
+    if n <= len(base):
+        return list(base[:n])
+    out = list(base)
+    r = 1
+    while len(out) < n:
+        for s in base[: n - len(out)]:
+            out.append(replace(s, session_id=f"{s.session_id}~{r}"))
+        r += 1
+    return out
+
+
+class _Turns:
+    """Per-turn facts kept for the ``sessions`` block (measured turns): depth, TTFT, tokens."""
+
+    def __init__(self) -> None:
+        self.depth: list[int] = []
+        self.ttft_ns: list[float] = []
+        self.ok: list[bool] = []
+        self.prompt: list[int] = []
+        self.cached: list[int] = []  # -1: not reported
+
+    def add(self, rec: RequestRecord, m: RequestMetrics, turn: int) -> None:
+        if rec.phase != "measure":
+            return
+        self.depth.append(turn)
+        self.ok.append(rec.ok)
+        self.ttft_ns.append(float(m.ttft_ns) if m.ttft_ns is not None else float("nan"))
+        self.prompt.append(rec.prompt_tokens if rec.prompt_tokens is not None else -1)
+        self.cached.append(rec.cached_prompt_tokens if rec.cached_prompt_tokens is not None else -1)
+
+    def block(self) -> dict[str, Any]:
+        depth = np.asarray(self.depth, dtype=np.int64)
+        ttft = np.asarray(self.ttft_ns)
+        ok = np.asarray(self.ok, dtype=bool)
+        prompt = np.asarray(self.prompt, dtype=np.int64)
+        cached = np.asarray(self.cached, dtype=np.int64)
+        by_depth = []
+        for d in sorted(set(self.depth)):
+            sel = depth == d
+            good = sel & ok
+            rep = good & (cached >= 0) & (prompt >= 0)
+            t = ttft[good & ~np.isnan(ttft)]
+            by_depth.append(
+                {
+                    "turn": d,
+                    "turns": int(sel.sum()),
+                    "ok": int(good.sum()),
+                    "ttft_ms": {k: v for k, v in summarize_exact(t).items() if k in ("count", "mean", "p50", "p99")},
+                    "input_tokens_mean": float(prompt[good & (prompt >= 0)].mean()) if good.any() else None,
+                    "cached_tokens_mean": float(cached[rep].mean()) if rep.any() else None,
+                    "prefix_cache_hit_rate": prefix_cache_hit_rate(int(cached[rep].sum()), int(prompt[rep].sum())),
+                }
+            )
+        rep = ok & (cached >= 0) & (prompt >= 0)
+        return {
+            "turns": len(self.depth),
+            "turns_reporting_cached_tokens": int(rep.sum()),
+            "cached_tokens": int(cached[rep].sum()),
+            "prompt_tokens_of_those": int(prompt[rep].sum()),
+            "prefix_cache_hit_rate": prefix_cache_hit_rate(int(cached[rep].sum()), int(prompt[rep].sum())),
+            "by_turn": by_depth,
+        }
+
+
+async def measure_sessions(
+    endpoint: Endpoint,
+    cfg: LoadConfig,
+    src: SessionSource,
+    out_dir: Path,
+    *,
+    config_record: dict[str, Any] | None = None,
+    redactor: Redactor | None = None,
+    on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
+    install_signal_handlers: bool = True,
+    server_observer: Any = None,
+    conditions_extra: dict[str, Any] | None = None,
+) -> MeasuredRun:
+    """Run the sessions of ``src`` as ``cfg`` says against an opened ``endpoint``; write the run's files.
+
+    ``requests.jsonl`` lines carry ``session_id`` and ``turn`` (0-based) besides the usual fields;
+    ``result.json`` gets ``sessions`` (counts, per-session durations, waits on the system and on
+    tools, per-turn-depth TTFT and prefix-cache hit rate). Raises ConfigError on a bad source.
+    """
+    redactor = redactor or Redactor()
+    if cfg.salt is None:
+        cfg = replace(cfg, salt=new_salt())
+    tokenizer = None
+    if cfg.workload is not None and cfg.workload.tokenizer:
+        from loadgen.workload.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(cfg.workload.tokenizer)
+    plan, facts = plan_sessions(cfg, src, tokenizer)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = raise_fd_limit()
+    agg = Aggregator(cfg.slos, spill_dir=out_dir)
+    turns = _Turns()
+    started_at = dt.datetime.now(dt.UTC)
+    if server_observer is not None:
+        await server_observer.begin()
+    t0 = now_ns() + LEAD_IN_NS
+    runner: SessionRunner | None = None
+    with open(out_dir / "requests.jsonl", "wb", buffering=0) as fh:
+
+        def write_failed(reason: str) -> None:
+            if runner is not None:
+                runner.request_stop(interrupted=False)
+
+        writer = RecordWriter(fh, t0, save_text=cfg.save_text, token_lists=cfg.token_lists, redactor=redactor,
+                              on_error=write_failed)  # fmt: skip
+
+        def sink(rec: RequestRecord, turn: int) -> None:
+            m = compute(rec, tokenizer, cfg.origin)
+            agg.add(rec, m)
+            turns.add(rec, m, turn)
+            d = record_line(rec, m, t0, save_text=cfg.save_text, token_lists=cfg.token_lists)
+            d["turn"] = turn
+            if d["error_detail"]:
+                d["error_detail"] = redactor(d["error_detail"])
+            writer.write_line(orjson.dumps(d) + b"\n")
+            if on_record is not None:
+                on_record(rec, m)
+
+        runner = SessionRunner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        outcome = await runner.run()
+    if writer.error is not None:
+        raise OutputError(
+            f"{writer.error}: {writer.lines} whole lines kept, {writer.lost} records lost (no result.json)"
+        )
+    agg.unsent = outcome.unsent
+    workload = {"sessions": src.describe(), **facts, "api": plan.prompter.api,
+                "input_tokens_counted_by": "tokenizer" if tokenizer is not None else None}  # fmt: skip
+    result = build_result(
+        agg, outcome, cfg, endpoint, started_at=started_at,
+        config_record={**(config_record or {}), "workload": workload}, fd_limit=fd,
+    )  # fmt: skip
+    st = runner.stats
+    starts = [int(x) for x in plan.start_offsets_ns] if plan.mode == "open" else []
+    result["sessions"] = {
+        "mode": plan.mode,
+        "arrivals": facts.get("arrivals", "closed loop" if plan.mode == "closed" else cfg.arrival),
+        "sessions_rps": cfg.rate_rps,
+        "concurrency": cfg.concurrency,
+        "started": st.started,
+        "completed": st.completed,
+        "ended_by_failure": st.failed,
+        "warmup_sessions": plan.warmup_sessions,
+        "unsent_turns": st.unsent_turns,
+        "history_resets": st.resets,
+        "salted_per_session": src.salt_sessions,
+        "last_start_s": (max(starts) / 1e9) if starts else None,
+        "duration_s": summarize_exact(st.durations_s, 1.0),
+        "system_wait_s": summarize_exact(st.system_wait_s, 1.0),
+        "tool_wait_s": summarize_exact(st.tool_wait_s, 1.0),
+        **turns.block(),
+    }
+    if conditions_extra:
+        result["conditions"].update(conditions_extra)
+    if server_observer is not None:
+        await server_observer.end(result)
+    result = redactor.scrub(result)
+    write_json(out_dir / "result.json", result)
+    write_hlog(out_dir / "histograms.hlog", agg, outcome)
+    return MeasuredRun(result, outcome, agg, out_dir)

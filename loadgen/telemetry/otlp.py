@@ -1,0 +1,173 @@
+"""OTLP push of a run's live metrics (``--otlp-endpoint``): the same figures as the Prometheus endpoint.
+
+Fed as :mod:`loadgen.telemetry.prom` is: a daemon thread tails the run's ``requests.jsonl``
+every :data:`~loadgen.telemetry.prom.REFRESH_S` (every worker's and actor's lines are written
+there by the driver) and reads ``len(inflight_records)`` and ``unsent`` of the runner without
+writing; nothing runs on the send path. The OpenTelemetry SDK (the ``otlp`` extra) pushes
+them over OTLP/HTTP (protobuf) every ``interval_s`` with cumulative temporality, and once
+more on close, after the last record: the last push holds the run's final counts.
+
+Instruments (GenAI semantic-convention names where one exists; ``loadgen.phase`` is
+``measure`` or ``warmup``, as in ``requests.jsonl``):
+
+* ``gen_ai.server.time_to_first_token`` (s): TTFT from the scheduled send, successful
+  measured requests; ``gen_ai.server.time_per_output_token`` (s): every per-token gap
+  (``itl_ms``); ``gen_ai.client.operation.duration`` (s): E2E of successful measured
+  requests. Explicit buckets: the exporter's schema-3 bounds
+  (:data:`~loadgen.telemetry.prom.BUCKET_BOUNDS_S`), so the OTLP and Prometheus histograms
+  of any number of generators merge exactly and a percentile is known within a factor 2**(1/8);
+* ``gen_ai.client.token.usage`` ({token}, ``gen_ai.token.type`` = ``output``): output tokens
+  per successful measured request;
+* counters ``loadgen.requests`` (``loadgen.phase``, ``loadgen.status``),
+  ``loadgen.requests.sent``, ``loadgen.errors`` (``error.type`` = ``error_kind``),
+  ``loadgen.output_tokens``, ``loadgen.requests.unsent``; gauges
+  ``loadgen.inflight_requests``, ``loadgen.schedule_lag.p99`` (s, last refresh period),
+  ``loadgen.client.cpu_ratio``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadgen.telemetry.prom import BUCKET_BOUNDS_S, REFRESH_S
+from loadgen.telemetry.tail import RecordTail
+
+__all__ = ["OtlpPusher"]
+
+HISTOGRAM_NAMES = (
+    "gen_ai.server.time_to_first_token",
+    "gen_ai.server.time_per_output_token",
+    "gen_ai.client.operation.duration",
+)
+
+
+class OtlpPusher:
+    """The OTLP push of one run (a context manager). ``attach`` is a ``measure(runner_hook=...)``."""
+
+    def __init__(self, jsonl: Path, endpoint: str, interval_s: float = 5.0, refresh_s: float = REFRESH_S) -> None:
+        self.jsonl = jsonl
+        self.endpoint = endpoint
+        self.interval_s = interval_s
+        self.refresh_s = refresh_s
+        self.runner: Any = None
+        self._tail = RecordTail(jsonl)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._provider: Any = None
+        self._lag_p99_s: float | None = None
+        self._cpu_ratio: float | None = None
+        self._cpu = (time.process_time(), time.perf_counter())
+        self._unsent_seen = 0
+        self._inst: dict[str, Any] = {}
+
+    def attach(self, runner: Any) -> None:
+        """Keep a read-only reference to the runner (in flight, unsent)."""
+        self.runner = runner
+
+    def __enter__(self) -> OtlpPusher:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.metrics import CallbackOptions, Observation
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+        from opentelemetry.sdk.resources import Resource
+
+        bounds = [float(b) for b in BUCKET_BOUNDS_S]
+        views = [
+            View(instrument_name=n, aggregation=ExplicitBucketHistogramAggregation(bounds)) for n in HISTOGRAM_NAMES
+        ]
+        reader = PeriodicExportingMetricReader(
+            OTLPMetricExporter(endpoint=self.endpoint, timeout=10), export_interval_millis=self.interval_s * 1e3
+        )
+        self._provider = MeterProvider(
+            metric_readers=[reader], views=views, resource=Resource.create({"service.name": "loadgen"})
+        )
+        m = self._provider.get_meter("loadgen")
+
+        def gauge(value: Any) -> Any:
+            def cb(options: CallbackOptions) -> Iterable[Any]:
+                v = value()
+                return [] if v is None else [Observation(v)]
+
+            return cb
+
+        self._inst = {
+            "ttft": m.create_histogram(HISTOGRAM_NAMES[0], unit="s", description="TTFT from the scheduled send"),
+            "itl": m.create_histogram(HISTOGRAM_NAMES[1], unit="s", description="Per-token gap (ITL)"),
+            "e2e": m.create_histogram(HISTOGRAM_NAMES[2], unit="s", description="E2E of successful requests"),
+            "usage": m.create_histogram("gen_ai.client.token.usage", unit="{token}", description="Output tokens"),
+            "requests": m.create_counter("loadgen.requests", description="Finished requests"),
+            "sent": m.create_counter("loadgen.requests.sent", description="Finished requests that were sent"),
+            "errors": m.create_counter("loadgen.errors", description="Failed requests by error kind"),
+            "tokens": m.create_counter("loadgen.output_tokens", unit="{token}", description="Output tokens"),
+            "unsent": m.create_counter("loadgen.requests.unsent", description="Scheduled requests never sent"),
+        }
+        m.create_observable_gauge(
+            "loadgen.inflight_requests",
+            [gauge(lambda: len(self.runner.inflight_records) if self.runner is not None else None)],
+        )
+        m.create_observable_gauge("loadgen.schedule_lag.p99", [gauge(lambda: self._lag_p99_s)], unit="s")
+        m.create_observable_gauge("loadgen.client.cpu_ratio", [gauge(lambda: self._cpu_ratio)])
+        self._thread = threading.Thread(target=self._loop, name="loadgen-otlp", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        if self._provider is not None:
+            self.refresh()  # the last records: final counts
+            self._provider.shutdown()  # pushes once more, then stops
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            try:
+                self.refresh()
+            except Exception:  # the exporter must never stop the run
+                continue
+
+    def refresh(self) -> None:
+        """Record the records written since the last refresh."""
+        lines = self._tail.read()
+        cpu, wall = time.process_time(), time.perf_counter()
+        if wall > self._cpu[1]:
+            self._cpu_ratio = (cpu - self._cpu[0]) / (wall - self._cpu[1])
+        self._cpu = (cpu, wall)
+        lags = [float(d["schedule_lag_ms"]) / 1e3 for d in lines if d.get("schedule_lag_ms") is not None]
+        if lags:
+            self._lag_p99_s = float(np.percentile(lags, 99))
+        i = self._inst
+        for k, d in enumerate(lines):
+            if k % 32 == 31:
+                time.sleep(0)  # hand the interpreter to the event loop's thread now and then
+            ph = "warmup" if d.get("phase") == "warmup" else "measure"
+            ok = d.get("status") == "ok"
+            i["requests"].add(1, {"loadgen.phase": ph, "loadgen.status": "ok" if ok else "error"})
+            if d.get("sent_s") is not None:
+                i["sent"].add(1, {"loadgen.phase": ph})
+            if not ok:
+                i["errors"].add(1, {"loadgen.phase": ph, "error.type": str(d.get("error_kind") or "error")})
+            n = int(d.get("output_tokens") or 0)
+            if n:
+                i["tokens"].add(n, {"loadgen.phase": ph})
+            if ok and ph == "measure":
+                attrs = {"loadgen.phase": ph}
+                if d.get("ttft_ms") is not None:
+                    i["ttft"].record(float(d["ttft_ms"]) / 1e3, attrs)
+                if d.get("e2e_ms") is not None:
+                    i["e2e"].record(float(d["e2e_ms"]) / 1e3, attrs)
+                for v in d.get("itl_ms") or ():
+                    i["itl"].record(float(v) / 1e3, attrs)
+                i["usage"].record(n, {"loadgen.phase": ph, "gen_ai.token.type": "output"})
+        r = self.runner
+        unsent = int(getattr(r, "unsent", 0) or 0) + int(getattr(r, "unsent_warmup", 0) or 0)
+        if unsent > self._unsent_seen:
+            i["unsent"].add(unsent - self._unsent_seen)
+            self._unsent_seen = unsent

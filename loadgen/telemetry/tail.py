@@ -1,0 +1,53 @@
+"""Whole new lines of a ``requests.jsonl`` being written: what live readers of a run consume.
+
+The run writes one whole line per finished request as it finishes (:mod:`loadgen.recordlog`),
+the parent of ``--workers`` processes and of Ray actors included, so one reader of that file
+sees every request of the run, from whichever process it came. Readers run in a thread of the
+sending process: parsing hands the interpreter over every :data:`YIELD_EVERY` lines, so the
+event loop's thread waits at most that long (tens of µs) for it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+__all__ = ["YIELD_EVERY", "RecordTail"]
+
+YIELD_EVERY = 32
+"""Lines parsed between two hand-overs of the interpreter (a reader runs in a thread beside the sends)."""
+
+
+class RecordTail:
+    """Reads the lines appended to ``path`` since the last :meth:`read` (a torn last line waits)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.rest = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        """The whole lines written since the last call, parsed (malformed ones skipped); [] without a file."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        data = self.rest + data
+        cut = data.rfind(b"\n") + 1
+        self.rest = data[cut:]
+        out = []
+        for k, raw in enumerate(data[:cut].splitlines()):
+            if k % YIELD_EVERY == YIELD_EVERY - 1:
+                time.sleep(0)  # let the event loop's thread take the interpreter: a send never waits long
+            if raw.strip():
+                try:
+                    out.append(orjson.loads(raw))
+                except orjson.JSONDecodeError:
+                    continue
+        return out

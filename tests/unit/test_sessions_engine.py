@@ -1,0 +1,81 @@
+"""The session engine on a fake endpoint (no network): due times, the idle-gap cap, warm-up sessions,
+histories carrying the actual replies, and a failed turn ending its session."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from loadgen.endpoints.base import EndpointBase
+from loadgen.sessions import SessionPlan, SessionRunner
+from loadgen.types import RequestRecord, RequestSpec, TokenEvent
+from loadgen.workload.sessions import Session, SessionPrompter, Turn
+
+SERVICE_S = 0.02
+
+
+class FakeEndpoint(EndpointBase):
+    """Answers every request after ``SERVICE_S`` with the reply ``r<index>``; fails indexes in ``fail``."""
+
+    def __init__(self, fail: set[int] | None = None) -> None:
+        self.fail = fail or set()
+        self.seen: list[RequestSpec] = []
+        self.sent_ns: dict[int, int] = {}
+
+    async def send(self, spec: RequestSpec, record: RequestRecord, gate: asyncio.Event | None = None) -> None:
+        from loadgen.clock import now_ns
+
+        self.seen.append(spec)
+        record.sent_ns = self.sent_ns[spec.index] = now_ns()
+        await asyncio.sleep(SERVICE_S)
+        record.end_ns = now_ns()
+        if spec.index in self.fail:
+            record.error_kind = "http_error"
+            return
+        record.events.append(TokenEvent(record.end_ns, f"r{spec.index}"))
+        record.status = "ok"
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+
+def _run(plan: SessionPlan, ep: FakeEndpoint) -> tuple[list[tuple[RequestRecord, int]], SessionRunner]:
+    got: list[tuple[RequestRecord, int]] = []
+    runner = SessionRunner(ep, plan, lambda r, k: got.append((r, k)), install_signal_handlers=False)
+    asyncio.run(runner.run())
+    return got, runner
+
+
+def test_turns_are_due_at_the_previous_reply_end_plus_the_capped_delay() -> None:
+    s = Session("a", (Turn(2, new_tokens=3), Turn(2, new_tokens=3, delay_s=0.05), Turn(2, new_tokens=3, delay_s=5.0)))
+    plan = SessionPlan([s], SessionPrompter(api="chat"), start_offsets_ns=[0], idle_cap_s=0.1)
+    ep = FakeEndpoint()
+    got, runner = _run(plan, ep)
+    recs = sorted(got, key=lambda x: x[1])
+    assert [k for _, k in recs] == [0, 1, 2]
+    r0, r1, r2 = (r for r, _ in recs)
+    assert r0.scheduled_ns == runner.t0_ns
+    assert r1.scheduled_ns == r0.end_ns + 50_000_000  # latency origin: previous reply end + delay
+    assert r2.scheduled_ns == r1.end_ns + 100_000_000  # 5 s capped at idle_cap 100 ms
+    assert all(ep.sent_ns[r.index] >= r.scheduled_ns for r in (r0, r1, r2))  # never early
+    # the history holds the actual replies
+    last = ep.seen[-1].messages
+    assert last is not None and [m["content"] for m in last if m["role"] == "assistant"] == ["r0", "r1"]
+
+
+def test_warmup_sessions_and_a_failed_turn() -> None:
+    turns = tuple(Turn(1, new_tokens=2, delay_s=0.001) for _ in range(3))
+    sessions = [Session(f"s{i}", turns) for i in range(3)]
+    plan = SessionPlan(sessions, SessionPrompter(), start_offsets_ns=[0, 1_000_000, 2_000_000], warmup_sessions=1)
+    ep = FakeEndpoint(fail={4})  # indexes are given as turns are built: s1's second turn is index 4
+    got, runner = _run(plan, ep)
+    by = {(r.session_id, k): r for r, k in got}
+    assert {by[("s0", k)].phase for k in range(3)} == {"warmup"}
+    assert by[("s1", 0)].phase == "measure"
+    failed = [key for key, r in by.items() if not r.ok]
+    assert len(failed) == 1
+    sid, k = failed[0]
+    assert all((sid, j) not in by for j in range(k + 1, 3))  # the session ended there
+    st = runner.stats
+    assert st.failed == 1 and st.completed == 2 and st.unsent_turns == 2 - k
+    assert len(st.durations_s) == 2  # measured sessions only
