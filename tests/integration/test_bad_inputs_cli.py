@@ -76,7 +76,13 @@ CASES: list[Case] = [
     Case("cfg-04-max-concurrency-negative", run_with("--max-concurrency", "-3"), r"--max-concurrency", C2),
     Case("cfg-05-duration-zero", run_with("--duration", "0s", drop=("--requests",)), r"--duration", C3),
     Case("cfg-06-rate-nan", run_with("--rate", "nan", drop=("--rate",)), r"--rate", C4),
-    Case("cfg-07-rate-inf", run_with("--rate", "inf", drop=("--rate",)), r"--rate", C4),
+    # --rate inf is the max-throughput mode (issue 21 item 7); without a count or a cap it has no batch
+    Case(
+        "cfg-07-rate-inf-without-a-count",
+        run_with("--rate", "inf", "--duration", "5s", drop=("--rate", "--requests")),
+        r"--rate inf .*--requests",
+        C4,
+    ),  # fmt: skip
     Case("cfg-08-slo-percentile-100", run_with("--slo", "ttft:p100<=1s"), r"--slo.*percentile", C6),
     Case(
         "cfg-09-endpoint-without-scheme", run_with("--endpoint", "127.0.0.1:9", drop=("--endpoint",)), r"--endpoint", C7

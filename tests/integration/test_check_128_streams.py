@@ -5,7 +5,7 @@ log) and pairs every reported TTFT with the server's first-token write time. The
 ``|reported TTFT p50 - true TTFT p50| <= 5 ms`` or the run is INVALID with ``limited_by: client``
 (never a silently wrong figure). The test can fail both ways: a silently wrong p50 on the plain
 run, or a client whose event loop is deliberately blocked (30 ms every 40 ms) that is not flagged
-INVALID with the event-loop lag as the reason. Short runs (3 s) to keep the test at about 20 s.
+INVALID with the stamps' lateness (or the event-loop lag) as the reason. Short runs (3 s) to keep the test at about 20 s.
 """
 
 from __future__ import annotations
@@ -51,5 +51,9 @@ def test_ttft_within_5ms_of_truth_or_invalid_client(tmp_path: Path) -> None:
     # the deliberately overloaded client: the run says so, whatever its figures look like
     assert overloaded["stall_ms"] == 30
     assert overloaded["valid"] is False and overloaded["limited_by"] == "client", overloaded
-    assert any("event-loop lag" in r for r in overloaded["failed_generator_checks"]), overloaded
+    # the stalled loop makes the token stamps late: judged as stamp lateness (issue 22), or as the
+    # event-loop lag itself where too few tokens were stamped to judge the stamps
+    assert any("stamp lateness" in r or "event-loop lag" in r for r in overloaded["failed_generator_checks"]), (
+        overloaded
+    )
     assert p.returncode == 0, p.stdout[-3000:]

@@ -58,7 +58,7 @@ def test_keepalive_close_race_resends_unsent_prepared_request(tmp_path: Path) ->
     after the request was prepared on the pooled connection (10 ms ahead) and before its gate.
     No request may fail as ``connect`` (none was sent on the closed connection: each is sent
     again, once, on a fresh one at its scheduled time), and the server sees every request
-    exactly once."""
+    exactly once -- except where the server's FIN and the request's bytes crossed (below)."""
     gaps = list(range(98, 124))
     trace = _gap_trace(tmp_path / "gaps.jsonl", gaps)
     load = LoadConfig(workload=WorkloadOptions(trace=str(trace), trace_format="loadgen", output_tokens=TOKENS,
@@ -69,12 +69,25 @@ def test_keepalive_close_race_resends_unsent_prepared_request(tmp_path: Path) ->
         seen = srv.wait_events("req", n, 5.0)
         closes = srv.events("idle_close")
     check_run(run, max_wall_s=15.0)
-    bad = [(r.index, r.error_kind, r.error_detail) for r in run.records if not r.ok]
+    # The one race no client can close: the server's FIN and the request's first bytes cross on the
+    # wire (the server looked for unread bytes, found none and sent its FIN while the client, which
+    # had looked for a FIN an instant before, wrote). Then a byte did go out, so it is never re-sent
+    # (POST is not idempotent): a ``connect`` failure, counted as data. It must be that crossing --
+    # the send within 2 ms of one of the server's idle closes -- and rare.
+    close_ns = [int(c["t_ns"]) for c in closes]
+    crossed = {
+        r.index
+        for r in run.records
+        if not r.ok and r.error_kind == "connect" and r.sent_ns is not None
+        and any(abs(t - r.sent_ns) <= 2_000_000 for t in close_ns)
+    }  # fmt: skip
+    bad = [(r.index, r.error_kind, r.error_detail) for r in run.records if not r.ok and r.index not in crossed]
     assert bad == [], bad
+    assert len(crossed) <= 2, crossed
     assert len(closes) >= n // 3, closes  # the server did close idle connections between requests
     assert run.result["conditions"]["endpoint"]["client"]["stale_connection_resends"] >= 1  # the race was met
     rids = sorted(int(e["rid"].rsplit("-", 1)[1]) for e in seen if e["method"] == "POST")
-    assert rids == list(range(n))  # every request reached the server, once
+    assert rids == [i for i in range(n) if i not in crossed]  # every other request reached the server, once
 
 
 # --------------------------------------------------------------------------- item 9: bounded reads

@@ -1,6 +1,6 @@
 """Long runs: the CI soak, the 10 s "server down" row, and schedule reproducibility.
 
-* ``test_soak``: about 2.5 minutes at 150 req/s against the simulated endpoint with
+* ``test_soak``: about 1.5 minutes at 150 req/s against the simulated endpoint with
   faults sprinkled in (429, 500, dropped connections, malformed events, in-band
   errors, 200 ms stalls; 0.2 % each): ``scripts/soak.py`` in its own process, whose
   resident memory, descriptors and tasks it samples every second. It reports RSS at
@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(420)
 def test_soak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``scripts/soak.py`` in a fresh process (so its RSS is the client's alone, not a test
-    process's reused heap): 2.5 min at 150 req/s, 30 s warm-up, faults 0.2 % each."""
+    process's reused heap): 1.5 min at 150 req/s, 30 s warm-up, faults 0.2 % each."""
     fig_path = tmp_path / "soak.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
@@ -48,7 +48,7 @@ def test_soak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
             sys.executable,
             str(REPO / "scripts" / "soak.py"),
             "--minutes",
-            "2.5",
+            "1.5",
             "--rate",
             "150",
             "--warmup-s",
