@@ -44,4 +44,10 @@ def test_session_search_lands_near_the_virtual_clock_reference(tmp_path: Path) -
     failed = [p.rate_sps for p in found.probes if p.verdict != "pass"]  # fail, or invalid on a busy machine
     assert found.max_session_rps == max(passed)  # (limited_by "client" allowed: a busy machine may fail high rates)
     assert failed and min(failed) > max(passed)  # the bracket is consistent
-    assert 0.7 <= found.max_session_rps / ref <= 1.3, (found.max_session_rps, ref)  # short probes: loose here
+    if found.limited_by == "client":
+        # a busy CI machine: the client's own timing made a probe INVALID and bounded the search from
+        # above (the verdict table); the answer is then a lower bound, and it must still not overstate
+        assert any(p.verdict == "invalid" for p in found.probes), found.probes
+        assert found.max_session_rps / ref <= 1.3, (found.max_session_rps, ref)
+    else:
+        assert 0.7 <= found.max_session_rps / ref <= 1.3, (found.max_session_rps, ref)  # short probes: loose here
