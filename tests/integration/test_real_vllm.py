@@ -206,10 +206,13 @@ def test_sweep(vllm: ServerProcess, tmp_path: Path) -> None:
     print("per-probe server deltas:", json.dumps([{k: s[k] for k in ("offered_rps", "prefix_cache_reset", "metrics")}
                                                   for s in sections]))  # fmt: skip
     # probes may be client-limited (INVALID, re-run, then a bound the search goes on below: issue 23) when other
-    # work shares the two cores; none of the tiny model's probes may FAIL at these rates
+    # work shares the two cores; a probe may FAIL where the CPU server reaches its own limit (seen at 12 req/s
+    # once the client stopped being the limit first), but never below a rate that passed: the bracket holds
     verdicts = [p["verdict"] for p in probes]
-    assert len(probes) >= 2 and verdicts[0] == "pass" and set(verdicts) <= {"pass", "invalid"}, probes
-    assert result["answer"]["max_rate_rps"] is not None and result["answer"]["max_rate_rps"] >= 3.0
+    assert len(probes) >= 2 and verdicts[0] == "pass" and set(verdicts) <= {"pass", "invalid", "fail"}, probes
+    ans = result["answer"]["max_rate_rps"]
+    assert ans is not None and ans >= 3.0
+    assert all(p["offered_rps"] > ans for p in probes if p["verdict"] == "fail"), probes
     assert len(sections) == len(probes)
     for s in sections:
         assert s["prefix_cache_reset"]["reset"] is True
