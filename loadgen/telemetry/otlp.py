@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.telemetry.prom import BUCKET_BOUNDS_S, REFRESH_S
-from loadgen.telemetry.tail import RecordTail
+from loadgen.telemetry.tail import RecordTail, refresh_until_stopped
 
 __all__ = ["OtlpPusher"]
 
@@ -127,11 +127,7 @@ class OtlpPusher:
             self._provider.shutdown()  # pushes once more, then stops
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.refresh_s):
-            try:
-                self.refresh()
-            except Exception:  # the exporter must never stop the run
-                continue
+        refresh_until_stopped(self._stop, self.refresh_s, self.refresh)
 
     def refresh(self) -> None:
         """Record the records written since the last refresh."""

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.telemetry.tail import RecordTail
+from loadgen.telemetry.tail import RecordTail, refresh_until_stopped
 
 __all__ = ["BUCKET_BOUNDS_S", "MAX_EXP", "MIN_EXP", "REFRESH_S", "PromExporter"]
 
@@ -137,11 +137,7 @@ class PromExporter:
         return f"http://{self.host}:{self.port}/metrics"
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.refresh_s):
-            try:
-                self.refresh()
-            except Exception:  # the exporter must never stop the run
-                continue
+        refresh_until_stopped(self._stop, self.refresh_s, self.refresh)
 
     def refresh(self) -> None:
         """Fold the records written since the last refresh into the metrics."""

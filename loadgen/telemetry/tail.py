@@ -9,7 +9,9 @@ event loop's thread waits at most that long (tens of µs) for it.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +53,13 @@ class RecordTail:
                 except orjson.JSONDecodeError:
                     continue
         return out
+
+
+def refresh_until_stopped(stop: threading.Event, period_s: float, refresh: Callable[[], None]) -> None:
+    """An exporter thread's body: ``refresh()`` every ``period_s`` seconds until ``stop`` is set.
+    An exception in one refresh is skipped: an exporter must never stop the run."""
+    while not stop.wait(period_s):
+        try:
+            refresh()
+        except Exception:  # the exporter must never stop the run
+            continue
