@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from loadgen.errors import ProtocolError
@@ -134,7 +135,19 @@ def test_connection_pool_exhausted(tmp_path: Path) -> None:
     assert checks["client_resources"]["ok"]
     assert checks["server_saturated"]["ok"] is False
     assert checks["server_saturated"]["detail"].startswith(f"{len(queued)} of 20 requests waited for a connection")
-    assert "remedy" not in v
+    # the schedule-lag check judges only what is left after the wait; on a quiet machine that passes and the run
+    # is VALID, on a busy one a loop hiccup over 5 ms may fail it - then the check must agree with the records
+    residual_ms = [
+        max((r.sent_ns - r.scheduled_ns) - r.connect_late_ns - r.throttle_ns, 0) / 1e6
+        for r in run.records
+        if r.sent_ns is not None
+    ]
+    residual_p99_ms = float(np.percentile(residual_ms, 99))
+    assert checks["schedule_lag_p99"]["ok"] == (residual_p99_ms <= 5.0), (residual_p99_ms, checks["schedule_lag_p99"])
+    generator_failed = [c["name"] for c in v["checks"] if c["group"] == "generator" and not c["ok"]]
+    assert generator_failed in ([], ["schedule_lag_p99"]), generator_failed
+    if not generator_failed:
+        assert "remedy" not in v and v["valid"] is True
 
 
 def test_max_concurrency_full_is_not_the_generator_falling_behind(tmp_path: Path) -> None:
