@@ -9,19 +9,17 @@ measured and unsent requests is checked exactly.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loadgen.workload.arrivals import arrival_offsets_ns
+from tests.fixtures.cli_proc import CliProc, cli_procs
 
-REPO = Path(__file__).resolve().parents[2]
 RATE = 20.0
 DURATION_S = 60.0
 SCHEDULE_LEN = len(arrival_offsets_ns("poisson", RATE, duration_s=DURATION_S, seed=0))
@@ -29,24 +27,11 @@ BASE_ARGS = ["--rate", "20", "--duration", "60s", "--output-tokens", "40", "--dr
 SIM = "--itl-ms 20 --ttft-ms 10"
 
 
-class Run:
+class Run(CliProc):
     """A ``loadgen run`` subprocess writing into ``out``; killed at teardown if still alive."""
 
     def __init__(self, tmp: Path, args: list[str]) -> None:
-        self.out = tmp / "out"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-        env.pop("OPENAI_API_KEY", None)
-        self.stdout_path, self.stderr_path = tmp / "stdout.txt", tmp / "stderr.txt"
-        with open(self.stdout_path, "wb") as so, open(self.stderr_path, "wb") as se:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "loadgen.cli", "run", *args, "--out", str(self.out)],
-                cwd=REPO,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=so,
-                stderr=se,
-            )
+        super().__init__(tmp, "run", args)
 
     @property
     def jsonl(self) -> Path:
@@ -55,45 +40,14 @@ class Run:
     def lines(self) -> list[str]:
         return self.jsonl.read_text().splitlines() if self.jsonl.exists() else []
 
-    def wait_for(self, pred: Any, timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"loadgen exited early ({self.proc.returncode}): {self.stderr()}"
-            if pred():
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}: {self.stderr()}")
-
-    def signal_and_wait(self, sig: int, timeout_s: float = 20.0) -> tuple[int, float]:
-        t = time.monotonic()
-        self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=timeout_s)
-        return rc, time.monotonic() - t
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
     def result(self) -> dict[str, Any]:
         return json.loads((self.out / "result.json").read_text())
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
 
 @pytest.fixture
-def start(tmp_path: Path):  # type: ignore[no-untyped-def]
-    runs: list[Run] = []
-
-    def make(args: list[str]) -> Run:
-        r = Run(tmp_path, args)
-        runs.append(r)
-        return r
-
-    yield make
-    for r in runs:
-        r.close()
+def start(tmp_path: Path) -> Iterator[Callable[[list[str]], Run]]:
+    with cli_procs(tmp_path, Run) as make:
+        yield make
 
 
 def parse_lines(raw: list[str]) -> list[dict[str, Any]]:
@@ -195,39 +149,19 @@ def test_ctrl_c_during_preflight_exits_130(tmp_path: Path, command: str, phase: 
     from tests.fixtures.side_server import SideServer
 
     routes, (method, path) = PREFLIGHT_STALLS[phase]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(q for q in (str(REPO), env.get("PYTHONPATH")) if q)
-    env.pop("OPENAI_API_KEY", None)
     load = (
         ["--requests", "1", "--rate", "1"] if command == "run" else ["--slo", "ttft:p90<=500ms", "--calibration", "0"]
     )
-    with SideServer(routes) as srv:
-        args = ["--endpoint", srv.url, "--model", "m", *load, "--timeout", "60s", "--out", str(tmp_path / "out")]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.cli", command, *args],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    with SideServer(routes) as srv, cli_procs(tmp_path, lambda t, a: CliProc(t, command, a)) as start:
+        proc = start(["--endpoint", srv.url, "--model", "m", *load, "--timeout", "60s"])
+        proc.wait_for(
+            lambda: any(m == method and (path is None or t.split("?")[0] == path) for m, t in srv.seen),
+            30.0,
+            f"the CLI's {phase} request",
         )
-
-        def reached() -> bool:
-            return any(m == method and (path is None or t.split("?")[0] == path) for m, t in srv.seen)
-
-        try:
-            deadline = time.monotonic() + 30.0
-            while time.monotonic() < deadline and not reached():
-                time.sleep(0.05)
-            assert reached(), f"the CLI never sent its {phase} request: {srv.seen}"
-            time.sleep(0.2)  # the request is waiting for its answer
-            proc.send_signal(signal.SIGINT)
-            _out, err = proc.communicate(timeout=15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(5)
-    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+        time.sleep(0.2)  # the request is waiting for its answer
+        rc, _ = proc.signal_and_wait(signal.SIGINT, 15.0)
+        err = proc.stderr()
+    assert rc == 130, (rc, err[-2000:])
     assert "Traceback" not in err, err
     assert "interrupted" in err, err

@@ -18,12 +18,9 @@ The rule for an interrupted probe is :mod:`loadgen.sweep.verdict`'s. About 45 s 
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
-import subprocess
-import sys
 import time
+from collections.abc import Callable, Iterator
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -31,8 +28,8 @@ from typing import Any
 import pytest
 
 from loadgen.report.sweep_report import answer_line
+from tests.fixtures.cli_proc import CliProc, cli_procs, flat, table_verdicts
 
-REPO = Path(__file__).resolve().parents[2]
 RELAXED = ["--max-schedule-lag", "100ms", "--max-loop-lag", "100ms"]
 # ~90 ms a request on a fast many-slot server: probes at 10 and 20 req/s keep up
 FAST = ["--input-tokens", "16", "--output-tokens", "8", "--sim-args", "--ttft-ms 10 --itl-ms 10"]
@@ -40,83 +37,17 @@ FAST = ["--input-tokens", "16", "--output-tokens", "8", "--sim-args", "--ttft-ms
 ONE_SLOT = ["--input-tokens", "16", "--output-tokens", "16", "--sim-args", "--slots 1 --ttft-ms 10 --itl-ms 5"]
 
 
-class SweepProc:
+class SweepProc(CliProc):
     """A ``loadgen sweep`` subprocess writing into ``out``; killed at teardown if still alive."""
 
     def __init__(self, tmp: Path, args: list[str]) -> None:
-        self.out = tmp / "out"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-        env.pop("OPENAI_API_KEY", None)
-        env["COLUMNS"] = "250"  # rich must not wrap the answer line
-        env.pop("LINES", None)
-        self.stdout_path, self.stderr_path = tmp / "stdout.txt", tmp / "stderr.txt"
-        with open(self.stdout_path, "wb") as so, open(self.stderr_path, "wb") as se:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "loadgen.cli", "sweep", *args, "--out", str(self.out)],
-                cwd=REPO,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=so,
-                stderr=se,
-            )
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def stdout(self) -> str:
-        return self.stdout_path.read_text(errors="replace")
-
-    def wait_for_line(self, pattern: str, timeout_s: float) -> re.Match[str]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"loadgen exited early ({self.proc.returncode}): {self.stderr()}"
-            m = re.search(pattern, self.stderr(), re.MULTILINE)
-            if m:
-                return m
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {pattern!r}: {self.stderr()}")
-
-    def wait(self, timeout_s: float) -> tuple[int | None, float]:
-        """The exit code (None when still running after ``timeout_s``) and the seconds waited."""
-        t = time.monotonic()
-        try:
-            return self.proc.wait(timeout=timeout_s), time.monotonic() - t
-        except subprocess.TimeoutExpired:
-            return None, time.monotonic() - t
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        super().__init__(tmp, "sweep", args)
 
 
 @pytest.fixture
-def start(tmp_path: Path):  # type: ignore[no-untyped-def]
-    procs: list[SweepProc] = []
-
-    def make(args: list[str]) -> SweepProc:
-        s = SweepProc(tmp_path, args)
-        procs.append(s)
-        return s
-
-    yield make
-    for s in procs:
-        s.close()
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
-
-
-def table_verdicts(stdout: str) -> dict[int, str]:
-    """Probe number -> the console table's verdict cell."""
-    out = {}
-    for ln in stdout.splitlines():
-        cells = [c.strip() for c in ln.strip().strip("│").split("│")]
-        if len(cells) == 9 and cells[0].isdigit():
-            out[int(cells[0])] = cells[5]
-    return out
+def start(tmp_path: Path) -> Iterator[Callable[[list[str]], SweepProc]]:
+    with cli_procs(tmp_path, SweepProc) as make:
+        yield make
 
 
 def whole_lines(path: Path) -> list[dict[str, Any]]:

@@ -18,48 +18,21 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.fixtures.cli_proc import cli_run, flat, table_verdicts
+
 RELAXED = ["--max-schedule-lag", "100ms", "--max-loop-lag", "100ms"]
 # 4 slots, 20 ms to the first token and 20 ms a token, 8 tokens: ~180 ms a request, ~5.5 req/s at c=1
 SLOW = ["--input-tokens", "16", "--output-tokens", "8", "--sim-args", "--slots 4 --ttft-ms 20 --itl-ms 20"]
 
 
 def sweep_cli(args: list[str], out: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.pop("OPENAI_API_KEY", None)
-    env["COLUMNS"] = "250"  # rich must not wrap the answer line
-    env.pop("LINES", None)
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "sweep", *args, "--out", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
-
-
-def table_verdicts(stdout: str) -> dict[int, str]:
-    """Probe number -> the table's verdict cell."""
-    out = {}
-    for ln in stdout.splitlines():
-        cells = [c.strip() for c in ln.strip().strip("│").split("│")]
-        if len(cells) == 9 and cells[0].isdigit():
-            out[int(cells[0])] = cells[5]
-    return out
+    return cli_run("sweep", args, out, timeout)
 
 
 def shown_alike(p: subprocess.CompletedProcess[str], out: Path) -> dict[str, Any]:
