@@ -11,12 +11,15 @@ import contextlib
 import itertools
 
 from loadgen.clock import now_ns
-from loadgen.run_core import RunnerCore
+from loadgen.run_core import NO_DEADLINE_NS, RunnerCore
 
 RAMP_PER_USER_NS = 2_000_000
 """Closed-loop start-up: user ``u`` of ``C`` starts at t0 + u * ramp / C, the ramp being this much a user..."""
 RAMP_MAX_NS = 1_000_000_000
 """...and at most this long (see :func:`ramp_ns`)."""
+SEND_WATCH_PASSES = 64
+"""A due user watches its request for at most this many loop passes until its bytes are on the wire
+(background work waits meanwhile: :meth:`ClosedLoopUsers._mark_due`); then it stops holding it back."""
 
 
 def ramp_ns(concurrency: int, ramp_s: float | None = None) -> int:
@@ -44,7 +47,31 @@ class ClosedLoopUsers(RunnerCore):
     lag (judged by the validity checks as open loop judges schedule lag) and latency counts from
     the send (``LoadConfig.latency_origin``), as MLPerf's single-stream scenario and every peer do.
     With a duration, the ramp is warm-up: the measured time starts after it (and the warm-up).
+
+    Sends come before background work: from its due time until its request's bytes are written
+    (``sent_ns`` stamped), a user counts as *due* and the run's next deadline reads "now"
+    (``_next_deadline_ns = 0``), so the sink and the GC steps, which run only away from a send
+    deadline, wait (the sink at most ``SINK_MAX_DELAY_S``, then one slice). Without it a wave of
+    completions handed its records to the sink in 1 ms slices between the loop passes each send
+    needs, and the wave's last sends went out 7-15 ms after their users were due (C = 8, 256
+    tokens a request): lag that was the sink's, not the generator's.
     """
+
+    _due_users = 0
+
+    def _mark_due(self, due: bool) -> None:
+        """Count a user due (or no longer due); the run's next deadline is "now" while any is."""
+        self._due_users += 1 if due else -1
+        self._next_deadline_ns = 0 if self._due_users > 0 else NO_DEADLINE_NS
+
+    async def _until_sent(self, task: asyncio.Task[int | None], index: int) -> None:
+        """Yield until request ``index`` is written (``sent_ns``), ends, or SEND_WATCH_PASSES loop passes went by."""
+        records = self.inflight_records
+        for _ in range(SEND_WATCH_PASSES):
+            rec = records.get(index)
+            if task.done() or (rec is not None and rec.sent_ns is not None):
+                return
+            await asyncio.sleep(0)
 
     async def _run_closed(self, tg: asyncio.TaskGroup) -> None:
         plan = self.plan
@@ -73,12 +100,17 @@ class ClosedLoopUsers(RunnerCore):
                 k = next(counter)
                 if plan.max_requests is not None and k >= plan.max_requests:
                     return
-                spec = prebuilt.pop(k, None) or plan.make_spec(index_of(k))  # type: ignore[misc]  # make_spec is set for closed-loop plans
                 now = now_ns()
                 if end_ns is not None and now >= end_ns:
                     return
+                spec = prebuilt.pop(k, None) or plan.make_spec(index_of(k))  # type: ignore[misc]  # make_spec is set for closed-loop plans
                 phase = "warmup" if (k < plan.warmup_requests or now < warm_end) else "measure"
                 task = self._start(tg, spec, phase, min(due, now))
+                self._mark_due(True)
+                try:
+                    await self._until_sent(task, spec.index)
+                finally:
+                    self._mark_due(False)
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(task)
                 if task.cancelled():

@@ -142,7 +142,9 @@ async def measure(
             result["energy"] = {"joules": energy["energy_j"], **energy}
     from loadgen.timeseries import series  # per-interval throughput and latency (sustained behaviour)
 
-    result["timeseries"] = series(out_dir / "requests.jsonl", cfg.latency_origin, window=result["window"])
+    result["timeseries"] = series(
+        out_dir / "requests.jsonl", cfg.latency_origin, window=result["window"], server=result.get("server")
+    )
     from loadgen.why import why_of_dirs  # the cause of each SLO miss, from the same records
 
     result["why"] = why_of_dirs([out_dir], cfg.slos, origin=cfg.latency_origin)

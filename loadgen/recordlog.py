@@ -73,6 +73,8 @@ def record_line(
         d["prefix_group"] = rec.prefix_group
     if rec.session_id is not None:
         d["session_id"] = rec.session_id
+    if rec.replica is not None:  # --endpoint given several times (loadgen.endpoints.balance)
+        d["replica"] = rec.replica
     if token_lists:
         d["itl_ms"] = [round(v / 1e6, 6) for v in m.itl_ns]
         d["inter_chunk_ms"] = [round(v / 1e6, 6) for v in m.inter_chunk_ns]
@@ -198,7 +200,7 @@ CSV_COLUMNS = (
     "requested_input_tokens", "requested_output_tokens", "input_tokens", "output_tokens", "output_tokens_estimated",
     "itl_estimated", "finish_reason", "chunks", "reasoning_tokens", "cached_input_tokens", "connection_reused",
     "dns_ms", "tcp_connect_ms", "tls_ms", "time_to_headers_ms", "ttft_from_sent_ms", "buffered", "throttle_ms",
-    "prefix_group", "session_id", "attempts", "output_text",
+    "prefix_group", "session_id", "replica", "attempts", "output_text",
 )  # fmt: skip
 """Columns of ``requests.csv``: the scalar fields of a ``requests.jsonl`` line (:func:`record_line`), in its
 order; ``attempts`` is the count of earlier 429 answers. The per-token lists (``itl_ms``,

@@ -48,6 +48,7 @@ class ClientStats:
     worker_failures: list[str] = field(default_factory=list)
     stamp_lateness_p99_ms: float | None = None  # token-weighted (loadgen.stamp_lateness); None: not measured
     stamp_tokens: int = 0  # token events it is over
+    stamps: StampLateness | None = None  # the histograms themselves: validity judges the errors they estimate
 
 
 @dataclass
@@ -230,7 +231,7 @@ class RunnerCore:
         while done:
             rec = done.popleft()
             if rec.events and rec.phase == "measure":
-                self.stamps.add([e.t_ns for e in rec.events])
+                self.stamps.add([e.t_ns for e in rec.events], rec.sent_ns)
             self.sink(rec)
             if until_ns is not None and now_ns() > until_ns:
                 break
@@ -261,5 +262,7 @@ class RunnerCore:
                 sliced = bool(self._done) and now_ns() > until
                 last = now
             elif now - last > SINK_MAX_DELAY_S * 1e9:
-                self._flush_done()
+                # open loop: all at once (the dispatcher is behind); closed loop (users due): one slice
+                self._flush_done(until_ns=None if self.plan.mode == "open" else now + SINK_SLICE_NS)
+                sliced = self.plan.mode != "open" and bool(self._done)
                 last = now

@@ -45,6 +45,7 @@ from loadgen.run_core import (
     RunPlan,
 )
 from loadgen.schedule import as_schedule
+from loadgen.stamp_lateness import probe_loop
 
 __all__ = [
     "BUILD_GUARD_NS",
@@ -114,6 +115,7 @@ class Runner(OpenLoopDispatch, ClosedLoopUsers):
         t0_wall = anchor_w + (self.t0_ns - anchor_m)
         w0 = now_ns()
         monitor = asyncio.create_task(self._loop_monitor())
+        stamp_probe = asyncio.create_task(probe_loop(self.stamps))  # the stamps' lateness (loadgen.stamp_lateness)
         collector = asyncio.create_task(self._gc_loop())
         sink_task = asyncio.create_task(self._sink_loop()) if self._defer_sink else None
         try:
@@ -131,9 +133,12 @@ class Runner(OpenLoopDispatch, ClosedLoopUsers):
             for u in getattr(self, "_users", ()):
                 u.cancel()
             monitor.cancel()
+            stamp_probe.cancel()
             collector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await monitor
+            with contextlib.suppress(asyncio.CancelledError):
+                await stamp_probe
             with contextlib.suppress(asyncio.CancelledError):
                 await collector
             if sink_task is not None:
@@ -141,6 +146,7 @@ class Runner(OpenLoopDispatch, ClosedLoopUsers):
                 with contextlib.suppress(asyncio.CancelledError):
                     await sink_task
             self._flush_done()
+            self.stamps.probe(now_ns(), 0)  # charge the last records (their stamps after the last probe: 0)
             for signum in installed:
                 loop.remove_signal_handler(signum)
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -153,6 +159,7 @@ class Runner(OpenLoopDispatch, ClosedLoopUsers):
             aborted_reason=self.aborted_reason,
             stamp_lateness_p99_ms=self.stamps.percentile_ms(99),
             stamp_tokens=self.stamps.tokens,
+            stamps=self.stamps,
         )
         if self.plan.mode == "open":
             client.schedule_realized_rps = realized_send_rps(as_schedule(self.plan.schedule), self.unsent)
@@ -182,7 +189,6 @@ class Runner(OpenLoopDispatch, ClosedLoopUsers):
         whole run (400 KB at most; runs under ~4 minutes keep every probe).
         """
         lags = self._loop_lag_ms
-        stamps = self.stamps
         stride = 1
         k = 0
         while True:
@@ -190,7 +196,6 @@ class Runner(OpenLoopDispatch, ClosedLoopUsers):
             await asyncio.sleep(LOOP_PROBE_S)
             end = now_ns()
             lag = (end - t) / 1e6 - LOOP_PROBE_S * 1e3
-            stamps.probe(end, int(lag * 1e6))  # every probe: the stamps' lateness (loadgen.stamp_lateness)
             k += 1
             if k % stride:
                 continue

@@ -28,7 +28,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import orjson
@@ -43,69 +43,13 @@ from loadgen.redact import Redactor
 from loadgen.results import Aggregator, summarize_exact
 from loadgen.runner import LEAD_IN_NS
 from loadgen.runplan import LoadConfig
-from loadgen.sessions import SessionPlan, SessionRunner
+from loadgen.session_plan import plan_sessions
+from loadgen.sessions import SessionPlan, SessionRunner, SessionStats
 from loadgen.types import RequestRecord
-from loadgen.units import parse_duration_s
-from loadgen.workload.arrivals import arrival_offsets_ns
 from loadgen.workload.prompts import new_salt
-from loadgen.workload.session_sources import SessionSource, load_sessions
-from loadgen.workload.sessions import Session, SessionPrompter
+from loadgen.workload.session_sources import SessionSource
 
 __all__ = ["measure_sessions", "plan_sessions", "write_session_schedule"]
-
-MAX_SESSIONS = 1_000_000
-CLOSED_LOOP_SESSIONS = 10_000
-"""Sessions made ready for a closed-loop run bounded by ``--duration`` only."""
-
-
-def plan_sessions(cfg: LoadConfig, src: SessionSource, tokenizer: Any = None) -> tuple[SessionPlan, dict[str, Any]]:
-    """The session plan of ``cfg`` (module doc: which sessions, when) and facts about the source."""
-    warm = cfg.warmup_requests
-    n: int | None = None
-    if cfg.requests is not None:
-        n = cfg.requests + warm
-    elif cfg.rate_rps is not None and cfg.duration_s is not None:
-        n = len(arrival_offsets_ns(cfg.arrival, cfg.rate_rps, duration_s=cfg.duration_s, seed=cfg.seed,
-                                   burstiness=cfg.burstiness)) + warm  # fmt: skip
-    elif cfg.concurrency is not None and cfg.duration_s is not None:
-        n = CLOSED_LOOP_SESSIONS  # the duration ends the run first (end_offset_ns)
-    elif src.synthetic:
-        raise ConfigError("--sessions synthetic: give --requests N (sessions) or --duration")
-    if n is not None and n > MAX_SESSIONS:
-        raise ConfigError(f"{n:,} sessions is over the limit of {MAX_SESSIONS:,}")
-    base, facts = load_sessions(src, n if src.synthetic else None, seed=cfg.seed)
-    sessions = base if n is None else _cycle(base, n)
-    mode: Literal["open", "closed"] = "closed" if cfg.concurrency is not None else "open"
-    starts: list[int] = []
-    if mode == "open" and cfg.rate_rps is not None:
-        starts = arrival_offsets_ns(cfg.arrival, cfg.rate_rps, count=len(sessions), seed=cfg.seed,
-                                    burstiness=cfg.burstiness)  # fmt: skip
-    elif mode == "open":
-        if any(s.start_s is None for s in sessions):
-            raise ConfigError("--sessions: this source has no start times of its own: give --rate or --concurrency")
-        order = sorted(range(len(sessions)), key=lambda i: sessions[i].start_s or 0.0)
-        sessions = [sessions[i] for i in order]
-        starts = [round((s.start_s or 0.0) * 1e9) for s in sessions]
-        facts["arrivals"] = "the trace's own session starts"
-    api = cfg.workload.api if cfg.workload is not None else "completions"
-    prompter = SessionPrompter(
-        api=api, tokenizer=tokenizer, salt=cfg.salt or "", salt_sessions=src.salt_sessions, seed=cfg.seed,
-        use_recorded_replies=src.recorded_replies,
-    )  # fmt: skip
-    plan = SessionPlan(
-        sessions=sessions,
-        prompter=prompter,
-        mode=mode,
-        start_offsets_ns=starts,
-        concurrency=cfg.concurrency or 1,
-        warmup_sessions=warm,
-        idle_cap_s=parse_duration_s(src.options["idle_cap"], "--sessions idle_cap")
-        if "idle_cap" in src.options
-        else None,
-        drain_grace_s=cfg.drain_grace_s,
-        end_offset_ns=round((cfg.duration_s + cfg.warmup_s) * 1e9) if cfg.duration_s is not None else None,
-    )
-    return plan, facts
 
 
 def write_session_schedule(cfg: LoadConfig, src: SessionSource, path: Path) -> tuple[int, int]:
@@ -145,18 +89,6 @@ def write_session_schedule(cfg: LoadConfig, src: SessionSource, path: Path) -> t
     return len(plan.sessions), n_turns
 
 
-def _cycle(base: list[Session], n: int) -> list[Session]:
-    if n <= len(base):
-        return list(base[:n])
-    out = list(base)
-    r = 1
-    while len(out) < n:
-        for s in base[: n - len(out)]:
-            out.append(replace(s, session_id=f"{s.session_id}~{r}"))
-        r += 1
-    return out
-
-
 class _Turns:
     """Per-turn facts kept for the ``sessions`` block (measured turns): depth, TTFT, tokens."""
 
@@ -175,6 +107,16 @@ class _Turns:
         self.ttft_ns.append(float(m.ttft_ns) if m.ttft_ns is not None else float("nan"))
         self.prompt.append(rec.prompt_tokens if rec.prompt_tokens is not None else -1)
         self.cached.append(rec.cached_prompt_tokens if rec.cached_prompt_tokens is not None else -1)
+
+    def add_line(self, d: dict[str, Any]) -> None:
+        """The same facts from a ``requests.jsonl`` line (a worker's record, :mod:`loadgen.session_workers`)."""
+        if d["phase"] != "measure":
+            return
+        self.depth.append(d["turn"])
+        self.ok.append(d["status"] == "ok")
+        self.ttft_ns.append(d["ttft_ms"] * 1e6 if d["ttft_ms"] is not None else float("nan"))
+        self.prompt.append(d["input_tokens"] if d["input_tokens"] is not None else -1)
+        self.cached.append(d.get("cached_input_tokens", -1))
 
     def block(self) -> dict[str, Any]:
         depth = np.asarray(self.depth, dtype=np.int64)
@@ -222,13 +164,24 @@ async def measure_sessions(
     install_signal_handlers: bool = True,
     server_observer: Any = None,
     conditions_extra: dict[str, Any] | None = None,
+    runner_hook: Callable[[Any], None] | None = None,
+    workers: int = 1,
+    on_summary: Any = None,
+    cluster: Any = None,
 ) -> MeasuredRun:
     """Run the sessions of ``src`` as ``cfg`` says against an opened ``endpoint``; write the run's files.
 
     ``requests.jsonl`` lines carry ``session_id`` and ``turn`` (0-based) besides the usual fields;
     ``result.json`` gets ``sessions`` (counts, per-session durations, waits on the system and on
     tools, per-turn-depth TTFT and prefix-cache hit rate). Raises ConfigError on a bad source.
+    ``runner_hook`` gets the :class:`~loadgen.sessions.SessionRunner` before it runs (a sweep
+    probe's early-stop watch and interrupts, as :func:`loadgen.measurement.measure`'s hook);
+    ``workers`` > 1: whole sessions partitioned over processes (:mod:`loadgen.session_workers`),
+    records merged exactly; ``on_summary`` gets each turn's summary there (as
+    :func:`~loadgen.measurement.measure`'s). ``cluster`` raises ConfigError.
     """
+    if cluster is not None:
+        raise ConfigError("--sessions runs on this host (not yet with --cluster)")
     redactor = redactor or Redactor()
     if cfg.salt is None:
         cfg = replace(cfg, salt=new_salt())
@@ -247,6 +200,18 @@ async def measure_sessions(
         await server_observer.begin()
     t0 = now_ns() + LEAD_IN_NS
     runner: SessionRunner | None = None
+    if workers > 1:
+        from loadgen.session_workers import run_session_workers
+
+        ep_cfg = endpoint.worker_config(workers)
+        if ep_cfg is None:
+            raise ConfigError("--workers needs an OpenAI-compatible endpoint")
+        with open(out_dir / "requests.jsonl", "wb", buffering=0) as fh:
+            outcome, st = run_session_workers(workers, ep_cfg, cfg, agg, fh, redactor, turns.add_line,
+                                              on_record=on_record, on_summary=on_summary)  # fmt: skip
+        agg.unsent = outcome.unsent
+        return await _finish(cfg, src, plan, facts, tokenizer, endpoint, agg, outcome, st, turns, started_at, fd,
+                             out_dir, redactor, config_record, server_observer, conditions_extra, workers)  # fmt: skip
     with open(out_dir / "requests.jsonl", "wb", buffering=0) as fh:
 
         def write_failed(reason: str) -> None:
@@ -269,19 +234,33 @@ async def measure_sessions(
                 on_record(rec, m)
 
         runner = SessionRunner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        if runner_hook is not None:
+            runner_hook(runner)
         outcome = await runner.run()
     if writer.error is not None:
         raise OutputError(
             f"{writer.error}: {writer.lines} whole lines kept, {writer.lost} records lost (no result.json)"
         )
     agg.unsent = outcome.unsent
+    return await _finish(cfg, src, plan, facts, tokenizer, endpoint, agg, outcome, runner.stats, turns, started_at,
+                         fd, out_dir, redactor, config_record, server_observer, conditions_extra, 1)  # fmt: skip
+
+
+async def _finish(
+    cfg: LoadConfig, src: SessionSource, plan: SessionPlan, facts: dict[str, Any], tokenizer: Any, endpoint: Endpoint,
+    agg: Aggregator, outcome: Any, st: SessionStats, turns: _Turns, started_at: dt.datetime, fd: tuple[int, int],
+    out_dir: Path, redactor: Redactor, config_record: dict[str, Any] | None, server_observer: Any,
+    conditions_extra: dict[str, Any] | None, workers: int,
+) -> MeasuredRun:  # fmt: skip
+    """result.json (the ``sessions`` block from the merged :class:`~loadgen.sessions.SessionStats`) and the hlog."""
     workload = {"sessions": src.describe(), **facts, "api": plan.prompter.api,
                 "input_tokens_counted_by": "tokenizer" if tokenizer is not None else None}  # fmt: skip
     result = build_result(
         agg, outcome, cfg, endpoint, started_at=started_at,
         config_record={**(config_record or {}), "workload": workload}, fd_limit=fd,
     )  # fmt: skip
-    st = runner.stats
+    if workers > 1:
+        result["conditions"]["workers"] = workers
     starts = [int(x) for x in plan.start_offsets_ns] if plan.mode == "open" else []
     result["sessions"] = {
         "mode": plan.mode,

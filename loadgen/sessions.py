@@ -77,6 +77,9 @@ class SessionPlan:
     idle_cap_s: float | None = None
     drain_grace_s: float = 30.0
     end_offset_ns: int | None = None  # closed loop: no session starts after t0 + this
+    # each session's first request index (turn k: + k); empty: the turns' positions in this plan, in order.
+    # A worker's shard keeps the whole plan's (loadgen.session_workers), so indices are unique across workers
+    first_index: Sequence[int] = ()
 
 
 @dataclass
@@ -117,15 +120,29 @@ class SessionRunner:
         self._errors: list[BaseException] = []
         self._done: deque[tuple[RequestRecord, int]] = deque()
         self._dues: dict[int, int] = {}  # session -> its next turn's due time, until that turn is sent
-        self._index = 0
+        first = list(plan.first_index)
+        if not first:  # the turns' positions in the plan: a deterministic index per (session, turn)
+            n = 0
+            for s in plan.sessions:
+                first.append(n)
+                n += len(s.turns)
+        self._first_index = first
         self._loop_lag_ms: array[float] = array("d")
         self.t0_ns = 0
+        # turns sent and not yet ended, by request index (read by a sweep probe's early-stop watch)
+        self.inflight_records: dict[int, RequestRecord] = {}
+        self.cancel_reason = "in flight at the drain deadline"
 
-    def request_stop(self, interrupted: bool = True) -> None:
-        """Start no more sessions or turns; in-flight turns drain for ``drain_grace_s``."""
+    def request_stop(self, interrupted: bool = True, cancel_inflight: bool = False) -> None:
+        """Start no more sessions or turns; in-flight turns drain for ``drain_grace_s`` (or, with
+        ``cancel_inflight``, are cancelled now: a sweep probe's early stop, a second interrupt; each is
+        recorded ``cancelled`` with ``cancel_reason``)."""
         if interrupted:
             self.interrupted = True
         self._stop.set()
+        if cancel_inflight:
+            for t in list(self._tasks):
+                t.cancel()
 
     def _on_signal(self) -> None:
         if self._stop.is_set():  # a second signal: cancel what is in flight now
@@ -223,7 +240,9 @@ class SessionRunner:
                     plan.end_offset_ns is not None and now_ns() >= self.t0_ns + plan.end_offset_ns
                 ):
                     return
-                await self._spawn(i, now_ns())
+                # wait, never await: a session cancelled by a stop (an early stop's cancel, a second Ctrl-C)
+                # ends its slot, not the run
+                await asyncio.wait([self._spawn(i, now_ns())])
 
         await asyncio.gather(*(slot() for _ in range(plan.concurrency)))
 
@@ -266,11 +285,17 @@ class SessionRunner:
                 delay = turn.delay_s if plan.idle_cap_s is None else min(turn.delay_s, plan.idle_cap_s)
                 due = last_end + round(delay * 1e9)
                 tool_s += delay
-            spec = hist.spec(k, self._index)
-            self._index += 1
+            spec = hist.spec(k, self._first_index[i] + k)
             gated = self.endpoint.accepts_send_gate()
             self._dues[i] = due
-            if await self._sleep_or_stop(due - PRESTART_NS if gated else due, precise=not gated):
+            try:
+                stopped = await self._sleep_or_stop(due - PRESTART_NS if gated else due, precise=not gated)
+            except asyncio.CancelledError:  # cancelled before its send: this turn and the rest are unsent
+                self._dues.pop(i, None)
+                stats.unsent_turns += n - k
+                stats.failed += 1
+                raise
+            if stopped:
                 self._dues.pop(i, None)
                 stats.unsent_turns += n - k
                 ok = False
@@ -283,6 +308,7 @@ class SessionRunner:
                 requested_output_tokens=spec.requested_output_tokens,
                 session_id=session.session_id,
             )
+            self.inflight_records[spec.index] = rec
             try:
                 if gated:
                     await self._gated_send(spec, rec, due, i)
@@ -292,7 +318,7 @@ class SessionRunner:
             except asyncio.CancelledError:
                 rec.status = "error"
                 rec.error_kind = "cancelled"
-                rec.error_detail = "in flight at the drain deadline"
+                rec.error_detail = self.cancel_reason
                 rec.end_ns = now_ns()
                 self._done.append((rec, k))
                 stats.unsent_turns += n - k - 1
@@ -305,6 +331,7 @@ class SessionRunner:
                 rec.end_ns = rec.end_ns or now_ns()
             finally:
                 self._dues.pop(i, None)
+                self.inflight_records.pop(spec.index, None)
             last_end = rec.end_ns or now_ns()
             system_ns += last_end - due
             self._done.append((rec, k))

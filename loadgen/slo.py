@@ -8,7 +8,7 @@ requests count as over every threshold (their value is :data:`MISS`, +inf). Good
 as in DistServe (Zhong et al., OSDI 2024): requests per second that met every
 per-request SLO.
 
-Per-request metrics (ttft, time_to_first_answer_token, tpot, e2e) are judged per
+Per-request metrics (ttft, time_to_first_answer_token, tpot, e2e, stall) are judged per
 request. ITL is per token: a request conforms on ITL when its own NN-th
 percentile ITL is within the threshold, and the run's ITL verdict uses the pooled
 per-token percentile at the target's own NN (its tokens are correlated within a
@@ -42,8 +42,8 @@ from loadgen.metrics import RequestMetrics
 from loadgen.stats import fail_threshold, lower_bound, upper_bound
 from loadgen.units import parse_duration_ns
 
-METRICS = ("ttft", "time_to_first_answer_token", "tpot", "itl", "e2e")
-_ALIASES = {"ttfat": "time_to_first_answer_token", "e2e_latency": "e2e", "latency": "e2e"}
+METRICS = ("ttft", "time_to_first_answer_token", "tpot", "itl", "e2e", "stall")
+_ALIASES = {"ttfat": "time_to_first_answer_token", "e2e_latency": "e2e", "latency": "e2e", "itl_max": "stall"}
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,10 @@ def request_value(t: SLOTarget, m: RequestMetrics) -> float:
 
     TTFT, time to first answer token and E2E: the request's own value (None -> miss).
     TPOT: the request's TPOT (None, one output token, conforms). ITL: the request's
-    own ``t.percentile``-th per-token gap (linear interpolation; no gaps conforms).
+    own ``t.percentile``-th per-token gap (linear interpolation; no gaps conforms). Stall
+    (``stall``, alias ``itl_max``): the request's longest wall-clock gap between two arrivals of
+    tokens (``max(inter_chunk_ns)``: a pause before a chunk of k tokens is not divided by k, as
+    per-token ITL is; the wait for the first token is TTFT's); fewer than two arrivals conform.
     """
     if t.metric == "ttft":
         return math.inf if m.ttft_ns is None else m.ttft_ns
@@ -125,6 +128,8 @@ def request_value(t: SLOTarget, m: RequestMetrics) -> float:
         if not m.itl_ns:
             return 0.0
         return float(np.percentile(np.asarray(m.itl_ns), t.percentile))
+    if t.metric == "stall":  # the longest pause once the stream began (issue 18: stall SLOs)
+        return float(max(m.inter_chunk_ns)) if m.inter_chunk_ns else 0.0
     raise ValueError(t.metric)
 
 

@@ -68,6 +68,11 @@ class SSEDecoder:
         a chunk of whole events then decodes alone, as :meth:`feed` would decode it."""
         return not (self._parts or self._data or self._event or self._skip_lf) and not self._dec.getstate()[0]
 
+    @property
+    def at_start(self) -> bool:
+        """True until the stream's first text (a BOM there is dropped; see :meth:`started`)."""
+        return self._start
+
     def started(self) -> None:
         """The stream has begun (its events were taken whole by the caller): a later BOM is data."""
         self._start = False

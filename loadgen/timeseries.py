@@ -15,6 +15,16 @@ It is cut into ``INTERVALS`` equal intervals. Per interval:
   it (latency by arrival: a growing queue shows as rising latency of later arrivals).
   HDR precision (±0.1 %).
 
+* ``inflight_mean``: the client's requests in flight, averaged over the interval (each
+  request counted from its actual send to its end, pro rata of its overlap with the interval:
+  the time-weighted mean concurrency);
+* ``server`` (when the server was observed, ``result.json`` ``server.series``,
+  :class:`loadgen.serve.ServerObserver`): the server's gauges sampled inside the interval on
+  the same clock (seconds from t0) -- ``samples`` and, per gauge, the mean and max of its
+  samples: ``running`` and ``waiting`` requests, ``kv_cache_usage`` (fraction), GPU
+  ``power_w`` (NVML) -- None for an interval no sample fell in. Client and server thus share
+  one time axis and the same interval boundaries.
+
 ``thirds``: the same figures over the first and the last third, cut for latency from the
 first to the last *origin* and for throughput from the run's measurement window
 (``result.json`` ``window``, :mod:`loadgen.window`; given as ``window``): a third's
@@ -75,13 +85,15 @@ def _times(d: dict[str, Any], origin: str) -> tuple[float, float] | None:
 
 
 class _Bin:
-    __slots__ = ("completed", "failed", "output_tokens", "ttft", "e2e", "arrivals")
+    __slots__ = ("arrivals", "busy_s", "completed", "e2e", "failed", "output_tokens", "server", "ttft")
 
     def __init__(self) -> None:
         self.completed = 0
         self.failed = 0
         self.output_tokens: float = 0
         self.arrivals = 0
+        self.busy_s = 0.0  # request-seconds in flight inside the interval
+        self.server: dict[str, list[float]] = {}
         self.ttft = LatencyHistogram("ttft")
         self.e2e = LatencyHistogram("e2e")
 
@@ -89,7 +101,7 @@ class _Bin:
         def r(v: float | None) -> float | None:
             return None if v is None else round(v, 3)
 
-        return {
+        out: dict[str, Any] = {
             "completed": self.completed,
             "failed": self.failed,
             "output_tokens": round(self.output_tokens, 3),
@@ -98,7 +110,15 @@ class _Bin:
             "arrivals": self.arrivals,
             "ttft_ms": {"p50": r(self.ttft.percentile_ms(50)), "p99": r(self.ttft.percentile_ms(99))},
             "e2e_ms": {"p50": r(self.e2e.percentile_ms(50)), "p99": r(self.e2e.percentile_ms(99))},
+            "inflight_mean": round(self.busy_s / span_s, 4) if span_s > 0 else None,
         }
+        if self.server:
+            n = max(len(v) for v in self.server.values())
+            out["server"] = {"samples": n} | {
+                k: {"mean": round(sum(v) / len(v), 4), "max": round(max(v), 4)} if v else None
+                for k, v in self.server.items()
+            }
+        return out
 
 
 def series(
@@ -106,12 +126,14 @@ def series(
     origin: str = "scheduled",
     intervals: int = INTERVALS,
     window: dict[str, Any] | None = None,
+    server: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The time series of one run's request lines (or its ``requests.jsonl`` path).
 
     ``lines`` may be iterated twice (a path is re-read); ``window`` is ``result.json``'s
-    ``window`` block (``start_s``/``end_s`` from t0) for the throughput thirds. Returns
-    None when no measured request ended. Times in the result are seconds from the run's t0.
+    ``window`` block (``start_s``/``end_s`` from t0) for the throughput thirds; ``server``
+    its ``server`` block (the observed server's gauges, ``series``). Returns None when no
+    measured request ended. Times in the result are seconds from the run's t0.
     """
     src = (lambda: _lines(lines)) if isinstance(lines, Path) else (lambda it=list(lines): iter(it))
     o_lo = o_hi = e_lo = e_hi = None
@@ -152,6 +174,11 @@ def series(
                     b.output_tokens += int(d.get("output_tokens") or 0)
             else:
                 b.failed += 1
+        sent = d.get("sent_s")
+        if isinstance(sent, int | float) and e > sent:  # in flight from the send to the end
+            for k in range(idx(sent), idx(e) + 1):
+                lo = start + k * width
+                bins[k].busy_s += max(0.0, min(e, lo + width) - max(sent, lo))
         for b in (bins[idx(o)], _third(o, o_lo, o_hi, first, last)):
             if b is None:
                 continue
@@ -161,6 +188,7 @@ def series(
                     b.ttft.record_ns(d["ttft_ms"] * 1e6)
                 if d.get("e2e_ms") is not None:
                     b.e2e.record_ns(d["e2e_ms"] * 1e6)
+    _server_samples(server, bins, start, width)
     third_s = (e_hi - e_lo) / 3
     if win is not None:
         third_s = (win[1] - win[0]) / 3
@@ -172,8 +200,33 @@ def series(
         "interval_s": round(width, 6),
         "latency_origin": origin,
         "intervals": [b.to_json(width) for b in bins],
-        "thirds": {"first": first.to_json(third_s), "last": last.to_json(third_s)},
+        "thirds": {k: _no_inflight(b.to_json(third_s)) for k, b in (("first", first), ("last", last))},
     }
+
+
+def _no_inflight(d: dict[str, Any]) -> dict[str, Any]:
+    d.pop("inflight_mean", None)  # counted per interval only
+    return d
+
+
+def _server_samples(server: dict[str, Any] | None, bins: list[_Bin], start: float, width: float) -> None:
+    """Put the observed server's gauge samples (``server.series``) into the intervals they fell in."""
+    ser = (server or {}).get("series") or {}
+    columns: list[tuple[str, list[float], list[Any]]] = [
+        (k, ser.get("t_s") or [], v) for k, v in (ser.get("gauges") or {}).items()
+    ]
+    gpu = ser.get("gpu") or {}
+    if gpu.get("power_w"):
+        columns.append(("power_w", gpu.get("t_s") or [], gpu["power_w"]))
+    if not columns:
+        return
+    for b in bins:
+        b.server = {k: [] for k, _, _ in columns}
+    end = start + width * len(bins)
+    for key, ts, vals in columns:
+        for t, v in zip(ts, vals, strict=False):
+            if v is not None and start <= t < end:
+                bins[min(int((t - start) / width), len(bins) - 1)].server[key].append(float(v))
 
 
 def _third(t: float, start: float, end: float, first: _Bin, last: _Bin) -> _Bin | None:

@@ -123,6 +123,7 @@ class RequestRecord:
     cached_prompt_tokens: int | None = None  # prompt tokens served from the provider's prompt cache
     throttle_ns: int = 0  # waited for the client's own cap (--max-concurrency, --max-rpm, --max-tpm) before sending
     attempts: list[dict[str, Any]] | None = None  # earlier attempts answered 429 (--retry-429)
+    replica: int | None = None  # which --endpoint served it (0-based; endpoints.balance), None: one endpoint
 
     @property
     def ok(self) -> bool:

@@ -84,10 +84,30 @@ def generator_send_rps(agg: RunCounts) -> float | None:
 DEFAULT_LOOP_LAG_BOUND_MS = 10.0
 """``ValidityBounds.max_loop_lag_p99_ms``'s default: a caller's larger value also bounds the stamp lateness."""
 
-CLOSED_LOOP_IDLE_SHARE = 0.01
-"""Closed loop: the due->send lag bound is the larger of the schedule-lag bound and this share of the median
-E2E. Latency counts from the send there, so the lag does not enter the latencies; it idles the user, whose
-share of the offered concurrency falls by lag / (E2E + lag): under 1 % at this bound."""
+CLOSED_LOOP_IDLE_SHARE = 0.05
+"""Closed loop: the share of the users' time spent idle between a request's due time and its send,
+sum(lag) / sum(lag + E2E), at most this. Latency counts from the send there, so the lag enters no latency
+(a late send makes no reported number wrong); it idles the user, and the server is offered that much less
+concurrency on average (C x (1 - share)). The former rule, p99 lag <= max(5 ms, 1 % of the median E2E),
+judged the tail of a quantity whose effect is its mean: at C = 8 on a shared 2-core machine a wave's last
+sends went out 15 ms after their users were due (p99) while the users idled 2 % of their time and every
+reported TTFT/ITL percentile was within 1.4 ms of the simulator's truth log."""
+
+
+def closed_loop_idle_share(agg: RunCounts) -> tuple[float, float]:
+    """Closed loop: (the users' idle share, the p99 due->send lag in ms) of a run.
+
+    idle share = sum(lag) / (sum(lag) + sum(E2E)) over the measured requests, lag = the generator's
+    due->send lag (connection set-up after the due time excluded, as for open loop's schedule lag), E2E
+    from the send (failed requests' time to failure included): the share of the users' time spent
+    waiting for the generator, so the offered concurrency was C x (1 - share) on average.
+    """
+    lags = np.asarray(agg.generator_lag, dtype=np.float64)
+    samples = getattr(agg, "samples", {})  # an Aggregator's exact samples
+    busy = sum(float(np.sum(samples[k].values())) for k in ("e2e", "error_e2e") if k in samples and len(samples[k]))
+    total = float(lags.sum())
+    share = total / (total + busy) if total + busy > 0 else 0.0
+    return share, float(np.percentile(lags, 99)) / 1e6 if lags.size else 0.0
 
 
 MOSTLY_FAILED = 0.5
@@ -139,18 +159,15 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
                 f"{bounds.send_rate_tolerance * 100:g} %)",
             )
     elif len(agg.generator_lag):  # closed loop: a request is due when its user's previous one is done
-        lag = np.percentile(np.asarray(agg.generator_lag), 99) / 1e6
-        e2e = getattr(agg, "samples", {}).get("e2e")  # an Aggregator's exact E2E samples
-        med = float(np.median(e2e.values())) / 1e6 if e2e is not None and len(e2e) else 0.0
-        bound = max(bounds.max_schedule_lag_p99_ms, CLOSED_LOOP_IDLE_SHARE * med)
+        share, lag = closed_loop_idle_share(agg)
         check(
-            "send_lag_p99",
+            "send_lag",
             "generator",
-            lag <= bound,
-            f"p99 due->send lag {lag:.3f} ms (closed loop: from the end of the user's previous request, or its "
-            f"place in the start-up ramp, to its send; connection set-up excluded) <= {bound:.3f} ms (the larger "
-            f"of {bounds.max_schedule_lag_p99_ms:g} ms and {CLOSED_LOOP_IDLE_SHARE:.0%} of the median E2E: a user "
-            "idle that long offers under 1 % less load)",
+            share <= CLOSED_LOOP_IDLE_SHARE,
+            f"users idle {share * 100:.2f} % of their time between due and send (closed loop: sum of due->send "
+            f"lags / sum of lags and E2E; p99 lag {lag:.3f} ms, connection set-up excluded) <= "
+            f"{CLOSED_LOOP_IDLE_SHARE:.0%}: the load offered was at least {1 - CLOSED_LOOP_IDLE_SHARE:.0%} of the "
+            "users' (latency counts from the send: the lag enters no latency)",
         )
     cpu = client.cpu_s / client.wall_s if client.wall_s > 0 else 0.0
     if client.worker_cpu_fractions:
@@ -173,7 +190,23 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
         check("workers", "generator", False, "; ".join(client.worker_failures))
     ll = None
     stamped = client.stamp_lateness_p99_ms is not None and client.stamp_tokens >= bounds.min_stamp_tokens
-    if stamped:
+    moved = client.stamps.moves_ms() if stamped and client.stamps is not None else None
+    if moved:
+        # what the numbers carry: how far the late stamps moved the reported percentiles (estimated)
+        looser = bounds.max_loop_lag_p99_ms > DEFAULT_LOOP_LAG_BOUND_MS
+        sl_bound = max(bounds.max_stamp_lateness_p99_ms, bounds.max_loop_lag_p99_ms if looser else 0.0)
+        worst = max(abs(v) for v in moved.values())
+        check(
+            "stamp_error",
+            "generator",
+            worst <= sl_bound,
+            "late stamps moved "
+            + ", ".join(f"{k.replace('_', ' ')} by {v:+.2f} ms" for k, v in moved.items())
+            + f" (estimated: each stamp less its lateness; |each| <= {sl_bound:g} ms"
+            + (" (--max-loop-lag)" if looser else "")
+            + f"; p99 stamp lateness {client.stamp_lateness_p99_ms:.1f} ms over {client.stamp_tokens} token stamps)",
+        )
+    elif stamped:
         # what the numbers carry: how late the token stamps were (token-weighted), not the loop at any moment
         sl = client.stamp_lateness_p99_ms or 0.0
         # a caller that loosened the loop-lag bound (--max-loop-lag) tolerates that much lateness of the stamps

@@ -34,7 +34,8 @@ three client phases are outside the value and count as 0):
   is no stall to see;
 * ``decode`` -- the rest of the decode: ``e2e_ms - ttft_ms - decode_stall`` (E2E), or
   ``(n - 1) * max(0, tpot_ms - typical_itl) - decode_stall`` (TPOT, ITL: the excess over a
-  typical decode), ``typical_itl`` the median of the sent requests' median ITL.
+  typical decode), ``typical_itl`` the median of the sent requests' median ITL; for a stall
+  target (the longest gap, :mod:`loadgen.slo`) the typical gap, ``min(typical_gap, longest gap)``.
 
 **A miss** of target ``t`` is a request whose :func:`loadgen.slo.request_value` exceeds
 ``t``'s threshold (:func:`loadgen.slo.exceeds`; failures count as misses, as in the verdict).
@@ -206,6 +207,9 @@ def _decode_ms(d: dict[str, Any], metric: str, ph: dict[str, float], base: Basel
         span = _f(d, "e2e_ms") - _f(d, "ttft_ms")
     elif metric == "time_to_first_answer_token":
         return max(_f(d, "time_to_first_answer_token_ms") - _f(d, "ttft_ms"), 0.0)
+    elif metric == "stall":  # the longest gap = a typical gap (decode) + its excess (decode stall)
+        gaps = d.get("inter_chunk_ms") or ()
+        return min(base.gap_ms, max(gaps)) if gaps else 0.0
     else:  # tpot, itl: the excess over a typical decode
         n = int(d.get("output_tokens") or 0)
         return max((n - 1) * max(_f(d, "tpot_ms") - base.itl_ms, 0.0) - ph["decode_stall"], 0.0)
@@ -227,6 +231,7 @@ def _metrics(d: dict[str, Any]) -> RequestMetrics:
         tpot_ns=None if tpot is None else float(tpot) * 1e6,
         e2e_ns=ns("e2e_ms"),
         itl_ns=[float(v) * 1e6 for v in d.get("itl_ms") or ()],
+        inter_chunk_ns=[round(float(v) * 1e6) for v in d.get("inter_chunk_ms") or ()],
     )
 
 
@@ -337,6 +342,8 @@ def why(
         text = f"{misses} of {judged} missed {t.label}"
         if ranked:
             text += ": " + ", ".join(f"{n} {_words(c)}" for c, n in ranked)
+        if causes.keys() & {"queueing", "buffering"}:  # inferred against a reference: say which
+            text += f" [over an unloaded TTFT of {base.ttft_ms:.1f} ms: {base.source}]"
         if censored:
             text += f" ({censored} cancelled in flight, not judged)"
         out.append(

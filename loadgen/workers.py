@@ -49,6 +49,7 @@ from loadgen.results import Aggregator, RequestSummary, summarize
 from loadgen.runner import LEAD_IN_NS, ClientStats, Runner, RunOutcome, RunPlan, realized_send_rps
 from loadgen.runplan import build_plan, build_workload
 from loadgen.schedule import as_schedule
+from loadgen.stamp_lateness import StampLateness
 
 BATCH = 64
 FLUSH_S = 0.05
@@ -125,7 +126,9 @@ def die_with_parent() -> None:
     threading.Thread(target=watch, name="loadgen-parent-watch", daemon=True).start()
 
 
-def _worker_main(w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, conn: Connection) -> None:
+def _worker_main(
+    w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, conn: Connection, body: Any = None
+) -> None:
     os.setsid()  # terminal signals go to the parent only; it forwards them
     die_with_parent()
     try:
@@ -137,7 +140,7 @@ def _worker_main(w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, con
     import asyncio
 
     try:
-        asyncio.run(worker_body(w, n, ep_cfg, redactor, load, conn.send, conn.recv))
+        asyncio.run((body or worker_body)(w, n, ep_cfg, redactor, load, conn.send, conn.recv))
     except Exception as exc:  # report, then die: the parent counts this worker's requests as unsent
         try:
             conn.send(("error", f"{type(exc).__name__}: {redactor(str(exc))}"))
@@ -230,6 +233,7 @@ async def worker_body(
                     "loop_lag_ms": lags,
                     "aborted_reason": c.aborted_reason,
                     "end_ns": out.end_ns,
+                    "stamp_lateness": runner.stamps.to_state(),  # merged exactly by the parent (Collector.outcome)
                 },
                 {k: h.to_state() for k, h in hist.items()},
             )
@@ -347,6 +351,7 @@ class Collector:
         unsent_warm = 0
         cpu_fracs: list[float] = []
         lags: list[float] = []
+        stamps = StampLateness()  # the workers' stamp lateness, merged exactly (loadgen.stamp_lateness)
         aborted = None
         end = now_ns()
         interrupted = self.interrupted
@@ -358,6 +363,8 @@ class Collector:
                 interrupted = interrupted or st["interrupted"]
                 cpu_fracs.append(st["cpu_s"] / st["wall_s"] if st["wall_s"] else 0.0)
                 lags.extend(st["loop_lag_ms"])
+                if st.get("stamp_lateness"):
+                    stamps.merge_state(st["stamp_lateness"])
                 aborted = aborted or st["aborted_reason"]
                 self.agg.merge_token_histograms(hists)
             else:
@@ -373,6 +380,9 @@ class Collector:
             aborted_reason=aborted,
             worker_cpu_fractions=cpu_fracs,
             worker_failures=self.failures,
+            stamp_lateness_p99_ms=stamps.percentile_ms(99),
+            stamp_tokens=stamps.tokens,
+            stamps=stamps if stamps.tokens else None,
         )
         return RunOutcome(
             t0_ns=t0_ns,
@@ -401,8 +411,14 @@ def run_workers(
     *,
     on_record: Callable[[Any, Any], None] | None = None,
     on_summary: Callable[[Any], None] | None = None,
+    body: Any = None,
+    collector: Collector | None = None,
 ) -> RunOutcome:
     """Run ``load`` over ``n`` worker processes; aggregate into ``agg``, write lines to ``fh``.
+
+    ``body`` replaces :func:`worker_body` (same signature and messages; a module-level function:
+    the session engine's, :mod:`loadgen.session_workers`), ``collector`` the parent's
+    :class:`Collector` (a subclass that reads more from each line).
 
     Blocking (call it outside an event loop or in a thread). SIGINT/SIGTERM to the
     parent are forwarded to the workers, which stop and drain as one process would.
@@ -413,13 +429,13 @@ def run_workers(
     for w in range(n):
         a, b = ctx.Pipe(duplex=True)
         p = ctx.Process(
-            target=_worker_main, args=(w, n, ep_cfg, redactor, load, b), daemon=True, name=f"loadgen-worker-{w}"
+            target=_worker_main, args=(w, n, ep_cfg, redactor, load, b, body), daemon=True, name=f"loadgen-worker-{w}"
         )
         p.start()
         b.close()
         procs.append(p)
         conns.append(a)
-    col = Collector(n, agg, fh, on_record=on_record, on_summary=on_summary)
+    col = collector or Collector(n, agg, fh, on_record=on_record, on_summary=on_summary)
 
     def forward(signum: int, frame: Any) -> None:
         col.interrupted = True

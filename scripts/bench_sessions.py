@@ -12,7 +12,7 @@
    server) + its delay (bar: 100 %), and p99 of (server
    arrival - due time) (bar: <= 5 ms), the client and the simulator on separate CPUs (``--cpus``)
    and the simulator with ``--busy-poll``.
-3. ``search``: the session-rate search (:mod:`loadgen.sweep.sessions`, library form) against the
+3. ``search``: ``loadgen sweep --sessions`` (:mod:`loadgen.sweep.sessions`) against the
    simulator, salted and unsalted, each against the virtual-clock reference of the same profile
    (:mod:`loadgen.sim.session_reference`): bars 0.9-1.1 x the reference, and the unsalted answer
    higher.
@@ -137,46 +137,43 @@ def replay(a: argparse.Namespace, d: Path, scale: float) -> bool:
 
 
 def search(a: argparse.Namespace, d: Path) -> bool:
-    """Must-show 3 (library form, open loop): the session-rate search against the virtual-clock reference,
-    salted (no cross-session reuse) and unsalted (sessions share their prefixes): the answer rises."""
-    import asyncio
-
-    from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
-    from loadgen.runplan import LoadConfig
-    from loadgen.sim.launch import SimProcess
+    """Must-show 3 (``loadgen sweep --sessions``, open loop): the session-capacity search against the
+    virtual-clock reference, salted (no cross-session reuse) and unsalted (sessions share their
+    prefixes): the answer rises, and the report says why (its salting line and hit rates)."""
     from loadgen.sim.model import SimParams
     from loadgen.sim.session_reference import session_capacity
     from loadgen.slo import parse_slo
-    from loadgen.sweep.sessions import SessionSearch, search_session_rate
     from loadgen.workload.session_sources import load_sessions, parse_session_source
 
     params = SimParams(slots=16, ttft_ms=2, prefill_per_token_ms=0.25, itl_ms=2)
-    args = ["--slots", "16", "--ttft-ms", "2", "--prefill-per-token-ms", "0.25", "--itl-ms", "2",
-            "--prefix-cache-blocks", "20000"]  # fmt: skip
-    slo = parse_slo("ttft:p90<=80ms")
+    sim = "--slots 16 --ttft-ms 2 --prefill-per-token-ms 0.25 --itl-ms 2 --prefix-cache-blocks 20000"
+    slo_text = "ttft:p90<=80ms"
+    slo = parse_slo(slo_text)
     answers = {}
     good = True
     for salt in ("on", "off"):
-        src = parse_session_source(f"synthetic,turns=3,input=60,output=4,delay=50ms,salt={salt}")
-        n = a.search_sessions
-        sessions, _ = load_sessions(src, n + 3)
+        text = f"synthetic,turns=3,input=60,output=4,delay=50ms,salt={salt}"
+        sessions, _ = load_sessions(parse_session_source(text), 300)
         ref = session_capacity(params, sessions, slo, cache_blocks=20_000, warmup_sessions=3, salted=salt == "on")
-        with SimProcess(args) as sim:
-
-            async def go(url: str, src: Any, out: Path, n: int, start: float) -> SessionSearch:
-                ep = OpenAIEndpoint(OpenAIConfig(base_url=url, api="completions"))
-                await ep.open()
-                try:
-                    return await search_session_rate(ep, LoadConfig(), src, [slo], out, sessions_per_probe=n,
-                                                     warmup_sessions=3, start_sps=start, precision=0.05)  # fmt: skip
-                finally:
-                    await ep.close()
-
-            found = asyncio.run(go(str(sim.url), src, d / f"search-{salt}", n, ref / 2))
-        got = found.max_session_rps or 0.0
+        out = d / f"search-{salt}"
+        cpus = [] if a.no_pin else ["--cpus", a.client_cpu]
+        p = subprocess.run(
+            [sys.executable, "-m", "loadgen.cli", "sweep", "--sessions", text, "--slo", slo_text, "--api",
+             "completions", "--sim-args", sim, "--probe-duration", a.search_probe, "--calibration", "0",
+             "--start-rate", f"{ref / 2:.4f}", "--precision", "5%", "--out", str(out), *cpus],
+            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200"), capture_output=True, text=True,
+            timeout=3600,
+        )  # fmt: skip
+        if p.returncode not in (0, 5):
+            print(p.stdout[-3000:], p.stderr[-3000:])
+            return bar(f"salt={salt}: the sweep ran", False)
+        res = json.loads((out / "sweep.json").read_text())
+        got = res["answer"]["max_rate_rps"] or 0.0
         answers[salt] = got
-        print(f"3. session search, salt={salt}: reference {ref:.2f} sessions/s, found {got:.2f} "
-              f"({got / ref:.3f} x; {len(found.probes)} probes, limited_by {found.limited_by})")  # fmt: skip
+        hits = [q["prefix_cache_hit_rate"] for q in res["sessions"]["probes"]]
+        print(f"3. loadgen sweep --sessions, salt={salt}: reference {ref:.2f} sessions/s, found {got:.2f} "
+              f"({got / ref:.3f} x; {len(res['probes'])} probes, limited_by {res['answer']['limited_by']}); "
+              f"hit rate {min(hits):.3f}-{max(hits):.3f}; {res['sessions']['salting']}")  # fmt: skip
         good &= bar(f"salt={salt}: 0.9-1.1 x the reference", 0.9 <= got / ref <= 1.1)
     return good & bar("salting off raises the answer", answers["off"] > answers["on"])
 
@@ -184,7 +181,7 @@ def search(a: argparse.Namespace, d: Path) -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", choices=("conversations", "replay", "search"))
-    ap.add_argument("--search-sessions", type=int, default=60, help="measured sessions per search probe")
+    ap.add_argument("--search-probe", default="20s", help="--probe-duration of the session sweeps")
     ap.add_argument("--tokenizer", help="a Hugging Face tokenizer directory (default: the test BPE tokenizer)")
     ap.add_argument("--sessions-n", type=int, default=20)
     ap.add_argument("--rate", type=float, default=2.0, help="sessions/s of the synthetic workload")

@@ -25,15 +25,19 @@ U a probe below r* to fail (<= a / 2), so for the two probes that end the bracke
 P(L <= r* < U) >= 1 - a. The bisection picks its probes adaptively and several probes may
 lie on one side of r*; that choice is not corrected for, which is why the coverage is
 checked empirically on the simulated endpoint's virtual-clock reference
-(``scripts/bench_capacity_ci``). **Known limit, measured there**: the binomial bound takes a probe's
-requests as independent, and in a queue they are not: exceedances come in clusters (busy
-periods), and a ~10 s probe that starts from an empty queue often holds none even above r*
-(2 FIFO servers, 40 ms a request, p99 TTFT <= 200 ms: steady-state r* 36.8 req/s, yet 60 % of
-400-request runs at 41.4 req/s have p99 <= 200 ms on the model's virtual clock). So this
-interval covers r* far less often than its level says (20 sweeps of that profile at 97.5 %,
-a shared 2-core machine: the 95 % interval held the steady-state reference in 3 of 20, the
-probe-length reference in 6 of 20); :func:`replicated_interval` over sweeps
-with different seeds carries that variation. ITL targets are pooled per token, not counted per request:
+(``scripts/bench_capacity_ci``). **Dependence between requests**: the binomial bound takes
+a probe's requests as independent, and in a queue they are not: exceedances come in clusters
+(busy periods), and a ~10 s probe that starts from an empty queue often holds none even above
+r* (2 FIFO servers, 40 ms a request, p99 TTFT <= 200 ms: steady-state r* 37.6 req/s, yet 60 %
+of 400-request runs at 41.4 req/s have p99 <= 200 ms on the model's virtual clock). Counted as
+independent, that profile's 95 % interval held the steady-state reference in 14 of 20 virtual
+sweeps (60 s probes; 3 of 20 real 2 s-probe sweeps). So each end is judged on the probe's
+**effective counts** (``sweep.json`` ``targets[j].effective_requests`` /
+``effective_exceedances``: n / tau and k / tau, tau the exceedances' autocorrelation time,
+:class:`loadgen.sweep.evidence.DependenceLog`), the evidence the sweep's own verdicts now use;
+then 20 of 20 (median U / L 1.68). Sweeps written before that rule carry raw counts only and
+are judged on them (said in ``method``). :func:`replicated_interval` over sweeps with
+different seeds carries the run-to-run variation on top. ITL targets are pooled per token, not counted per request:
 they carry no binomial evidence and are left out (stated in ``method``). The interval
 cannot be narrower than the sweep's bracket: its width is set by ``--precision`` and by
 the evidence per probe.
@@ -109,10 +113,30 @@ def _r(v: float | None) -> str:
     return "?" if v is None else f"{v:.2f}"
 
 
-def _binomial_state(probe: ProbeEvidence, targets: list[SLOTarget], level: float) -> str:
+def effective_counts(raw_probe: dict[str, Any] | None) -> dict[str, tuple[int, int]]:
+    """A ``sweep.json`` probe's effective counts per target: ``targets[j]`` (``effective_exceedances``,
+    ``effective_requests``), written by sweeps that account for the dependence between requests
+    (:class:`loadgen.sweep.evidence.DependenceLog`); empty for older sweeps (raw counts are used)."""
+    out = {}
+    for t in (raw_probe or {}).get("targets") or []:
+        if t.get("effective_requests") and t.get("effective_exceedances") is not None:
+            out[str(t["target"])] = (int(t["effective_exceedances"]), int(t["effective_requests"]))
+    return out
+
+
+def _other_fail(raw_probe: dict[str, Any] | None) -> bool:
+    """Did the sweep fail this probe on a test of its own other than the count (a growing backlog,
+    the server's errors alone)?"""
+    why = " ".join(str(r) for r in (raw_probe or {}).get("reasons") or [])
+    return "unstable: backlog growing" in why or "server's errors alone" in why
+
+
+def _binomial_state(
+    probe: ProbeEvidence, targets: list[SLOTarget], level: float, eff: dict[str, tuple[int, int]] | None = None
+) -> str:
     all_pass = True
     for t in targets:
-        kn = probe.counts.get(t.label)
+        kn = (eff or {}).get(t.label) or probe.counts.get(t.label)
         if kn is None:
             all_pass = False
             continue
@@ -124,20 +148,31 @@ def _binomial_state(probe: ProbeEvidence, targets: list[SLOTarget], level: float
     return "pass" if all_pass else "undecided"
 
 
-def probe_state_at(probe: ProbeEvidence, cap: SweepCapacity, confidence: float) -> str:
+def probe_state_at(
+    probe: ProbeEvidence, cap: SweepCapacity, confidence: float, raw_probe: dict[str, Any] | None = None
+) -> str:
     """'pass', 'fail' or 'undecided' for one probe at the two-sided level of the module docstring.
 
-    A probe the sweep failed on a test of its own other than the exceedance count (``unstable:
-    backlog growing``, :mod:`loadgen.sweep.stability`, at its own alpha) is a fail here too, and
-    never a pass; a fail or pass the sweep decided on its point estimate only counts when the
-    bounds at this level decide it.
+    ``raw_probe``: the probe's ``sweep.json`` entry; its effective counts (:func:`effective_counts`,
+    the dependence between requests accounted for) are the evidence when present, else the raw
+    counts. A probe the sweep failed on a test of its own other than the exceedance count
+    (``unstable: backlog growing``, :mod:`loadgen.sweep.stability`, at its own alpha; the
+    server's errors alone) is a fail here too, and never a pass; a fail or pass the sweep
+    decided on its point estimate, or stopped early on the raw count, only counts when the
+    bounds at this level decide it. Without ``raw_probe`` (older callers) a FAIL the bounds do
+    not show is taken as such another test's, when not a point estimate.
     """
     targets = [t for t in cap.slos if judged_per_request(t)]
     if not targets or probe.rate_rps is None or probe.verdict not in ("pass", "fail"):
         return "undecided"
-    state = _binomial_state(probe, targets, 1.0 - (1.0 - confidence) / (2 * len(targets)))
-    own = _binomial_state(probe, targets, 1.0 - (1.0 - cap.confidence) / len(targets))
-    if probe.verdict == "fail" and state != "fail" and own != "fail" and not probe.low_confidence:
+    eff = effective_counts(raw_probe)
+    state = _binomial_state(probe, targets, 1.0 - (1.0 - confidence) / (2 * len(targets)), eff)
+    if raw_probe is not None:
+        other = _other_fail(raw_probe)
+    else:
+        own = _binomial_state(probe, targets, 1.0 - (1.0 - cap.confidence) / len(targets))
+        other = state != "fail" and own != "fail" and not probe.low_confidence
+    if probe.verdict == "fail" and state != "fail" and other:
         return "fail"  # failed by another of the sweep's tests (stability), not by the count
     if probe.verdict == "fail" and state == "pass":
         return "undecided"
@@ -163,15 +198,24 @@ def capacity_interval(cap: SweepCapacity, confidence: float | None = None) -> Ca
         confidence = default_confidence(cap)
     if not 0 < confidence < 1:
         raise ValueError("confidence must be in (0, 1)")
-    states = [(p.rate_rps, probe_state_at(p, cap, confidence)) for p in cap.probes if p.concurrency is None]
+    raws = list(cap.doc.get("probes") or []) if isinstance(cap.doc, dict) else []
+    raws += [None] * (len(cap.probes) - len(raws))
+    states = [(p.rate_rps, probe_state_at(p, cap, confidence, raw if isinstance(raw, dict) else None))
+              for p, raw in zip(cap.probes, raws, strict=False) if p.concurrency is None]  # fmt: skip
     passes = [r for r, s in states if s == "pass" and r is not None]
     lower = max(passes) if passes else None
     fails = [r for r, s in states if s == "fail" and r is not None and (lower is None or r > lower)]
     upper = min(fails) if fails else None
     m = sum(1 for t in cap.slos if judged_per_request(t))
+    dep = any(effective_counts(r) for r in raws if isinstance(r, dict))
     method = (
         f"one-sided Clopper-Pearson bounds at {1 - (1 - confidence) / (2 * max(m, 1)):.4f} per target "
-        f"({m} per-request target(s), Bonferroni), L = highest probe passing, U = lowest probe above L "
+        + (
+            "on effective counts (the dependence between requests: n / tau, loadgen.sweep.evidence) "
+            if dep
+            else "on raw counts (a sweep before the dependence rule: requests taken as independent) "
+        )
+        + f"({m} per-request target(s), Bonferroni), L = highest probe passing, U = lowest probe above L "
         "failing; exceedance fractions assumed non-decreasing in rate; ITL targets carry no per-request "
         "evidence and are not used"
     )
@@ -241,8 +285,8 @@ def replicated_interval(caps: list[SweepCapacity]) -> CapacityInterval:
 
     Why replicates: requests within one probe are not independent (a queue's exceedances
     come in clusters, in its busy periods), so the binomial count of one probe over-states
-    its evidence, and the interval of :func:`capacity_interval` covers less often than it
-    says (``scripts/bench_capacity_ci``). Replicates carry that variation; what they do not
+    its evidence unless it is counted in effective requests, as :func:`capacity_interval` now does
+    (``scripts/bench_capacity_ci``). Replicates carry that variation; what they do not
     carry is the procedure's own bias (a short probe starting from an empty queue).
     Raises ConfigError for fewer than 2 sweeps, a sweep with no answer, or different SLOs.
     """

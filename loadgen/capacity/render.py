@@ -20,7 +20,7 @@ __all__ = ["pareto_html", "write_pareto", "write_plan"]
 _CSS = ("body{font-family:system-ui,sans-serif;margin:1.5em;max-width:70em}table{border-collapse:collapse;"
         "margin:.6em 0}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}th{background:#f3f3f3}"
         "td:first-child,th:first-child{text-align:left}figure{margin:.8em 0}svg{max-width:100%;height:auto}"
-        ".note{color:#8a5a00}")  # fmt: skip
+        ".note{color:#8a5a00}.ok{color:#1b5e20}.bad{color:#b71c1c}")  # fmt: skip
 
 
 def _f(v: Any, nd: int = 2) -> str:
@@ -70,6 +70,7 @@ def plan_section(doc: dict[str, Any]) -> str:
                      f"utilisation {_f(s['break_even_utilisation'], 3)}</p>")  # fmt: skip
         parts += [f"<p class='note'>{html.escape(n)}</p>" for n in plan["notes"]]
         parts.append(_demand_figure(plan, unit_label))
+        parts.append(_validation_html(plan.get("validation")))
         parts.append("<table><tr><th>pricing model</th><th>total USD</th><th>USD per million output tokens</th>"
                      "<th>USD per successful request</th><th>how</th></tr>")  # fmt: skip
         for name, c in plan["costs"].items():
@@ -84,6 +85,24 @@ def plan_section(doc: dict[str, Any]) -> str:
         parts.append("</table>")
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _validation_html(v: dict[str, Any] | None) -> str:
+    """The replay of the plan (``loadgen plan --validate``): its verdict, slice, fleet and per-replica counts."""
+    if not v:
+        return ""
+    cls = {"held": "ok", "not held": "bad"}.get(v["verdict"], "note")
+    rows = "".join(f"<tr><td>{r['replica']}</td><td>{html.escape(str(r['url']))}</td><td>{r['requests']}</td>"
+                   f"<td>{r['failed']}</td></tr>" for r in v.get("per_replica") or [])  # fmt: skip
+    table = (
+        ("<table><tr><th>replica</th><th>URL</th><th>requests</th><th>failed</th></tr>" + rows + "</table>")
+        if rows
+        else ""
+    )
+    return (f"<h4>Validation by replay</h4><p class='{cls}'><b>{html.escape(v['verdict'].upper())}</b> at {v['replicas']} "
+            f"replica{'s' if v['replicas'] != 1 else ''} (planned {v['planned_replicas']}; {html.escape(v['replicas_source'])}): "
+            f"{html.escape(v['slice_text'])}. {html.escape(v['text'])}</p><p class='note'>{html.escape(v['rule'])}; "
+            f"the replay's files: {html.escape(v['run_dir'])}</p>{table}")  # fmt: skip
 
 
 def _page(title: str, body: str) -> str:

@@ -102,7 +102,12 @@ def run_exit_code(run: MeasuredRun | None, err: Console) -> int:
 
 def sweep_exit_code(outcome: SweepOutcome, err: Console) -> int:
     """``loadgen sweep``, from the answer's facts: 130 interrupted, 5 client limited (a lower bound),
-    1 no rate (or user count) met the SLO, else 0."""
+    1 no rate (or user count) met the SLO, else 0. One sweep per size (:mod:`loadgen.cli.scale`): the
+    first of 130, 5, 1 that any size gives, else 0."""
+    sizes = getattr(outcome, "sizes", None)
+    if sizes is not None:
+        codes = [sweep_exit_code(o, err) for o in sizes]
+        return next((c for c in (EXIT_INTERRUPTED, EXIT_LOWER_BOUND, EXIT_FAIL) if c in codes), EXIT_OK)
     result = outcome.result
     answer = result["answer"]
     if result["interrupted"]:
@@ -140,6 +145,13 @@ def serve_exit_code(outcome: ServeOutcome, err: Console) -> int:
 
 def _no_verdict(outcome: None, err: Console) -> int:
     return EXIT_OK
+
+
+def plan_exit_code(doc: dict[str, Any], err: Console) -> int:
+    """``loadgen plan``: with --validate, 1 when the replay did not hold the SLO, 5 when the client could not
+    keep the replay's schedule (no claim either way), else 0."""
+    v = (doc.get("plans") or [{}])[0].get("validation") or {}
+    return {"not held": EXIT_FAIL, "invalid": EXIT_LOWER_BOUND}.get(v.get("verdict", ""), EXIT_OK)
 
 
 def gate_exit_code(outcome: dict[str, Any], err: Console) -> int:
@@ -204,7 +216,7 @@ for _serve_cmd in serve_group.commands.values():
 main.add_command(serve_group)
 main.add_command(sim_command)
 main.add_command(trace_group)
-main.add_command(_mapped(plan_cmd, _no_verdict, input_errors_are_usage=True))
+main.add_command(_mapped(plan_cmd, plan_exit_code, input_errors_are_usage=True))
 for _cap_name, _cap_cmd in capacity_group.commands.items():
     _mapped(_cap_cmd, gate_exit_code if _cap_name == "gate" else _no_verdict, input_errors_are_usage=True)
 main.add_command(capacity_group)

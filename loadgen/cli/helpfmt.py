@@ -34,18 +34,19 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
     })),
     ("Workload", frozenset({
         "input_tokens", "output_tokens", "trace", "trace_format", "trace_spread", "time_scale", "trace_start",
-        "trace_duration", "trace_loop", "trace_keep_zero_output", "dataset", "sessions", "tokenizer", "prompt_format",
+        "trace_duration", "trace_loop", "trace_keep_zero_output", "dataset", "sessions", "session_header", "tokenizer", "prompt_format",
         "shared_prefix_tokens", "prefix_groups", "salt", "seed",
     })),
     ("Endpoint", frozenset({
-        "endpoint", "api", "model", "headers", "header_envs", "api_key_env", "timeout", "connect_timeout", "extra_body",
+        "endpoint", "balance", "api", "model", "headers", "header_envs", "api_key_env", "timeout", "connect_timeout",
+        "extra_body",
         "no_preflight", "no_stream", "insecure", "provider", "deployment", "api_version", "azure_ad_token_env",
         "anthropic_version", "ca_file", "connection_reuse", "network_baseline", "retry_429", "max_rpm", "max_tpm",
         "yes", "sim_args", "idle_timeout",
     })),
     ("Server launch", frozenset({
         "serve", "serve_model", "served_model_name", "server_python", "server_port", "serve_args",
-        "model_repository", "pytriton", "serve_timeout",
+        "model_repository", "pytriton", "serve_timeout", "server_metrics", "server_metrics_interval",
     })),
     ("SLO and validity", frozenset({
         "slos", "slo_p99", "slo_metric", "latency_origin", "max_schedule_lag", "max_loop_lag", "max_error_rate",

@@ -1,19 +1,11 @@
-"""The live terminal view of ``run`` and ``sweep``: what the run is doing, refreshed once a second.
+"""The live view of ``run`` and ``sweep`` (its options and its process) and the live exporters' options.
 
-Never on the send path: a daemon thread tails ``requests.jsonl`` (written line by line as
-requests finish, :mod:`loadgen.recordlog`) and reads, without locking or writing, three
-facts of the runner object (``t0_ns``, ``plan.schedule``, ``len(inflight_records)``). The
-runner's send loop is not touched; the thread wakes once per ``interval_s`` and renders
-with rich ``Live`` (``auto_refresh`` off: no second thread).
-
-Shown (``interval`` = the last refresh period, figures over the requests that *finished* in
-it): progress against the schedule (due = scheduled sends whose time has come, sent =
-finished + in flight, behind = due - sent), in flight, completed, errors by kind, TTFT and
-ITL p50/p99, output tok/s (tokens of the requests finished in the interval / interval),
-schedule lag p99, and the client process's CPU (process CPU time / wall time, this process:
-worker processes are not counted). For a sweep: the probe being run, and the probe table
-filling in from each finished probe's ``result.json``, its misses by cause worked out as
-``sweep.json`` will have them (against the sweep's unloaded check, :func:`loadgen.why.sweep_why`).
+The view itself -- what it shows, the rule for each figure, and the process that draws it --
+is :mod:`loadgen.report.live_view`. Never on the send path: the view runs in a process of its
+own that tails ``requests.jsonl``; :class:`LiveView` starts it and keeps one thread here that
+wakes once a second to send it three facts of the runner (``t0_ns`` and the schedule's send
+offsets once, ``len(inflight_records)`` each time) and this process's CPU time. Nothing here
+parses, computes percentiles or draws while requests are sent.
 
 Quiet when stderr is not a terminal; ``--progress`` forces the view on, ``--no-progress``
 or ``--quiet`` off (``--quiet`` also drops a sweep's progress lines).
@@ -22,9 +14,14 @@ or ``--quiet`` off (``--quiet`` also drops a sweep's progress lines).
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+import select
+import subprocess
+import sys
+import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,25 +29,25 @@ from typing import TYPE_CHECKING, Any
 import click
 import numpy as np
 import orjson
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from rich.console import Console
 
 from loadgen.cli.options import usage_errors
-from loadgen.clock import now_ns
 from loadgen.redact import redact_url
-from loadgen.telemetry.tail import RecordTail
+from loadgen.report.live_view import INTERVAL_S, LiveFigures, LiveStats, inflight_count, schedule_offsets
 from loadgen.units import parse_duration_ns
-from loadgen.why import unloaded_ttft_ms, why_of_dirs
 
 if TYPE_CHECKING:
     from loadgen.slo import SLOTarget
 
-__all__ = ["LiveStats", "LiveView", "live_enabled", "live_options", "telemetry_from_options", "view_options"]
-
-INTERVAL_S = 1.0
-"""Refresh period of the view (s)."""
+__all__ = [
+    "LiveStats",
+    "LiveView",
+    "live_enabled",
+    "live_options",
+    "server_observer",
+    "telemetry_from_options",
+    "view_options",
+]
 
 
 def view_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -85,6 +82,16 @@ def live_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "(needs the 'otlp' extra).",
         ),
         click.option("--otlp-interval", default="5s", show_default=True, help="How often --otlp-endpoint is pushed."),
+        click.option(
+            "--server-metrics",
+            metavar="URL",
+            help="The server's Prometheus page (e.g. http://127.0.0.1:8000/metrics): scraped during the run; "
+            "running/waiting requests and KV-cache usage go into result.json's timeseries on the client's "
+            "time axis (--serve does this by itself).",
+        ),
+        click.option(
+            "--server-metrics-interval", default="1s", show_default=True, help="How often --server-metrics is scraped."
+        ),
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -100,59 +107,20 @@ def live_enabled(kw: dict[str, Any], err: Console) -> bool:
     return err.is_terminal
 
 
-def _pct(values: list[float], p: float) -> float | None:
-    return float(np.percentile(values, p)) if values else None
+CHILD_CODE = "from loadgen.report.live_view import child_main; child_main()"
+"""The view's process (it lowers its own priority once ready: a busy machine's CPU goes to the sends first)."""
+READY_TIMEOUT_S = 10.0
+"""How long entering the view waits for its process to be ready (imports done) before the run starts."""
 
 
-class LiveStats:
-    """Running figures of one ``requests.jsonl`` being written (fed whole lines by :meth:`feed`)."""
+class LiveView(LiveFigures):
+    """The live view of a run or sweep (a context manager); ``attach`` is a ``measure(runner_hook=...)``.
 
-    def __init__(self) -> None:
-        self.completed = 0
-        self.failed = 0
-        self.errors: Counter[str] = Counter()
-        self.output_tokens = 0
-        self.interval: list[dict[str, Any]] = []
-
-    def feed(self, d: dict[str, Any]) -> None:
-        if d.get("status") == "ok":
-            self.completed += 1
-        else:
-            self.failed += 1
-            self.errors[str(d.get("error_kind") or "error")] += 1
-        self.output_tokens += int(d.get("output_tokens") or 0)
-        self.interval.append(d)
-
-    def take_interval(self, span_s: float) -> dict[str, Any]:
-        """Figures over the lines fed since the last call (see the module docstring); resets them."""
-        lines, self.interval = self.interval, []
-        ok = [d for d in lines if d.get("status") == "ok"]
-        ttft = [float(d["ttft_ms"]) for d in ok if d.get("ttft_ms") is not None]
-        itl = [float(v) for d in ok for v in d.get("itl_ms") or ()]
-        lag = [float(d["schedule_lag_ms"]) for d in lines if d.get("schedule_lag_ms") is not None]
-        tokens = sum(int(d.get("output_tokens") or 0) for d in ok)
-        return {
-            "finished": len(lines),
-            "ttft_p50_ms": _pct(ttft, 50),
-            "ttft_p99_ms": _pct(ttft, 99),
-            "itl_p50_ms": _pct(itl, 50),
-            "itl_p99_ms": _pct(itl, 99),
-            "schedule_lag_p99_ms": _pct(lag, 99),
-            "output_tps": tokens / span_s if span_s > 0 else None,
-        }
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"
-
-
-class LiveView:
-    """The live view (a context manager); ``attach`` is a ``measure(runner_hook=...)``.
-
-    ``run_file``: the run's ``requests.jsonl``; ``sweep_dir``: a sweep's output directory (the
-    newest ``requests.jsonl`` under it is tailed, finished probes' ``result.json`` tabled).
-    ``total``/``rate_rps``: the planned requests and rate, for progress without a runner
-    (``--workers``). Disabled, it does nothing at all.
+    Enabled, entering it starts the view's own process (:func:`loadgen.report.live_view.child_main`,
+    drawing on ``err``'s terminal) and one thread here that wakes once per ``interval_s`` to send it
+    the runner's in-flight count and this process's CPU time (and, once per runner, its t0 and send
+    offsets): the only work the view adds to the sending process. Disabled, it does nothing at all
+    (its figures can still be worked out here: ``tick``/``render``, for tests and benches).
     """
 
     def __init__(
@@ -168,184 +136,117 @@ class LiveView:
         rate_rps: float | None = None,
         interval_s: float = INTERVAL_S,
     ) -> None:
+        super().__init__(run_file=run_file, sweep_dir=sweep_dir, targets=targets, origin=origin, total=total,
+                         rate_rps=rate_rps, interval_s=interval_s)  # fmt: skip
         self.err = err
         self.enabled = enabled
-        self.run_file = run_file
-        self.sweep_dir = sweep_dir
-        self.targets = list(targets)
-        self.origin = origin
-        self.total = total
-        self.rate_rps = rate_rps
-        self.interval_s = interval_s
-        self.runner: Any = None
-        self.stats = LiveStats()
-        self.last: dict[str, Any] = {}
-        self._tail: RecordTail | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._live: Live | None = None
-        self._started_ns = now_ns()
-        self._cpu = (time.process_time(), time.perf_counter())
-        self.cpu_fraction: float | None = None
-        self._probes: dict[str, dict[str, Any]] = {}
-        self._offsets: tuple[Any, np.ndarray] | None = None  # (runner, its schedule's send offsets)
-
-    def attach(self, runner: Any) -> None:
-        """Keep a read-only reference to the runner (``measure``'s ``runner_hook``)."""
-        self.runner = runner
+        self._sent_runner: Any = None
+        self._offsets_file: Path | None = None
+        self._offsets_path: str | None = None
 
     def __enter__(self) -> LiveView:
-        if self.enabled:
-            self._live = Live(console=self.err, auto_refresh=False, transient=True, redirect_stdout=False)
-            self._live.__enter__()
-            self._thread = threading.Thread(target=self._loop, name="loadgen-live", daemon=True)
-            self._thread.start()
+        if not self.enabled:
+            return self
+        settings = {
+            "run_file": None if self.run_file is None else str(self.run_file),
+            "sweep_dir": None if self.sweep_dir is None else str(self.sweep_dir),
+            "targets": [t.label for t in self.targets],
+            "origin": self.origin,
+            "total": self.total,
+            "rate_rps": self.rate_rps if self.rate_rps is None or math.isfinite(self.rate_rps) else None,
+            "interval_s": self.interval_s,
+            "started_ns": self._started_ns,
+        }
+        import loadgen
+
+        root = str(Path(loadgen.__file__).resolve().parents[1])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (root, os.environ.get("PYTHONPATH")) if x))
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", CHILD_CODE, orjson.dumps(settings).decode()],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env,
+            )  # fmt: skip
+        except OSError:
+            self._proc = None  # no view: the run goes on
+            return self
+        # wait for its imports (~1 s of CPU) before the run starts: not while requests are sent
+        assert self._proc.stdout is not None
+        with contextlib.suppress(OSError, ValueError):
+            if select.select([self._proc.stdout], [], [], READY_TIMEOUT_S)[0]:
+                self._proc.stdout.read(1)
+        self._thread = threading.Thread(target=self._feed, name="loadgen-live", daemon=True)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
-        if self._live is not None:
-            self._live.__exit__(None, None, None)
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with self._lock, contextlib.suppress(OSError):
+                assert proc.stdin is not None
+                proc.stdin.close()  # the view clears itself and ends
+            try:
+                proc.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5.0)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._offsets_file is not None:
+            with contextlib.suppress(OSError):
+                self._offsets_file.unlink()
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            return
+        with self._lock, contextlib.suppress(OSError, ValueError):  # a view that died: the run goes on
+            proc.stdin.write(orjson.dumps(msg) + b"\n")
+            proc.stdin.flush()
 
     def print(self, msg: str) -> None:
         """A line above the view (a sweep's progress lines), or plain on stderr without one."""
-        (self._live.console if self._live is not None else self.err).print(msg, markup=False)
+        if self._proc is not None:
+            self._send({"print": msg})
+        else:
+            self.err.print(msg, markup=False)
 
-    # ------------------------------------------------------------------ the thread
+    def attach(self, runner: Any) -> None:
+        """Keep a read-only reference to the runner; its send offsets go to a file now, before it sends."""
+        super().attach(runner)
+        if self._proc is not None:
+            self._offsets_path = self._write_offsets(runner)
 
-    def _loop(self) -> None:
+    def _feed(self) -> None:
+        """The thread here: once per ``interval_s``, a few facts for the view's process (see the class)."""
         while not self._stop.wait(self.interval_s):
-            try:
-                self.tick()
-                if self._live is not None:
-                    self._live.update(self.render(), refresh=True)
-            except Exception:  # the view must never stop the run
-                continue
+            r = self.runner
+            if r is not None and r is not self._sent_runner and r.t0_ns:  # t0 is set when the runner starts
+                self._sent_runner = r
+                self._send({"t0_ns": r.t0_ns, "offsets": self._offsets_path})
+            self._send({"inflight": None if r is None else inflight_count(r),
+                        "cpu_s": time.process_time(), "wall_s": time.perf_counter()})  # fmt: skip
 
-    def _current_file(self) -> Path | None:
-        if self.run_file is not None:
-            return self.run_file
-        if self.sweep_dir is None:
+    def _write_offsets(self, runner: Any) -> str | None:
+        """The runner's send offsets in a temporary ``.npy`` for the view (once per runner); None without any."""
+        try:
+            offsets = schedule_offsets(runner)
+        except Exception:  # not an open-loop runner the view can read
             return None
-        files = [p for p in self.sweep_dir.glob("*/requests.jsonl")]
-        files += [p for p in self.sweep_dir.glob("*/extension-*/requests.jsonl")]
-        if not files:
+        if not len(offsets):
             return None
-        return max(files, key=lambda p: p.stat().st_mtime_ns)
-
-    def tick(self) -> None:
-        """Read what was written since the last tick and work out the figures (the thread's step)."""
-        path = self._current_file()
-        if path is not None and (self._tail is None or self._tail.path != path):
-            self._tail, self.stats = RecordTail(path), LiveStats()
-            self.runner = None if self.sweep_dir is not None else self.runner
-        if self._tail is not None:
-            for d in self._tail.read():
-                self.stats.feed(d)
-        cpu, wall = time.process_time(), time.perf_counter()
-        if wall > self._cpu[1]:
-            self.cpu_fraction = (cpu - self._cpu[0]) / (wall - self._cpu[1])
-        span = wall - self._cpu[1]
-        self._cpu = (cpu, wall)
-        self.last = self.stats.take_interval(span)
-        if self.sweep_dir is not None:
-            self._read_probes()
-
-    def progress(self) -> dict[str, int | None]:
-        """due / sent / behind / in flight against the schedule (None where not known)."""
-        finished = self.stats.completed + self.stats.failed
-        r = self.runner
-        inflight = len(r.inflight_records) if r is not None else None
-        due: int | None = None
-        total = self.total
-        if r is not None:
-            if self._offsets is None or self._offsets[0] is not r:
-                sched = getattr(r.plan, "schedule", None) or ()
-                offsets = getattr(sched, "offsets_ns", None)
-                if offsets is None:  # a list of built entries: read once per runner
-                    offsets = np.asarray([s.offset_ns for s in sched], dtype=np.int64)
-                self._offsets = (r, offsets)
-            offsets = self._offsets[1]
-            if len(offsets):
-                total = len(offsets)
-                due = int(np.searchsorted(offsets, now_ns() - r.t0_ns, side="right"))
-        elif self.rate_rps and total:
-            due = min(total, int(self.rate_rps * (now_ns() - self._started_ns) / 1e9))
-        sent = finished + inflight if inflight is not None else None
-        behind = max(due - sent, 0) if due is not None and sent is not None else None
-        return {"total": total, "due": due, "sent": sent, "behind": behind, "inflight": inflight, "done": finished}
-
-    def _read_probes(self) -> None:
-        assert self.sweep_dir is not None
-        for p in sorted(self.sweep_dir.glob("*/result.json")):
-            key = p.parent.name
-            if key in self._probes:
-                continue
-            try:
-                res = orjson.loads(p.read_bytes())
-            except (OSError, orjson.JSONDecodeError):
-                continue
-            if self.targets and key not in ("unloaded", "calibration"):
-                # the misses by cause as sweep.json will have them: against the unloaded check's TTFT
-                unloaded = self.sweep_dir / "unloaded"
-                base = unloaded_ttft_ms(unloaded) if (unloaded / "result.json").exists() else None
-                o = "sent" if (res.get("config") or {}).get("concurrency") else self.origin
-                res["why"] = why_of_dirs([p.parent], self.targets, origin=o, unloaded_ttft_ms=base)
-            self._probes[key] = res
-
-    # ------------------------------------------------------------------ drawing
-
-    def render(self) -> Group:
-        """The view as rich renderables (also used by tests)."""
-        pr = self.progress()
-        st, last = self.stats, self.last
-        head = Text(f"{(now_ns() - self._started_ns) / 1e9:.0f} s  ")
-        if pr["total"] is not None:
-            head.append(f"due {pr['due'] if pr['due'] is not None else '?'} of {pr['total']}  ")
-        if pr["sent"] is not None:
-            head.append(f"sent {pr['sent']}  ")
-        if pr["behind"]:
-            head.append(f"behind {pr['behind']}  ", style="yellow")
-        if pr["inflight"] is not None:
-            head.append(f"in flight {pr['inflight']}  ")
-        head.append(f"completed {st.completed}  failed {st.failed}")
-        if st.errors:
-            head.append("  errors: " + ", ".join(f"{k} {n}" for k, n in st.errors.most_common()), style="red")
-        cpu = "-" if self.cpu_fraction is None else f"{self.cpu_fraction * 100:.0f} %"
-        tps = last.get("output_tps")
-        figs = Text(  # one plain line: a rich Table costs ~4x the drawing time, held on the interpreter
-            f"TTFT p50/p99 ms {_ms(last.get('ttft_p50_ms'))} / {_ms(last.get('ttft_p99_ms'))}   "
-            f"ITL p50/p99 ms {_ms(last.get('itl_p50_ms'))} / {_ms(last.get('itl_p99_ms'))}   "
-            f"output tok/s {'-' if tps is None else f'{tps:.0f}'}   "
-            f"sched lag p99 ms {_ms(last.get('schedule_lag_p99_ms'))}   client CPU {cpu}"
-        )
-        parts: list[Any] = [head, figs]
-        if self._probes:
-            parts.append(self._probe_table())
-        return Group(*parts)
-
-    def _probe_table(self) -> Table:
-        t = Table(title="finished probes", box=None, pad_edge=False)
-        for col in ("probe", "offered rps", "requests", "TTFT p99 ms", "SLO", "why"):
-            t.add_column(col)
-        for name, res in self._probes.items():
-            cfg = res.get("config") or {}
-            p99 = ((res.get("latency_ms") or {}).get("ttft") or {}).get("p99")
-            slo = res.get("slo") or {}
-            met = "-" if not slo else ("met" if slo.get("met") else "MISSED")
-            whys = [w["text"] for w in (res.get("why") or {}).get("targets") or () if w.get("misses")]
-            rate = cfg.get("offered_rps")
-            t.add_row(
-                name,
-                "-" if rate is None else f"{rate:.2f}",
-                str((res.get("counts") or {}).get("requests", "-")),
-                _ms(p99),
-                met,
-                "; ".join(whys)[:100],
-            )
-        return t
+        if self._offsets_file is None:
+            fd, name = tempfile.mkstemp(prefix="loadgen-live-", suffix=".npy")
+            os.close(fd)
+            self._offsets_file = Path(name)
+        np.save(self._offsets_file, offsets)
+        return str(self._offsets_file)
 
 
 class _Exporters:
@@ -357,6 +258,29 @@ class _Exporters:
     def attach(self, runner: Any) -> None:
         for e in self.exporters:
             e.attach(runner)
+
+
+def server_observer(kw: dict[str, Any], endpoint_url: str | None) -> Any:
+    """The :class:`~loadgen.serve.ServerObserver` of ``--server-metrics URL`` (the server's kind told by
+    its metric names), or None without the option."""
+    url = kw.get("server_metrics")
+    if not url:
+        return None
+    from urllib.parse import urlsplit
+
+    from loadgen.serve import ServerObserver
+
+    p = urlsplit(url)
+    if p.scheme not in ("http", "https") or not p.hostname:
+        raise click.UsageError(f"--server-metrics {url!r}: expected an http(s) URL, e.g. http://127.0.0.1:8000/metrics")
+    with usage_errors():
+        period_s = parse_duration_ns(kw.get("server_metrics_interval") or "1s") / 1e9
+    if period_s <= 0:
+        raise click.UsageError("--server-metrics-interval must be more than 0")
+    base = endpoint_url or f"{p.scheme}://{p.netloc}"
+    q = urlsplit(base)
+    return ServerObserver("auto", f"{q.scheme}://{q.netloc}", metrics_url=url, model=kw.get("model"),
+                          sample_period_s=period_s, energy=False)  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -103,6 +103,32 @@ def parse_workers(text: str, cluster: Any = None) -> int:
     return int(text)
 
 
+def session_source(kw: dict[str, Any]) -> Any:
+    """``--sessions`` parsed (a :class:`~loadgen.workload.session_sources.SessionSource`), or None without
+    it; usage errors for what it clashes with (``run`` and ``sweep`` alike, issue 17)."""
+    if not kw.get("sessions"):
+        if kw.get("session_header"):
+            raise click.UsageError("--session-header goes with --sessions (it carries each turn's session id)")
+        return None
+    from loadgen.workload.session_sources import parse_session_source
+
+    if kw.get("cluster"):
+        raise click.UsageError("--sessions runs on this host (not yet with --cluster)")
+    if kw.get("trace") or kw.get("dataset"):
+        raise click.UsageError("--sessions clashes with --trace and --dataset: give the session file to --sessions")
+    return parse_session_source(kw["sessions"])  # a ConfigError naming the bad part
+
+
+def _header_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An HTTP header name (RFC 9110 token), or a usage error naming the option."""
+    if value is not None and (not value or any(c not in _TCHAR for c in value)):
+        raise click.BadParameter(f"{value!r} is not an HTTP header name (letters, digits, -, _ and the like)")
+    return value
+
+
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
 def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for v in values:
@@ -184,6 +210,13 @@ def parse_ratio(text: str, what: str) -> float:
         return parse_percent(text, what)
 
 
+def _endpoint_replicas(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> str | None:
+    """``--endpoint`` (repeatable): the first URL is the option's value; two or more are replicas of one
+    model balanced by the client, kept in ``ctx.meta`` (:func:`loadgen.cli.target.endpoint_replicas`)."""
+    ctx.meta["loadgen.endpoint_replicas"] = tuple(value) if len(value) > 1 else ()
+    return value[0] if value else None
+
+
 def common_endpoint_options(f: F) -> F:
     """What to send to and how (``run``, ``sweep``), with the run-file options ``--config`` and ``--label``."""
     opts = [
@@ -191,7 +224,19 @@ def common_endpoint_options(f: F) -> F:
         label_option,
         click.option(
             "--endpoint",
-            help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint).",
+            multiple=True,
+            callback=_endpoint_replicas,
+            help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint). "
+            "Given several times: replicas of one model, each with its own connection pool, a replica "
+            "picked per request by the client (--balance).",
+        ),
+        click.option(
+            "--balance",
+            type=click.Choice(["round-robin", "least-outstanding"]),
+            default="round-robin",
+            show_default=True,
+            help="How requests are spread over several --endpoint replicas: in turn, or to the one with the "
+            "fewest requests in flight.",
         ),
         click.option(
             "--api",
@@ -299,7 +344,10 @@ def common_endpoint_options(f: F) -> F:
         ),
         click.option("--yes", is_flag=True, help="Do not ask before sending to a non-loopback endpoint (for scripts)."),
         click.option(
-            "--sim-args", default="", help="Extra flags for the embedded simulated endpoint, e.g. '--itl-ms 10'."
+            "--sim-args",
+            default="",
+            help="Extra flags for the embedded simulated endpoint, e.g. '--itl-ms 10'. sweep: a brace list, e.g. "
+            "'--fifo --slots {1,2,4}', runs one sweep per size (the values as accelerator counts).",
         ),
         click.option(
             "--serve",
@@ -313,7 +361,11 @@ def common_endpoint_options(f: F) -> F:
             help="Interpreter whose environment has the server (or LOADGEN_VLLM_PYTHON / LOADGEN_TRITON_PYTHON).",
         ),
         click.option("--server-port", type=int, help="Server port on 127.0.0.1 (default: a free one)."),
-        click.option("--serve-args", help="Extra server options, one string (e.g. '--max-model-len 1024')."),
+        click.option(
+            "--serve-args",
+            help="Extra server options, one string (e.g. '--max-model-len 1024'). sweep: a brace list, e.g. "
+            "'--tensor-parallel-size {1,2,4}', runs one sweep per size and tables the scaling (loadgen.cli.scale).",
+        ),
         click.option("--model-repository", help="--serve triton: a Triton model repository."),
         click.option("--pytriton", help="--serve triton: a PyTriton module file."),
         click.option(
@@ -450,6 +502,12 @@ def workload_options(f: F) -> F:
             "--sessions",
             help="Multi-turn sessions: 'synthetic,turns=10,input=64,output=32,delay=1s' or a session file "
             "[,key=value...]; --rate is then sessions/s, --requests a session count (loadgen.workload.session_sources).",
+        ),
+        click.option(
+            "--session-header",
+            callback=_header_name,
+            help="Session affinity for routers: send this header (e.g. X-Session-ID, or the name your router's "
+            "session routing reads) with the session's id on every turn of a --sessions run. Default: none.",
         ),
         click.option("--tokenizer", help="Hugging Face tokenizer directory or tokenizer.json: exact input lengths."),
         click.option(

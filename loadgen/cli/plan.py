@@ -14,8 +14,10 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from loadgen.cli.plan_validate import validate_options
 from loadgen.recordlog import default_out_dir
 from loadgen.units import parse_percent
 
@@ -67,10 +69,11 @@ def _usd(v: Any, nd: int = 2) -> str:
 @click.option(
     "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC>-plan/)."
 )
+@validate_options
 def plan_cmd(capacities: tuple[str, ...], labels: tuple[str, ...], demand: str, slos: tuple[str, ...],
              prices_file: str | None, headroom: str, interval_s: float, demand_scale: float, confidence: float,
-             out_dir: str | None) -> dict[str, Any]:  # fmt: skip
-    """Replicas per interval of a demand at the measured capacity, and their cost."""
+             out_dir: str | None, **validate_kw: Any) -> dict[str, Any]:  # fmt: skip
+    """Replicas per interval of a demand at the measured capacity, and their cost (--validate: replayed)."""
     from loadgen.capacity import load_prices, load_sweep, plan_document, read_demand
     from loadgen.capacity.render import write_plan
     from loadgen.errors import ConfigError
@@ -89,6 +92,13 @@ def plan_cmd(capacities: tuple[str, ...], labels: tuple[str, ...], demand: str, 
     dem = read_demand(demand, interval_s=interval_s, scale=demand_scale)
     doc = plan_document(caps, dem, prices, _fraction(headroom, "--headroom"), confidence)
     out = Path(out_dir) if out_dir else default_out_dir("plan")
+    if validate_kw["validate"]:  # the plan's claim replayed (loadgen.capacity.validate): the first system
+        from loadgen.cli.plan_validate import run_validation
+
+        err = Console(stderr=True, soft_wrap=True)
+        if len(caps) > 1:
+            err.print(f"validate: the first --capacity only ({caps[0].label})")
+        doc["plans"][0]["validation"] = run_validation(validate_kw, caps[0], doc["plans"][0], out, err)
     write_plan(doc, out)
     _print_plan(doc)
     Console().print(f"plan.json, plan.csv, plan.html in {out}")
@@ -121,6 +131,16 @@ def _print_plan(doc: dict[str, Any]) -> None:
                   f"{s['replica_hours']:,.2f} replica-hours, fleet duty "
                   + ("–" if s["fleet_duty"] is None else f"{s['fleet_duty']:.1%}")
                   + ("" if be is None else f"; break-even utilisation cloud on-demand vs on-prem {be:.1%}"))  # fmt: skip
+        v = p.get("validation")
+        if v:
+            color = {"held": "green", "not held": "red"}.get(v["verdict"], "yellow")
+            con.print(f"[bold]validation[/] at {v['replicas']} replica{'s' if v['replicas'] != 1 else ''} (planned {v['planned_replicas']}; "
+                      f"{escape(v['replicas_source'])}): {escape(v['slice_text'])}: [{color}]{v['verdict'].upper()}[/]: "
+                      f"{escape(v['text'])}")  # fmt: skip
+            for r in v["per_replica"]:
+                con.print(
+                    f"  replica {r['replica']} {escape(str(r['url']))}: {r['requests']} requests, {r['failed']} failed"
+                )
         if p["costs"]:
             ct = Table(title=f"{p['label']}: cost over {d['span_s'] / 3600:,.2f} h")
             for col in ("pricing model", "total", "per million output tokens", "per successful request"):

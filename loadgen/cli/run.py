@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.config import build_load_config, config_record, prices, run_estimate
-from loadgen.cli.live import LiveView, live_enabled, live_options, telemetry_from_options
+from loadgen.cli.live import LiveView, live_enabled, live_options, server_observer, telemetry_from_options
 from loadgen.cli.options import (
     common_endpoint_options,
     cpus_option,
@@ -22,10 +22,11 @@ from loadgen.cli.options import (
     parse_workers,
     pin_client,
     run_only_options,
+    session_source,
     use_uvloop,
     workload_options,
 )
-from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoint_from_options
+from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
 from loadgen.recordlog import default_out_dir
 from loadgen.redact import Redactor
 
@@ -52,14 +53,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
     from loadgen.report.console import render_run
 
     load = build_load_config(kw)
-    if kw.get("sessions"):  # issue 17: multi-turn sessions (loadgen.session_run)
-        from loadgen.workload.session_sources import parse_session_source
-
-        load.sessions = parse_session_source(kw["sessions"])
-        if parse_workers(kw["workers"]) > 1 or kw["cluster"]:
-            raise click.UsageError("--sessions runs in one process (not yet with --workers or --cluster)")
-        if kw["trace"] or kw["dataset"]:
-            raise click.UsageError("--sessions clashes with --trace and --dataset: give the session file to --sessions")
+    load.sessions = session_source(kw)  # issue 17: multi-turn sessions (loadgen.session_run)
     load.validate()
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir()
@@ -79,11 +73,11 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
         if not target.embedded:
             confirm_remote(kw, target.url, target.embedded, run_estimate(kw, load), err)
-        endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
+        endpoint = endpoints_from_options(kw, target, redactor, run_estimate(kw, load), err)
         use_uvloop()
 
         async def go() -> MeasuredRun:
-            observer = target.observer()
+            observer = target.observer() or server_observer(kw, target.url)  # --serve, or --server-metrics URL
             try:
                 await endpoint.open()
                 extra = {"server": await observer.conditions()} if observer is not None else None
@@ -106,6 +100,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                         redactor=redactor,
                         server_observer=observer,
                         conditions_extra=extra,
+                        workers=parse_workers(kw["workers"]),  # whole sessions per process (loadgen.session_workers)
                     )
                 with live, telemetry_from_options(kw, out_dir / "requests.jsonl", err) as tele:
 
@@ -135,6 +130,11 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
 
     write_requests_csv(out_dir / "requests.jsonl", out_dir / "requests.csv")
     render_run(run.result, console, str(out_dir))
+    if (run.result.get("server") or {}).get("series"):  # the server observed: client + server on one time axis
+        from loadgen.report.run_html import write_run_report
+
+        if write_run_report(run.result, out_dir) is not None:
+            console.print(f"report.html (client and server on one time axis) in {out_dir}", markup=False)
     if run.result.get("sessions"):
         from loadgen.report.sessions import render_sessions
 

@@ -135,7 +135,8 @@ def _refuse_readable_secrets(path: Path, options: dict[str, Any]) -> None:
         name, _, value = str(h).partition(":")
         if is_sensitive_name(name) and real([value.strip().rpartition(" ")[2]]):
             held.append(f"header {name.strip()}")
-    if options.get("endpoint") and real(split_url_secrets(str(options["endpoint"]))[1]):
+    eps = options.get("endpoint") or ()  # repeatable: a list (replicas)
+    if any(real(split_url_secrets(str(u))[1]) for u in ([eps] if isinstance(eps, str) else eps)):
         held.append("endpoint credentials")
     body = options.get("extra_body")
     if body:
@@ -236,9 +237,9 @@ def _without_secrets(name: str, value: Any) -> tuple[Any, str | None]:
             return json.dumps(safe), "extra-body: credential-like values written as *** (give --extra-body again)"
         return value, None
     if name == "endpoint" and value:
-        clean, secrets = split_url_secrets(str(value))
-        if secrets:
-            return clean, "endpoint: credentials in the URL not written (give --endpoint again)"
+        pairs = [split_url_secrets(str(v)) for v in value]
+        if any(secrets for _, secrets in pairs):
+            return [c for c, _ in pairs], "endpoint: credentials in the URL not written (give --endpoint again)"
     return value, None
 
 
@@ -254,7 +255,10 @@ def write_used_config(kw: dict[str, Any], out_dir: Path) -> Path:
     for p in ctx.command.params:
         if not isinstance(p, click.Option) or p.name is None or p.name in _NOT_WRITTEN or p.name not in kw:
             continue
-        value, note = _without_secrets(p.name, kw[p.name])
+        raw = kw[p.name]
+        if p.name == "endpoint":  # repeatable (replicas, cli.target.endpoint_replicas); kw holds the first
+            raw = list(ctx.meta.get("loadgen.endpoint_replicas") or ([raw] if raw else []))
+        value, note = _without_secrets(p.name, raw)
         if note:
             notes.append(note)
         source = ctx.get_parameter_source(p.name)

@@ -21,14 +21,16 @@ from loadgen.cli.options import (
     cpus_option,
     make_out_dir,
     pin_client,
+    session_source,
     use_uvloop,
     workload_options,
 )
-from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoint_from_options
+from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
 from loadgen.recordlog import default_out_dir
 from loadgen.redact import Redactor
 
 if TYPE_CHECKING:
+    from loadgen.cli.scale import ScaledOutcome
     from loadgen.sweep import SweepOutcome
 
 __all__ = ["sweep_cmd"]
@@ -73,10 +75,18 @@ __all__ = ["sweep_cmd"]
     "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/)."
 )
 @view_options
-def sweep_cmd(**kw: Any) -> SweepOutcome:
+def sweep_cmd(**kw: Any) -> SweepOutcome | ScaledOutcome:
     """Find the highest offered load that still meets the SLO."""
+    from loadgen.cli.scale import scaled_sweep, sizes_of
+
+    sizes = sizes_of(kw)  # a brace list in --serve-args / --sim-args: one sweep per size (loadgen.cli.scale)
     with TailSignals() as tail:
-        return _sweep(kw, Console(), Console(stderr=True, soft_wrap=True), tail)
+        console, err = Console(), Console(stderr=True, soft_wrap=True)
+        if sizes:
+            return scaled_sweep(
+                kw, sizes, lambda one: _sweep(one, console, err, tail), lambda: tail.count > 0, console, err
+            )
+        return _sweep(kw, console, err, tail)
 
 
 class TailSignals:
@@ -124,10 +134,9 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     from loadgen.report.sweep_report import render_sweep, write_report
     from loadgen.sweep import Sweep
 
-    if kw.get("sessions"):  # issue 17: the session search is a library call for now; never a silent plain sweep
-        raise click.UsageError("--sessions: 'loadgen sweep' does not take it yet (see loadgen.sweep.sessions)")
     scfg = build_sweep_config(kw)
     base = base_load_config(kw)
+    base.sessions = session_source(kw)  # issue 17: the session-capacity search (loadgen.sweep.sessions)
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
     make_out_dir(out_dir)
@@ -139,7 +148,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
             scfg.workers = cluster.auto_workers()
         if not target.embedded:
             confirm_remote(kw, target.url, target.embedded, sweep_estimate(kw, scfg), err)
-        endpoint = endpoint_from_options(kw, target.url, target.embedded, redactor)
+        endpoint = endpoints_from_options(kw, target, redactor, sweep_estimate(kw, scfg), err)
         use_uvloop()
         live = LiveView(  # loadgen.cli.live: off the send path
             err, enabled=live_enabled(kw, err), sweep_dir=out_dir, targets=scfg.slos, origin=base.latency_origin
@@ -194,10 +203,18 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     from loadgen.why import sweep_why  # each probe's SLO misses by cause
 
     sweep_why(out.result, out_dir, scfg.slos, base.latency_origin)
+    if base.sessions is not None:
+        from loadgen.sweep.sessions import sessions_block
+
+        out.result["sessions"] = sessions_block(out.result, base, out_dir)
     out.result = redactor.scrub(out.result)  # server-supplied text, by value
     write_json(out_dir / "sweep.json", out.result)
     write_report(out.result, out_dir)
     render_sweep(out.result, console, str(out_dir))
+    if out.result.get("sessions"):
+        from loadgen.report.sessions import render_session_sweep
+
+        render_session_sweep(out.result, console)
     from loadgen.report.why import render_sweep_why
 
     render_sweep_why(out.result, console)

@@ -36,8 +36,11 @@ __all__ = [
     "ClusterOption",
     "Target",
     "adopt_endpoint_path",
+    "balanced_endpoint",
     "confirm_remote",
     "endpoint_from_options",
+    "endpoint_replicas",
+    "endpoints_from_options",
     "resolve_endpoint_url",
 ]
 
@@ -241,6 +244,10 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
     )
     if provider != "anthropic":
         options["preflight"] = not kw["no_preflight"]
+    if kw.get("session_header"):  # issue 17: session affinity for routers, on each session turn
+        if provider == "anthropic":
+            raise click.UsageError("--session-header is for OpenAI-compatible endpoints (routers in front of them)")
+        options["session_header"] = kw["session_header"]
     with usage_errors():
         return make_endpoint(
             provider,
@@ -295,6 +302,47 @@ def confirm_remote(kw: dict[str, Any], endpoint_url: str, embedded: bool, estima
         raise click.UsageError("not on a terminal: pass --yes to send to a non-loopback endpoint")
     if not click.confirm("send?", default=False, err=True):
         raise click.Abort()
+
+
+def endpoint_replicas() -> list[str]:
+    """The URLs of ``--endpoint`` given two or more times (replicas of one model), in order; [] for one."""
+    ctx = click.get_current_context(silent=True)
+    return list(ctx.meta.get("loadgen.endpoint_replicas") or ()) if ctx is not None else []
+
+
+def balanced_endpoint(kw: dict[str, Any], urls: list[str], redactor: Redactor) -> Endpoint:
+    """One endpoint over ``urls`` (:class:`loadgen.endpoints.balance.BalancedEndpoint`, policy
+    ``kw["balance"]``): each replica built from the same options but its URL (its own pool, its URL's
+    credentials its own), every secret registered with ``redactor``. Usage errors: a bad URL, workers."""
+    from loadgen.endpoints.balance import BalancedEndpoint
+
+    if kw.get("workers") not in (None, "1") or kw.get("cluster"):
+        raise click.UsageError(
+            "--endpoint given several times balances in one process: not with --workers or --cluster"
+        )
+    if not str(kw.get("api") or "").startswith("triton"):
+        for url in urls:
+            _check_endpoint(url)
+    n = len(urls)  # the client's own caps are the run's: each replica enforces its share (as workers do)
+    kw = {**kw, **{k: kw[k] / n for k in ("max_rpm", "max_tpm") if kw.get(k)}}
+    with usage_errors():
+        return BalancedEndpoint(
+            [endpoint_from_options(kw, u, False, redactor) for u in urls], kw.get("balance") or "round-robin"
+        )
+
+
+def endpoints_from_options(
+    kw: dict[str, Any], target: Target, redactor: Redactor, estimate: Any, err: Console
+) -> Endpoint:
+    """``run``/``sweep``'s endpoint: the target's, or with ``--endpoint`` given several times the replicas
+    balanced by the client; each further non-loopback replica is confirmed as the first was."""
+    urls = endpoint_replicas()
+    if len(urls) < 2 or target.embedded:
+        return endpoint_from_options(kw, target.url, target.embedded, redactor)
+    urls[0] = target.url  # as adopt_endpoint_path left it
+    for url in urls[1:]:
+        confirm_remote(kw, url, False, estimate, err)
+    return balanced_endpoint(kw, urls, redactor)
 
 
 class Target:

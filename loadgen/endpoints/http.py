@@ -515,6 +515,9 @@ class HTTPSendMixin(EndpointBase):
         if cfg.request_id_prefix is not None:
             headers = dict(headers)
             headers["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
+        session_header = getattr(cfg, "session_header", None)
+        if session_header and spec.session_id is not None:  # session affinity for routers (--session-header)
+            headers = {**headers, session_header: spec.session_id}
         body = orjson.dumps(self_.build_body(spec))
         read_ok = self_._read_stream if cfg.stream else self_._read_body
         if gate is None:

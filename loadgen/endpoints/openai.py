@@ -39,8 +39,8 @@ from loadgen.endpoints.reads import (
     DEFAULT_IDLE_TIMEOUT_S,
     MODELS_BODY_LIMIT,
     SIDE_BODY_LIMIT,
-    idle_guard,
     read_bounded,
+    read_pushed,
 )
 from loadgen.endpoints.side import SideAnswer, SideFailure, side_request
 from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
@@ -72,6 +72,7 @@ class OpenAIConfig:
     pool_limit: int = 4096
     verify_tls: bool = True
     request_id_prefix: str | None = None
+    session_header: str | None = None  # --session-header: this header carries a session turn's session id
     preflight: bool = True
     discover: bool = True  # read /v1/models and /version in open()
     accepted: dict[str, bool] | None = None  # optional fields known to be accepted (skips re-probing)
@@ -375,11 +376,7 @@ class OpenAIEndpoint(HTTPSendMixin):
         parser = OpenAIStreamParser(
             record, chat=self.config.api == "chat", redact=self.redactor, max_event_bytes=self.config.max_event_bytes
         )
-        async with idle_guard(self.config.idle_timeout_s) as guard:
-            async for chunk in resp.content.iter_any():
-                guard.touch()
-                if parser.feed(chunk, now_ns()):
-                    break
+        await read_pushed(resp, parser.feed, self.config.idle_timeout_s)
         parser.finish(now_ns())
         if parser.done:
             await drain_after_end(resp)  # a body left open after [DONE] costs the connection, not the request

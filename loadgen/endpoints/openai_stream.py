@@ -127,7 +127,7 @@ class OpenAIStreamParser:
     are not measurable (both by :func:`~loadgen.endpoints.http.settle`).
     """
 
-    __slots__ = ("record", "chat", "redact", "dec", "done", "failed")
+    __slots__ = ("record", "chat", "redact", "dec", "done", "failed", "_plain", "_max")
 
     def __init__(
         self, record: RequestRecord, *, chat: bool, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024
@@ -138,14 +138,43 @@ class OpenAIStreamParser:
         self.dec = SSEDecoder(max_event_bytes)
         self.done = False
         self.failed = False
+        self._plain = True  # the decoder holds nothing (never fed, or clean after its last feed)
+        self._max = max_event_bytes
 
     def feed(self, chunk: bytes, t_ns: int) -> bool:
-        if chunk[-2:] == b"\n\n" and chunk[:5] == b"data:" and b"\r" not in chunk and self.dec.clean():
-            events = _plain_data_events(chunk, self.dec.max_event_bytes)
-            if events is not None:  # the common read: whole data-only events, nothing pending
+        if chunk[-2:] == b"\n\n" and chunk[:5] == b"data:" and b"\r" not in chunk and self._plain:
+            if self.dec.at_start:
                 self.dec.started()
-                return self._apply(events, t_ns)
-        return self._apply([ev.data for ev in self.dec.feed(chunk)], t_ns)
+            one = chunk[6:-2] if chunk[5:6] == b" " else chunk[5:-2]
+            if b"\n" not in one and len(chunk) - 2 <= self._max:  # the common read: one whole data-only event
+                return self._apply_one(one, t_ns)
+            events = _plain_data_events(chunk, self._max)
+            if events is not None:  # whole data-only events, nothing pending
+                return self._apply_many(events, t_ns)
+        got = self._apply([ev.data for ev in self.dec.feed(chunk)], t_ns)
+        self._plain = self.dec.clean()
+        return got
+
+    def _apply_one(self, data: bytes, t_ns: int) -> bool:
+        """One event's ``data``: :func:`apply_stream_event`'s rules, the common chunk without
+        its checks' calls (:func:`_apply_plain`), anything else by :func:`apply_stream_event`."""
+        if data == b"[DONE]":
+            self.done = True
+            self.record.end_ns = t_ns
+            return True
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            obj = None
+        if obj is not None and _apply_plain(self.record, obj, t_ns, self.chat):
+            return False
+        return self._apply([data], t_ns)
+
+    def _apply_many(self, events: list[bytes], t_ns: int) -> bool:
+        for data in events:
+            if self._apply_one(data, t_ns):
+                return True
+        return False
 
     def _apply(self, events: list[str] | list[bytes], t_ns: int) -> bool:
         rec = self.record
@@ -174,6 +203,58 @@ class OpenAIStreamParser:
 
 
 _fail = fail
+
+_OK_DELTA_KEYS = frozenset({"content", "role"})
+
+
+def _apply_plain(rec: RequestRecord, obj: Any, t_ns: int, chat: bool) -> bool:
+    """Apply the common chunk (a JSON object without ``error``; usage absent or the three plain
+    counts; ``choices[0]`` with a string ``text``, or a ``delta`` of ``content``/``role`` only)
+    as :func:`apply_stream_event` would, and return True; False, with ``rec`` untouched, for
+    anything else (the caller then applies it by :func:`apply_stream_event`, its checks and errors)."""
+    if type(obj) is not dict or obj.get("error"):
+        return False
+    usage = obj.get("usage")
+    ct = pt = None
+    if usage:
+        if type(usage) is not dict or len(usage) > 3 or "completion_tokens_details" in usage:
+            return False
+        ct, pt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+        if type(ct) is not int or not 0 <= ct <= MAX_USAGE_TOKENS or (pt is not None and type(pt) is not int):
+            return False
+        if "prompt_tokens_details" in usage:
+            return False
+    choices = obj.get("choices")
+    text: Any = ""
+    fr = None
+    if choices:
+        if type(choices) is not list:
+            return False
+        c = choices[0]
+        if type(c) is not dict:
+            return False
+        if chat:
+            delta = c.get("delta")
+            if delta:
+                if type(delta) is not dict or not _OK_DELTA_KEYS.issuperset(delta):
+                    return False
+                text = delta.get("content")
+        else:
+            text = c.get("text")
+        if text is None:
+            text = ""
+        elif type(text) is not str:
+            return False
+        fr = c.get("finish_reason")
+    if ct is not None:
+        rec.completion_tokens = ct
+        if pt is not None:
+            rec.prompt_tokens = pt
+    if text:
+        rec.events.append(TokenEvent(t_ns, text, True, ct))
+    if fr:
+        rec.finish_reason = fr
+    return True
 
 
 def _plain_data_events(chunk: bytes, max_event_bytes: int) -> list[bytes] | None:

@@ -70,7 +70,7 @@ _COMMON = (
     "max_rpm",
     "max_tpm",
 )
-_OPENAI_ONLY = ("preflight", "discover", "accepted")
+_OPENAI_ONLY = ("preflight", "discover", "accepted", "session_header")
 
 
 def azure_url(endpoint: str, *, deployment: str | None, api_version: str | None, api: str = "chat") -> str:

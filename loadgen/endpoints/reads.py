@@ -10,6 +10,9 @@ Every body the client reads is bounded: a server (or anything in between) that s
   after the headers or after the last read raises :class:`IdleTimeout` (the ``timeout`` kind).
   The wait for the headers is bounded by the total deadline only (a queued request may wait
   long for its answer to start).
+* :func:`read_pushed`: a streamed body handed to a sans-IO reader as aiohttp's HTTP parser
+  decodes it, inside the connection's ``data_received`` (the hot path of a streamed answer:
+  no task wake-up, buffer and flow-control round per read).
 
 The limits of reads beside the load (discovery, pre-flight) are here too.
 """
@@ -17,10 +20,12 @@ The limits of reads beside the load (discovery, pre-flight) are here too.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
+from loadgen.clock import now_ns
 from loadgen.errors import ProtocolError
 
 __all__ = [
@@ -33,6 +38,7 @@ __all__ = [
     "IdleTimeout",
     "idle_guard",
     "read_bounded",
+    "read_pushed",
 ]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -146,3 +152,138 @@ async def read_bounded(
                 resp.close()
                 raise BodyTooLarge(what, limit)
     return bytes(buf)
+
+
+def _push_supported(version: str) -> bool:
+    """Whether :func:`read_pushed` may swap the reader's class on this aiohttp: only on the
+    versions it was tested with (3.9 to 3.14), whose ``StreamReader`` has the ``feed_data``,
+    ``feed_eof``, ``set_exception`` and ``_buffer`` it relies on; any other reads with ``iter_any``."""
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        return False
+    reader = aiohttp.StreamReader
+    needed = ("feed_data", "feed_eof", "set_exception", "end_http_chunk_receiving", "read_nowait")
+    return (3, 9) <= (major, minor) <= (3, 14) and all(hasattr(reader, a) for a in needed)
+
+
+PUSH_READS = _push_supported(aiohttp.__version__)
+"""True where :func:`read_pushed` hands pieces over from ``data_received``; else it reads with ``iter_any``."""
+
+_SINKS: dict[int, _Sink] = {}
+"""The reader of each body being pushed, by ``id`` of its :class:`aiohttp.StreamReader` (whose
+``__slots__`` leave no room for it); an entry lives only while :func:`read_pushed` awaits."""
+
+
+class _Sink:
+    """Where :class:`_PushReader` hands a body's bytes: the sans-IO reader, the idle guard, the
+    future the reading task awaits (its result: the stream ended; its exception: the reader's or
+    the connection's error)."""
+
+    __slots__ = ("on_read", "guard", "done", "stamp")
+
+    def __init__(self, on_read: Callable[[bytes, int], bool], guard: IdleGuard, done: asyncio.Future[None]) -> None:
+        self.on_read = on_read
+        self.guard = guard
+        self.done = done
+        self.stamp = now_ns
+
+    def push(self, data: bytes) -> bool:
+        """One decoded piece of the body, stamped now; True once no more is wanted."""
+        self.guard.touch()
+        try:
+            end = self.on_read(data, self.stamp())
+        except Exception as exc:  # the reader's own error (ProtocolError): raised in the reading task
+            if not self.done.done():
+                self.done.set_exception(exc)
+            return True
+        if end and not self.done.done():
+            self.done.set_result(None)
+        return end
+
+    def close(self, exc: BaseException | None) -> None:
+        if not self.done.done():
+            if exc is None:
+                self.done.set_result(None)
+            else:
+                self.done.set_exception(exc)
+
+
+class _PushReader(aiohttp.StreamReader):
+    """An :class:`aiohttp.StreamReader` whose decoded body goes to its :class:`_Sink` as it is
+    fed (the response's ``content`` becomes one for the length of :func:`read_pushed`, by
+    ``__class__``: the parser keeps its reference to the instance). Without a sink, or once the
+    sink wants no more, it buffers as a plain reader does."""
+
+    __slots__ = ()
+
+    def feed_data(self, data: bytes, size: int = 0) -> bool:
+        sink = _SINKS.get(id(self))
+        if sink is None or sink.done.done():
+            return super().feed_data(data, size)
+        if data:
+            sink.push(data)
+        return False
+
+    def end_http_chunk_receiving(self) -> None:
+        sink = _SINKS.get(id(self))
+        if sink is None or sink.done.done():
+            super().end_http_chunk_receiving()
+
+    def feed_eof(self) -> None:
+        super().feed_eof()
+        sink = _SINKS.get(id(self))
+        if sink is not None:
+            sink.close(None)
+
+    def set_exception(self, exc: BaseException, *cause: Any) -> None:
+        super().set_exception(exc, *cause)
+        sink = _SINKS.get(id(self))
+        if sink is not None:
+            sink.close(exc)
+
+
+async def read_pushed(
+    resp: aiohttp.ClientResponse, on_read: Callable[[bytes, int], bool], idle_s: float | None
+) -> None:
+    """Read a streamed body into ``on_read(piece, t_ns)`` (True: the stream has ended) until it
+    says so or the body ends; ``idle_s``: see :func:`idle_guard`.
+
+    Each piece is handed over as aiohttp's parser decodes it, from the connection's
+    ``data_received``, stamped then (``t_ns``: the monotonic time of the read that brought it;
+    pieces of one read are stamped microseconds apart), so a read costs no task wake-up and no
+    buffer round: the loop's per-read work is the parser's and ``on_read``'s. What was already
+    buffered when it starts is handed over first. An error of ``on_read`` or of the connection
+    (a broken chunked body, a reset) is raised here as :meth:`StreamReader.readany` would raise
+    it; a cancel (the request's deadline, the idle timeout) leaves the reader as it found it.
+    A body already at its end, or a reader of another kind (decompressing, empty), is read with
+    ``iter_any`` instead, the same calls."""
+    content = resp.content
+    if not PUSH_READS or type(content) is not aiohttp.StreamReader:
+        async with idle_guard(idle_s) as guard:
+            async for chunk in content.iter_any():
+                guard.touch()
+                if on_read(chunk, now_ns()):
+                    return
+        return
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    async with idle_guard(idle_s) as guard:
+        sink = _Sink(on_read, guard, done)
+        exc = content.exception()
+        if exc is not None:
+            raise exc
+        if content._buffer:  # what came with the headers (or before this task ran)
+            data = content.read_nowait()
+            if data and sink.push(data):
+                await done  # the reader's own error, if it failed
+                return
+        if content.is_eof():
+            return
+        key = id(content)
+        _SINKS[key] = sink
+        content.__class__ = _PushReader
+        try:
+            await done
+        finally:
+            content.__class__ = aiohttp.StreamReader
+            del _SINKS[key]

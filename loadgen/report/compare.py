@@ -46,6 +46,7 @@ import orjson
 from loadgen.check import QUALITY_ROWS, load_check, scorecard_values
 from loadgen.errors import InputFileError
 from loadgen.report.compare_html import NOT_MEASURED, fmt_cell, render_html
+from loadgen.report.compare_scaling import SCALING_ROWS, scaling_section
 from loadgen.report.sweep_facts import probe_state, system_facts
 from loadgen.report.sweep_plots import METRIC_NAME, PCT_KEY
 from loadgen.throughput import WINDOW_RULE
@@ -85,6 +86,12 @@ ROWS = (
     ("sustained_ttft_p50_change", "sustained: TTFT p50 change, last third / first - 1", None),
     ("sustained_e2e_p50_change", "sustained: E2E p50 change, last third / first - 1", None),
     *QUALITY_ROWS,
+)
+
+# session-capacity sweeps (loadgen sweep --sessions, issue 17): shown when one of the systems is one
+SESSION_ROWS = (
+    ("max_session_rps", "max session rate meeting the SLO (sessions/s)", "high"),
+    ("max_concurrent_sessions", "max concurrent sessions meeting the SLO", "high"),
 )
 
 # the "throughput" section: max-throughput runs (--rate inf, loadgen.throughput) compared with each other only
@@ -217,6 +224,10 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
         v["max_concurrency"] = a.get("concurrency")
         if v["max_rate_rps"] is None and a.get("concurrency") is not None:
             v["max_rate_rps"] = a.get("request_rps")  # closed loop: the rate achieved at the answer
+        if doc.get("sessions"):  # a session sweep: its load is sessions, not independent requests
+            v["max_session_rps"] = a.get("max_rate_rps") if a.get("concurrency") is None else NOT_MEASURED
+            v["max_concurrent_sessions"] = a.get("concurrency") if a.get("concurrency") is not None else NOT_MEASURED
+            v["max_rate_rps"] = v["max_concurrency"] = NOT_MEASURED
         v["output_tps"] = a.get("output_tps")
         v["output_tps_per_accelerator"] = a.get("output_tps_per_accelerator")
         v["goodput_rps"] = a.get("goodput_rps")
@@ -341,7 +352,11 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
     rows = []
     warnings: list[str] = []
     in_mode = [s for s in systems if s.conditions.get("max_throughput")]
-    for key, label, better in ROWS + (THROUGHPUT_ROWS if in_mode else ()):
+    scaling = scaling_section(systems)  # sizes of one system (loadgen.report.compare_scaling): fills its cells
+    sessions = SESSION_ROWS if any("max_session_rps" in s.values for s in systems) else ()
+    for key, label, better in (
+        sessions + ROWS + (SCALING_ROWS if scaling else ()) + (THROUGHPUT_ROWS if in_mode else ())
+    ):
         vals = {s.label: s.values.get(key, NOT_MEASURED) for s in systems}
         best = None
         nums = {k: v for k, v in vals.items() if isinstance(v, (int, float))}
@@ -415,6 +430,7 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
         },
         "interactivity": {s.label: s.interactivity for s in systems if s.interactivity},
         "checks": {s.label: s.check for s in systems if s.check},
+        "scaling": scaling,
         "throughput": {
             "systems": [s.label for s in in_mode],
             "rule": "max-throughput runs (--rate inf) only, ranked with each other at one batch under the same "

@@ -15,6 +15,8 @@ import html
 import math
 from typing import Any
 
+from loadgen.report.compare_pareto import pareto_figure
+from loadgen.report.compare_scaling import scaling_html
 from loadgen.report.plotting import (
     BRACKET_COLOR,
     SLO_COLOR,
@@ -174,38 +176,8 @@ def _latency_panels(plt: Any, card: dict[str, Any]) -> str:
 
 
 def _interactivity(plt: Any, card: dict[str, Any]) -> str:
-    inter = {k: v for k, v in (card.get("interactivity") or {}).items() if v}
-    if not inter:
-        return ""
-    fig, ax = plt.subplots(figsize=(7.5, 4.0))
-    xs_all: list[float] = []
-    for label, rows in inter.items():
-        pts = sorted((r.get("concurrency") or 0, r["output_tps"], r["per_user_output_tps"], r.get("meets_slo"))
-                     for r in rows if r.get("output_tps") is not None)  # fmt: skip
-        (line,) = ax.plot([p[1] for p in pts], [p[2] for p in pts], "-", label=label)
-        for c, x, y, ok in pts:  # filled: meets the SLO; hollow: misses it
-            ax.plot([x], [y], "o", color=line.get_color(), markerfacecolor=line.get_color() if ok else "white")
-            ax.annotate(f"c{c}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, 3))
-        xs_all += [p[1] for p in pts if p[1] > 0]
-    if xs_all and max(xs_all) / min(xs_all) > 8:
-        ax.set_xscale("log")
-        ax.set_xlabel("output tok/s, all users (log scale)")
-    else:
-        readable_axis(ax.xaxis)
-        ax.set_xlabel("output tok/s (all users)")
-    readable_axis(ax.yaxis)
-    ax.set_ylim(bottom=0)
-    if ax.get_xscale() == "linear":
-        ax.set_xlim(left=0)
-    ax.set_ylabel("output tok/s per user (1000 / TPOT p50)")
-    ax.grid(True, color="#e0e0e0", lw=0.6)
-    ax.set_title("interactivity (hollow: misses the SLO)", fontsize=10)
-    ax.legend(fontsize=8, frameon=False)
-    svg = figure_svg(fig, salt="loadgen-card-interactivity")
-    plt.close(fig)
-    return (
-        f"<figure>{svg}<figcaption>Per-user against total output rate, one point per concurrency.</figcaption></figure>"
-    )
+    """The Pareto figure of the compared concurrency sweeps (:mod:`loadgen.report.compare_pareto`)."""
+    return pareto_figure(plt, card)
 
 
 def _cell(v: Any, key: str, best: bool) -> str:
@@ -251,6 +223,6 @@ def render_html(card: dict[str, Any]) -> str:
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>loadgen scorecard: {html.escape(", ".join(labels))}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head><body>
 <h1>Scorecard: {html.escape(", ".join(labels))}</h1>{warn}
-<table><tr><th></th>{head}</tr>{body}</table>{notes}
+<table><tr><th></th>{head}</tr>{body}</table>{notes}{scaling_html(card)}
 {"<h2>Latency against load</h2>" + plots if plots else ""}
 </body></html>"""

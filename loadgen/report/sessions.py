@@ -1,4 +1,4 @@
-"""Console summary of a session run: sessions, turns, per-turn-depth TTFT, prefix-cache hit rate."""
+"""Session output: a run's summary (sessions, turns, per-turn-depth TTFT, hit rate) and a session sweep's words."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["render_sessions"]
+__all__ = ["render_session_sweep", "render_sessions", "session_sweep_html", "session_sweep_lines"]
 
 
 def _ms(v: Any) -> str:
@@ -49,3 +49,97 @@ def render_sessions(s: dict[str, Any], console: Console) -> None:
             _ms(row.get("input_tokens_mean")), _ms(cached), _pct(row.get("prefix_cache_hit_rate")),
         )  # fmt: skip
     console.print(t)
+
+
+def _depth_rows(by_turn: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for row in by_turn:
+        ttft = row.get("ttft_ms") or {}
+        rows.append([
+            str(row["turn"]), str(row["turns"]), _ms(row.get("input_tokens_mean")), _ms(ttft.get("p50")),
+            _ms(ttft.get("p99")), _ms(row.get("cached_tokens_mean")), _pct(row.get("prefix_cache_hit_rate")),
+        ])  # fmt: skip
+    return rows
+
+
+DEPTH_COLUMNS = ("turn", "turns", "input tokens (context)", "TTFT p50 ms", "TTFT p99 ms", "cached tokens", "hit rate")
+
+
+def _shown_probe(res: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """The probe whose depth table the sweep shows: the answer's probe, else the last one run."""
+    s = res.get("sessions") or {}
+    probes = res.get("probes") or []
+    per = {p["dir"]: p for p in s.get("probes") or []}
+    a = res.get("answer") or {}
+    pick = None
+    for i, p in enumerate(probes, 1):
+        at_answer = (a.get("concurrency") and p.get("concurrency") == a["concurrency"]) or (
+            not a.get("concurrency") and a.get("max_rate_rps") is not None and p.get("offered_rps") == a["max_rate_rps"]
+        )
+        if p.get("verdict") == "pass" and at_answer:
+            pick = i
+    if pick is None and probes:
+        pick = len(probes)
+    if pick is None or probes[pick - 1]["dir"] not in per:
+        return None
+    return pick, per[probes[pick - 1]["dir"]]
+
+
+def session_sweep_lines(res: dict[str, Any]) -> list[str]:
+    """What a session sweep adds to the sweep's words: the unit, salting and why, hit rate per probe."""
+    s = res.get("sessions")
+    if not s:
+        return []
+    src = ", ".join(f"{k}={v}" for k, v in s["source"].items() if k != "source")
+    out = [
+        f"session sweep of {s['source']['source']}{f' ({src})' if src else ''}: the load is {s['unit']}, "
+        f"{s['turns_per_session_mean']:.1f} turns per session on average (at most {s['turns_per_session_max']}); "
+        "every measured turn is judged, its latency from its due time",
+        f"salting: {s['salting']}",
+    ]
+    hits = []
+    for i, (p, q) in enumerate(zip(res.get("probes") or [], s.get("probes") or []), 1):
+        load = f"c={p['concurrency']}" if p.get("concurrency") else f"{p['offered_rps']:.3g}/s"
+        hits.append(f"{i} ({load}): {_pct(q.get('prefix_cache_hit_rate'))}")
+    if hits:
+        out.append("prefix-cache hit rate per probe: " + "; ".join(hits))
+    return out
+
+
+def render_session_sweep(res: dict[str, Any], console: Console) -> None:
+    """The session sweep's own lines and the per-turn-depth latency of the answer's probe (console)."""
+    for line in session_sweep_lines(res):
+        console.print(line)
+    shown = _shown_probe(res)
+    if shown is None:
+        return
+    i, q = shown
+    t = Table(title=f"per turn depth, probe {i}")
+    for col in DEPTH_COLUMNS:
+        t.add_column(col, justify="right")
+    for r in _depth_rows(q.get("by_turn") or []):
+        t.add_row(*r)
+    console.print(t)
+
+
+def session_sweep_html(res: dict[str, Any]) -> str:
+    """report.html's session section: the same lines and the per-turn-depth latency table."""
+    import html
+
+    lines = session_sweep_lines(res)
+    if not lines:
+        return ""
+    body = "".join(f"<p class='note'>{html.escape(x)}</p>" for x in lines)
+    shown = _shown_probe(res)
+    if shown is not None:
+        i, q = shown
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in DEPTH_COLUMNS)
+        rows = "".join(
+            "<tr>" + "".join(f"<td class='num'>{html.escape(c)}</td>" for c in r) + "</tr>"
+            for r in _depth_rows(q.get("by_turn") or [])
+        )
+        body += (
+            f"<p>Per-turn latency against turn depth (context length) at probe {i}:</p>"
+            f"<table class='probes'><tr>{head}</tr>{rows}</table>"
+        )
+    return f"<h2>Sessions</h2>{body}"

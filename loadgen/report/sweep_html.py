@@ -16,6 +16,7 @@ from typing import Any
 
 from loadgen.report import sweep_plots
 from loadgen.report.plotting import STATE_STYLE, figure_png, figure_svg, pyplot
+from loadgen.report.sessions import session_sweep_html
 from loadgen.report.sweep_facts import conditions_rows, probe_state, target_texts, verdict_text
 from loadgen.report.why import why_html
 
@@ -208,6 +209,7 @@ def write_report(
 {fig_html}
 <h2>Probes</h2>
 {probes_table(res)}
+{session_sweep_html(res)}
 <h2>Why probes missed</h2>
 {why_html(res)}
 <p class="note">Non-monotonic verdicts: {html.escape(notes)}</p>

@@ -20,51 +20,62 @@ def answer_line(res: dict[str, Any]) -> str:
     if res.get("interrupted"):  # at most a bracket or lower bound (loadgen.sweep.verdict)
         return interrupted_answer(res)
     a = res["answer"]
+    u, done, users_word = sweep_units(res)  # req/s, or sessions/s and turns/s for a session sweep (issue 17)
     slos = " and ".join(t["target"] for t in res["slo"])
     point = f" ({POINT_NOTE})" if a.get("point_estimate") else ""
     if a.get("slo_below_unloaded"):
         return f"no rate met {slos}: {a['slo_below_unloaded']}; no probe was run"
     users = a.get("untested_concurrency")
     untested = (
-        f"; {users} users could not be tested by this client (a lower bound; remedy: {CLIENT_REMEDY})" if users else ""
+        f"; {users} {users_word} could not be tested by this client (a lower bound; remedy: {CLIENT_REMEDY})"
+        if users
+        else ""
     )
     if a.get("concurrency"):
         return (
-            f"highest concurrency meeting {slos}: {a['concurrency']} users{point}, "
-            f"{_n(a['output_tps'], 1)} output tok/s, {_n(a['request_rps'])} req/s{untested}"
+            f"highest concurrency meeting {slos}: {a['concurrency']} {users_word}{point}, "
+            f"{_n(a['output_tps'], 1)} output tok/s, {_n(a['request_rps'])} {done}{untested}"
         )
     if users:
-        return f"no user count met {slos} below {users} users{untested}"
+        return f"no user count met {slos} below {users} {users_word}{untested}"
     if a["max_rate_rps"] is None:
         if a["limited_by"] == "client":
             low = a.get("untested_above_rps")
             return (
-                f"no answer: client limited at every rate tried, down to {_n(low)} req/s ({slos}); "
+                f"no answer: client limited at every rate tried, down to {_n(low)} {u} ({slos}); "
                 f"see the validity lines; remedy: {CLIENT_REMEDY}"
             )
         if a["limited_by"] == "rate_limit":
             return (
                 f"no answer: the provider's quota limited the first probe (HTTP 429 at {_n(a.get('rate_limited_at'))}"
-                " req/s): a quota, not the server's latency"
+                f" {u}): a quota, not the server's latency"
             )
-        return f"no rate met {slos}: even the lowest probe failed (bracket fail at {_n(a['bracket_rps'][1])} req/s)"
-    s = f"max rate meeting {slos}: {_n(a['max_rate_rps'])} req/s{point}"
+        return f"no rate met {slos}: even the lowest probe failed (bracket fail at {_n(a['bracket_rps'][1])} {u})"
+    s = f"max {'session ' if u != 'req/s' else ''}rate meeting {slos}: {_n(a['max_rate_rps'])} {u}{point}"
     if a["limited_by"] == "client":
         s = (
-            f"client limited: {_n(a['max_rate_rps'])} req/s meets {slos}{point}; rates above "
-            f"{_n(a.get('untested_above_rps'))} req/s could not be tested by this client (a lower bound; "
+            f"client limited: {_n(a['max_rate_rps'])} {u} meets {slos}{point}; rates above "
+            f"{_n(a.get('untested_above_rps'))} {u} could not be tested by this client (a lower bound; "
             f"remedy: {CLIENT_REMEDY})"
         )
     elif a["limited_by"] == "max_rate":
         s += " (reached --max-rate; the server may carry more)"
     elif a["limited_by"] == "rate_limit":
-        s += f" (then the provider's quota: HTTP 429 took over at {_n(a.get('rate_limited_at'))} req/s)"
+        s += f" (then the provider's quota: HTTP 429 took over at {_n(a.get('rate_limited_at'))} {u})"
     else:
         s += f" (bracket {_n(a['bracket_rps'][0])}..{_n(a['bracket_rps'][1])})"
-    s += f"; there {_n(a['output_tps'], 1)} output tok/s, {_n(a['total_tps'], 1)} total tok/s, goodput {_n(a['goodput_rps'])} req/s"
+    s += f"; there {_n(a['output_tps'], 1)} output tok/s, {_n(a['total_tps'], 1)} total tok/s, goodput {_n(a['goodput_rps'])} {done}"
     if a.get("cost_per_million_output_tokens_usd") is not None:
         s += f"; ${a['cost_per_million_output_tokens_usd']:.4f} per million output tokens"
     return s
+
+
+def sweep_units(res: dict[str, Any]) -> tuple[str, str, str]:
+    """(offered-rate unit, completed-rate unit, closed-loop word): req/s, req/s, users; for a session
+    sweep (``sweep.json`` ``sessions``, issue 17) sessions/s, turns/s, concurrent sessions."""
+    if res.get("sessions"):
+        return "sessions/s", "turns/s", "concurrent sessions"
+    return "req/s", "req/s", "users"
 
 
 def answer_probe(res: dict[str, Any]) -> dict[str, Any] | None:
@@ -99,7 +110,7 @@ def rerun_lines(res: dict[str, Any]) -> list[str]:
     max_r = (res.get("settings") or {}).get("max_reruns")
     out = []
     for r in res.get("reruns") or []:
-        rate = f"c={r['concurrency']}" if r.get("concurrency") else f"{r['offered_rps']:.2f} req/s"
+        rate = f"c={r['concurrency']}" if r.get("concurrency") else f"{r['offered_rps']:.2f} {sweep_units(res)[0]}"
         why = "; ".join(r.get("validity_detail") or []) or "client timing"
         out.append(
             f"re-run {r.get('rerun')}{f' of {max_r}' if max_r else ''} at {rate}: "

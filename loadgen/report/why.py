@@ -16,10 +16,10 @@ from loadgen.why import PHASE_WORDS
 __all__ = ["probe_why_lines", "render_sweep_why", "why_html"]
 
 
-def _rate(p: dict[str, Any]) -> str:
+def _rate(p: dict[str, Any], sessions: bool = False) -> str:
     if p.get("concurrency"):
-        return f"{p['concurrency']} users"
-    return f"{float(p.get('offered_rps') or 0):.2f} req/s"
+        return f"{p['concurrency']} {'concurrent sessions' if sessions else 'users'}"
+    return f"{float(p.get('offered_rps') or 0):.2f} {'sessions/s' if sessions else 'req/s'}"  # sessions: issue 17
 
 
 def probe_why_lines(res: dict[str, Any]) -> list[str]:
@@ -28,7 +28,7 @@ def probe_why_lines(res: dict[str, Any]) -> list[str]:
     for i, p in enumerate(res.get("probes") or (), 1):
         for wt in (p.get("why") or {}).get("targets") or ():
             if wt.get("misses"):
-                out.append(f"probe {i} at {_rate(p)}: {wt['text']}")
+                out.append(f"probe {i} at {_rate(p, bool(res.get('sessions')))}: {wt['text']}")
     return out
 
 
@@ -53,7 +53,7 @@ def why_html(res: dict[str, Any]) -> str:
                 f"{PHASE_WORDS.get(k, k)} {v * 100:.0f} %" for k, v in (wt.get("time_share") or {}).items() if v >= 0.01
             )
             rows.append(
-                f"<tr><td>{i}</td><td>{html.escape(_rate(p))}</td><td>{html.escape(str(wt['target']))}</td>"
+                f"<tr><td>{i}</td><td>{html.escape(_rate(p, bool(res.get('sessions'))))}</td><td>{html.escape(str(wt['target']))}</td>"
                 f"<td>{wt['misses']} of {wt['judged']}</td><td>{html.escape(causes)}</td><td>{html.escape(share)}</td></tr>"
             )
     if not rows:

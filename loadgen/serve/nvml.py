@@ -345,6 +345,7 @@ class EnergyMeter:
             out["power_w"] = {"mean": round(sum(watts) / len(watts), 1), "max": round(max(watts), 1)}
             out["power_series"] = {
                 "period_s": self.period_s,
+                "t0_monotonic_ns": int(self._t0 * 1e9),  # t_s are from here (time.monotonic: the client's clock)
                 "t_s": [round(t, 2) for t, _ in self._samples],
                 "watts": [round(w, 1) for _, w in self._samples],
             }

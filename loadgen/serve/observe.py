@@ -13,7 +13,12 @@
 (GPUs the server uses) and starts sampling gauges (every ``sample_period_s``) and
 power; ``end`` scrapes again and keeps the deltas that matter
 (:func:`loadgen.serve.prom.vllm_summary` / :func:`~loadgen.serve.prom.triton_summary`),
-the energy in joules and output tokens per joule. Output tokens for that ratio are
+the energy in joules and output tokens per joule, and the gauges over time
+(``series``: running and waiting requests, KV-cache usage from each scrape, GPU power
+from NVML), each stamped on the monotonic clock at the scrape's midpoint and given in
+seconds from the run's t0 (``result["conditions"]["t0_monotonic_ns"]``: the client's
+time axis, which :func:`loadgen.timeseries.series` cuts into the client's intervals).
+Output tokens for the tokens-per-joule ratio are
 the server's own generation-token delta over the same window when it exports one
 (vLLM), else the result's measured output tokens (which leave the warm-up out while
 the energy window includes it: said so in ``tokens_per_joule_source``).
@@ -28,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from loadgen.clock import now_ns
 from loadgen.serve import prom
 from loadgen.serve.nvml import NVML, EnergyMeter, NVMLUnavailable, gpus_for_pids
 from loadgen.serve.process import ServerProcess, group_members
@@ -37,8 +43,9 @@ __all__ = ["ServerObserver"]
 
 
 class ServerObserver:
-    """Scrapes one server around runs. ``kind``: "vllm" or "triton"; ``base_url``: the server's
-    HTTP root; ``metrics_url``: its Prometheus page (vLLM: ``base_url/metrics``; Triton: the
+    """Scrapes one server around runs. ``kind``: "vllm", "triton", or "auto" (told by the first
+    scrape's names: vLLM, Triton, else the gauges of :data:`~loadgen.serve.prom.GAUGE_NAMES`
+    only); ``base_url``: the server's HTTP root; ``metrics_url``: its Prometheus page (vLLM: ``base_url/metrics``; Triton: the
     metrics port, default ``:8002``); ``server``: the launched process, when loadgen started it.
     """
 
@@ -69,6 +76,8 @@ class ServerObserver:
         self._meter: EnergyMeter | None = None
         self._t0 = 0.0
         self._scrape_errors: list[str] = []
+        self._timed: list[tuple[int, dict[str, float]]] = []  # (scrape midpoint ns, server_gauges)
+        self._period_s = sample_period_s
 
     @classmethod
     def for_server(cls, server: ServerProcess, *, model: str | None = None, **kw: Any) -> ServerObserver:
@@ -104,6 +113,8 @@ class ServerObserver:
 
     async def conditions(self) -> dict[str, Any]:
         """The ``conditions.server`` block (see :func:`loadgen.serve.server_facts.server_conditions`)."""
+        if self.kind == "auto" and (s := await self.scrape()) is not None:
+            self._detect(s)
         cond = await server_conditions(self.kind, self.base_url, server=self.server, model=self.model)
         cond["metrics_url"] = self.metrics_url
         return cond
@@ -128,12 +139,28 @@ class ServerObserver:
             self._scrape_errors.append(msg)
 
     async def _sample_loop(self) -> None:
-        while True:  # ends when end() cancels it; at most MAX samples are kept
-            await asyncio.sleep(self.sample_period_s)
+        while True:  # ends when end() cancels it; memory bounded (MAX_TIMED, then thinned)
+            await asyncio.sleep(self._period_s)
+            a = now_ns()
             s = await self.scrape()
-            if s is not None and len(self._samples) < 3600:
+            if s is None:
+                continue
+            self._detect(s)
+            if len(self._samples) < 3600:
                 # only the gauges matter between the end points: keep them, drop the rest
                 self._samples.append({k: v for k, v in s.items() if _is_gauge(k)})
+            self._timed.append(((a + now_ns()) // 2, prom.server_gauges(s)))
+            if len(self._timed) >= MAX_TIMED:  # a long run: keep every other sample, sample half as often
+                self._timed = self._timed[::2]
+                self._period_s *= 2
+
+    def _detect(self, s: prom.Scrape) -> None:
+        if self.kind != "auto":
+            return
+        if any(k.startswith("vllm:") for k in s):
+            self.kind = "vllm"
+        elif any(k.startswith("nv_inference") for k in s):
+            self.kind = "triton"
 
     def _energy_meter(self) -> EnergyMeter:
         if not self.energy:
@@ -164,7 +191,11 @@ class ServerObserver:
         """Before a run: scrape, start the energy window and the samplers."""
         self._samples = []
         self._scrape_errors = []
+        self._timed = []
+        self._period_s = self.sample_period_s
         self._before = await self.scrape()
+        if self._before is not None:
+            self._detect(self._before)
         self._meter = await asyncio.to_thread(self._energy_meter)
         await asyncio.to_thread(self._meter.start)
         self._t0 = time.monotonic()
@@ -188,13 +219,18 @@ class ServerObserver:
             "window_s": round(window, 3),
             "scrapes": (self._before is not None) + (after is not None) + len(self._samples),
         }
-        if self._before is not None and after is not None:
+        if self._before is not None and after is not None and self.kind in ("vllm", "triton"):
             summary = prom.vllm_summary if self.kind == "vllm" else prom.triton_summary
             section["metrics"] = summary(self._before, after, self._samples, self.model)
+        elif self._before is not None and after is not None:
+            section["metrics"] = {f"{k}_peak": max((g[k] for _, g in self._timed if k in g), default=None)
+                                  for k in prom.GAUGE_NAMES}  # fmt: skip
         else:
             section["metrics"] = None
             section["metrics_unavailable"] = "; ".join(self._scrape_errors) or "no /metrics scrape"
         section["energy"] = energy
+        t0_ns = ((result or {}).get("conditions") or {}).get("t0_monotonic_ns")
+        section["series"] = self._series(energy, t0_ns if isinstance(t0_ns, int) else None)
         if energy.get("energy_j"):
             gen = (section.get("metrics") or {}).get("generation_tokens")
             src = "server generation_tokens delta over the energy window"
@@ -208,6 +244,23 @@ class ServerObserver:
         if result is not None:
             result["server"] = section
         return section
+
+    def _series(self, energy: dict[str, Any], t0_ns: int | None) -> dict[str, Any]:
+        """The gauges over time, in seconds from ``t0_ns`` (the run's t0; else from ``begin``)."""
+        base = t0_ns if t0_ns is not None else int(self._t0 * 1e9)
+        out: dict[str, Any] = {
+            "clock": "s from the run's t0 (monotonic); scrapes stamped at their midpoint",
+            "period_s": self._period_s,
+            "t_s": [round((t - base) / 1e9, 4) for t, _ in self._timed],
+            "gauges": {
+                k: [g.get(k) for _, g in self._timed] for k in prom.GAUGE_NAMES if any(k in g for _, g in self._timed)
+            },  # fmt: skip
+        }
+        ps = energy.get("power_series")
+        if ps and ps.get("t0_monotonic_ns") is not None:
+            off = (ps["t0_monotonic_ns"] - base) / 1e9
+            out["gpu"] = {"t_s": [round(t + off, 4) for t in ps["t_s"]], "power_w": list(ps["watts"])}
+        return out
 
     # -- prefix cache ----------------------------------------------------------------------
 
@@ -232,6 +285,9 @@ class ServerObserver:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return {"reset": False, "how": "POST /reset_prefix_cache", "detail": f"{type(exc).__name__}: {exc}"}
 
+
+MAX_TIMED = 4096
+"""Gauge samples on the time axis kept at most; at the cap every other one goes and the period doubles."""
 
 _GAUGES = ("kv_cache_usage_perc", "cache_usage_perc", "num_requests_running", "num_requests_waiting",
            "pending_request_count")  # fmt: skip

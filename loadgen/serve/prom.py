@@ -27,7 +27,16 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Scrape", "bucket_bound", "histogram_quantile", "parse", "triton_summary", "vllm_summary"]
+__all__ = [
+    "GAUGE_NAMES",
+    "Scrape",
+    "bucket_bound",
+    "histogram_quantile",
+    "parse",
+    "server_gauges",
+    "triton_summary",
+    "vllm_summary",
+]
 
 Labels = tuple[tuple[str, str], ...]
 Scrape = dict[str, list[tuple[Labels, float]]]
@@ -288,4 +297,37 @@ def triton_summary(
         out["gpu_energy_j"] = _r(e, 3)
     if any(k.startswith("vllm:") for k in after):
         out["vllm"] = vllm_summary(before, after, samples, model)
+    return out
+
+
+GAUGE_NAMES: dict[str, tuple[str, ...]] = {
+    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size"),
+    "waiting": (
+        "vllm:num_requests_waiting",
+        "sglang:num_queue_reqs",
+        "tgi_queue_size",
+        "nv_inference_pending_request_count",
+    ),  # fmt: skip
+    "kv_cache_usage": (
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "vllm:cpu_cache_usage_perc",
+        "sglang:token_usage",
+    ),  # fmt: skip
+}
+"""The server gauges put on a run's time axis, and their names per server (the first present wins):
+``running`` (requests in the batch), ``waiting`` (requests queued for it; Triton: pending requests),
+``kv_cache_usage`` (fraction 0..1 of the KV cache in use). Request counts are summed over label sets
+(engines, models); the KV-cache fraction is the largest over them."""
+
+
+def server_gauges(s: Scrape) -> dict[str, float]:
+    """The :data:`GAUGE_NAMES` gauges of one scrape (a gauge the server does not export is left out)."""
+    out: dict[str, float] = {}
+    for key, names in GAUGE_NAMES.items():
+        for name in names:
+            v = peak(s, name) if key == "kv_cache_usage" else total(s, name)
+            if v is not None:
+                out[key] = v
+                break
     return out

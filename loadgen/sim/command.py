@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from loadgen.sim.fast import FastServer
 from loadgen.sim.faults import FaultConfig
 from loadgen.sim.model import SimParams
 from loadgen.sim.prefix_cache import PrefixCache
@@ -60,7 +61,7 @@ async def _spin() -> None:
 
 
 async def _serve(
-    server: SimServer, host: str, port: int, port_file: str | None, parent_pid: int | None = None,
+    server: SimServer | FastServer, host: str, port: int, port_file: str | None, parent_pid: int | None = None,
     busy_poll: bool = False,
 ) -> None:  # fmt: skip
     stop = asyncio.Event()
@@ -193,6 +194,12 @@ async def _serve(
     "fidelity benchmarks).",
 )
 @click.option(
+    "--fast",
+    is_flag=True,
+    help="A lean SSE server for client benchmarks (loadgen.sim.fast): TTFT and ITL as given, "
+    "unlimited slots, the same truth log; no batching model, no faults, no prefix cache.",
+)
+@click.option(
     "--prefix-cache-blocks",
     type=click.IntRange(min=0),
     default=0,
@@ -254,17 +261,21 @@ def sim_command(**kw: Any) -> None:
             tokenizer = load_tokenizer(kw["tokenizer_path"])
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from exc
-    server = SimServer(
-        params,
-        model_name=kw["model_name"],
-        strict=kw["strict"],
-        faults=faults,
-        truth_log=kw["truth_log"],
-        seed=kw["seed"],
-        tokenizer=tokenizer,
-        prefix_cache=PrefixCache(kw["prefix_cache_blocks"], kw["prefix_block_tokens"])
-        if kw["prefix_cache_blocks"]
-        else None,
+    server: SimServer | FastServer = (
+        FastServer.from_options(kw)
+        if kw["fast"]
+        else SimServer(
+            params,
+            model_name=kw["model_name"],
+            strict=kw["strict"],
+            faults=faults,
+            truth_log=kw["truth_log"],
+            seed=kw["seed"],
+            tokenizer=tokenizer,
+            prefix_cache=PrefixCache(kw["prefix_cache_blocks"], kw["prefix_block_tokens"])
+            if kw["prefix_cache_blocks"]
+            else None,
+        )
     )
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:

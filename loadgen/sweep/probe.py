@@ -8,7 +8,8 @@ PASS when the one-sided Clopper-Pearson upper bound of the exceedance fraction i
 within 1 - percentile at the chosen confidence, FAIL when the lower bound is past
 it, else extend the probe (up to ``max_extensions`` more segments) and then
 decide on the point estimate, marked ``low_confidence``. This is the binomial
-test MLPerf LoadGen's early stopping uses for its latency bound. ITL is per token
+test MLPerf LoadGen's early stopping uses for its latency bound, on effective counts (n / tau
+and k / tau, the dependence between requests: :mod:`loadgen.sweep.evidence`). ITL is per token
 (tokens within a request are correlated): judged as the run verdict of the last
 segment (the pooled per-token percentile at the target's own percentile), with no
 confidence bound. The rules themselves live in :mod:`loadgen.slo`.
@@ -74,14 +75,14 @@ from loadgen.slo import (
     exceeds,
     fail_count,
     itl_probe_verdict,
-    judge_counts,
     judged_per_request,
-    probe_target_verdict,
     proves_fail,
     request_value,
 )
+from loadgen.sweep import evidence as ev
 from loadgen.sweep.config import SweepConfig
 from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps
+from loadgen.sweep.sessions import measure_load, probe_sessions, session_turns
 from loadgen.sweep.stability import TAIL_FRACTION, backlog_trend
 from loadgen.sweep.verdict import INTERRUPTED, probe_verdict_text, target_verdict
 from loadgen.types import RequestRecord
@@ -102,6 +103,7 @@ class ProbeJudge:
         self.runner: Runner | None = None
         self.stopped_early = False
         self.censored = 0
+        self.dep = ev.DependenceLog({i: tj.target.threshold_ns for i, tj in enumerate(self.targets)})
         # exceedances out of n_cap that make FAIL certain, computed once: certain_fail() runs every
         # 100 ms on the event loop that sends the requests and must not evaluate binomial bounds there
         self.set_cap(n_cap)
@@ -150,7 +152,8 @@ class ProbeJudge:
             if not judged_per_request(t):
                 continue
             tj.n += 1
-            if exceeds(t, s.slo_values[i] if (s.ok and not s.zero_output) else MISS):
+            self.dep.add(i, s.scheduled_ns, v := s.slo_values[i] if (s.ok and not s.zero_output) else MISS)
+            if exceeds(t, v):
                 tj.k += 1
                 if not s.ok and s.error_kind in _SERVER_ERRORS:
                     tj.server_errors += 1
@@ -165,7 +168,7 @@ class ProbeJudge:
             return
         cancelled = rec.error_kind == "cancelled"
         censored = False
-        for tj in self.targets:
+        for i, tj in enumerate(self.targets):
             t = tj.target
             if not judged_per_request(t):
                 continue
@@ -173,6 +176,7 @@ class ProbeJudge:
                 if self._inflight_over(rec, t, rec.end_ns or now_ns()):
                     tj.n += 1
                     tj.k += 1
+                    self.dep.add(i, rec.scheduled_ns, MISS)  # over, its value unknown: a miss in its run
                 elif self._known_under(rec, t):
                     tj.n += 1  # measured before the stop, and it conforms: not censored
                 else:
@@ -180,7 +184,8 @@ class ProbeJudge:
                     censored = True
                 continue
             tj.n += 1
-            if exceeds(t, request_value(t, m) if (rec.ok and not m.zero_output) else MISS):
+            self.dep.add(i, rec.scheduled_ns, v := request_value(t, m) if (rec.ok and not m.zero_output) else MISS)
+            if exceeds(t, v):
                 tj.k += 1
                 if not rec.ok and rec.error_kind in _SERVER_ERRORS:
                     tj.server_errors += 1
@@ -310,8 +315,9 @@ async def run_probe(
     is ``interrupted`` (unless its FAIL was already certain: ``FAIL (stopped early)``).
     """
     need = scfg.needed_requests()
-    per_segment = max(need, math.ceil(rate * scfg.probe_duration_s)) if concurrency is None else None
-    n_cap = (per_segment or need) * (1 + scfg.max_extensions)
+    per_segment = probe_sessions(base, need, rate, scfg.probe_duration_s) if concurrency is None else None
+    most = session_turns(base)[1]  # sessions (issue 17): a probe counts sessions and judges their turns
+    n_cap = (per_segment * most if per_segment else need) * (1 + scfg.max_extensions)
     judge = ProbeJudge(scfg.slos, n_cap, scfg.confidence)
     lag_ms, lag_note = scfg.schedule_lag_bound_ms(base.bounds.max_schedule_lag_p99_ms)
     bounds = replace(base.bounds, max_schedule_lag_p99_ms=lag_ms, schedule_lag_note=lag_note)
@@ -375,7 +381,8 @@ async def run_probe(
 
         watcher = asyncio.create_task(judge.watch())
         try:
-            run = await measure(
+            run = await measure_load(
+                measure,
                 endpoint,
                 load,
                 seg_dir,
@@ -394,6 +401,7 @@ async def run_probe(
         results.append(run.result)
         total_duration += run.result["duration_s"]
         segments += 1
+        judge.dep.end_segment()  # the segment's dependence between requests (loadgen.sweep.evidence)
         if run.result.get("interrupted") and not judge.stopped_early:
             interrupted = True  # the user stopped it: no verdict from what it holds, and no extension
             break
@@ -412,9 +420,9 @@ async def run_probe(
                 unstable = True
                 break
             tail_short = _tail_too_long(sched, end, meas, ok)
-            verdicts = [
-                judge_counts(tj.k, tj.n, tj.target, scfg.confidence)[0]
-                for tj in judge.targets
+            verdicts = [  # on the effective counts (loadgen.sweep.evidence)
+                ev.extension_verdict(judge.dep, i, tj, scfg.confidence, segments, scfg.max_extensions)
+                for i, tj in enumerate(judge.targets)
                 if judged_per_request(tj.target)
             ]
             if segments > scfg.max_extensions:
@@ -423,7 +431,7 @@ async def run_probe(
                 seg_requests = 2 * seg_requests  # a longer segment: its tail a smaller part of it
                 left = scfg.max_extensions - segments + 1  # segments still possible, this one included
                 done = sum((r.get("counts") or {}).get("requests") or 0 for r in results)
-                judge.set_cap(max(judge.n_cap, done + seg_requests * (2**left - 1)))
+                judge.set_cap(max(judge.n_cap, done + seg_requests * most * (2**left - 1)))
             elif "fail" in verdicts or all(v == "pass" for v in verdicts):
                 break
         if stop_requested is not None and stop_requested():
@@ -483,7 +491,7 @@ def _finish_probe(
     verdict = "pass"
     low_conf = False
     targets: list[dict[str, Any]] = []
-    for tj in judge.targets:
+    for i, tj in enumerate(judge.targets):
         t = tj.target
         if not judged_per_request(t):
             ok, v_ms = itl_probe_verdict(t, last.get("slo"))
@@ -495,9 +503,10 @@ def _finish_probe(
             if not ok:
                 verdict = "fail"
             continue
-        v, low, frac, lo, hi = probe_target_verdict(tj, scfg.confidence, judge.stopped_early)
+        eff = judge.dep.effective(i, tj)  # counts for the dependence between requests (loadgen.sweep.evidence)
+        v, low, frac, lo, hi = ev.dependent_verdict(tj, eff, scfg.confidence, judge.stopped_early)
         tv, point, text = target_verdict(
-            tj.k, tj.n, t, scfg.confidence, stopped_early=judge.stopped_early, fail_k=judge.fail_k.get(t.label)
+            tj.k, tj.n, t, scfg.confidence, stopped_early=judge.stopped_early, fail_k=judge.fail_k.get(t.label), eff=eff
         )
         low_conf |= low
         ef[t.label] = frac
@@ -505,7 +514,7 @@ def _finish_probe(
         targets.append(
             {"target": t.label, "verdict": tv, "verdict_text": text, "point_estimate": point, "exceedances": tj.k}
         )
-        targets[-1].update(requests=tj.n, censored=tj.censored, bounds=[lo, hi])
+        targets[-1].update(requests=tj.n, censored=tj.censored, bounds=[lo, hi], **judge.dep.facts(i, tj))
         if v == "fail":
             verdict = "fail"
     if judge.stopped_early:

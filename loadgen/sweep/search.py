@@ -57,6 +57,7 @@ from loadgen.runplan import LoadConfig
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
 from loadgen.sweep.plan import Plan
 from loadgen.sweep.probe import Probe, run_probe
+from loadgen.sweep.sessions import calibration_sps, measure_load, session_turns
 from loadgen.sweep.unloaded import unloaded_check
 from loadgen.sweep.verdict import evidence_rule
 from loadgen.types import RequestRecord
@@ -113,7 +114,8 @@ class Sweep:
     async def _probe(self, rate: float, concurrency: int | None = None) -> Probe:
         idx = len(self.probes) + 1
         name = f"probe-{idx:02d}-" + (f"c{concurrency}" if concurrency else f"{rate:.3f}rps")
-        label = f"concurrency {concurrency}" if concurrency else f"{rate:.3f} req/s"
+        unit = "sessions/s" if self.base.sessions is not None else "req/s"  # issue 17: a session sweep
+        label = f"concurrency {concurrency}" if concurrency else f"{rate:.3f} {unit}"
         self.progress(f"probe {idx}: {label} ...")
         reset = None
         if self.server_observer is not None:
@@ -265,7 +267,8 @@ class Sweep:
             salt="cal-",
             slos=[],
         )
-        run = await measure(
+        run = await measure_load(
+            measure,
             self.endpoint,
             load,
             self.out_dir / "calibration",
@@ -285,7 +288,7 @@ class Sweep:
             "dir": "calibration",
         }
         self.progress(f"calibration: about {x or 0:.2f} req/s completed")
-        return x
+        return calibration_sps(self.base, x)  # sessions/s in a session sweep (loadgen.sweep.sessions)
 
     async def search(self) -> SweepOutcome:
         s = self.scfg
@@ -298,7 +301,7 @@ class Sweep:
             r = cap / 2
         else:
             # the rate that reaches the minimum request count within the probe duration
-            r = s.needed_requests() / s.probe_duration_s
+            r = s.needed_requests() / session_turns(self.base)[0] / s.probe_duration_s
         if s.max_rate_rps:
             r = min(r, s.max_rate_rps)
         r_min = s.min_rate_rps or r / 64

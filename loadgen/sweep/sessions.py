@@ -1,144 +1,130 @@
-"""The session-rate search (library only, a first cut): the highest session arrival rate meeting SLOs.
+"""The session-capacity search: ``loadgen sweep --sessions SOURCE`` on the sweep's own machinery.
 
-Each probe is one measured session run (:func:`loadgen.session_run.measure_sessions`) at a session
-rate (sessions/s, Poisson starts): ``sessions_per_probe`` measured sessions after
-``warmup_sessions``, the same seed at every probe (the same sessions and the same arrival pattern,
-scaled: the verdict is a smooth function of the rate, as in :mod:`loadgen.sim.session_reference`),
-a fresh salt per probe (so no probe's prefixes are cached by an earlier one,
-apart from what the server keeps of its own), the server's prefix cache reset before it where
-the observer can (``server_observer.reset_prefix_cache``). A probe's verdict: ``invalid`` when
-the client could not keep the turns' due times (the run's validity), else ``pass`` when every SLO
-target is met over all its measured turns (the run's exact-percentile verdict,
-:mod:`loadgen.slo`), else ``fail``.
+A session sweep is the rate sweep (:mod:`loadgen.sweep.search`: unloaded check, calibration,
+bracket, bisect; or the concurrency sweep) with each probe a measured session run
+(:func:`loadgen.session_run.measure_sessions`) instead of a request run: the base
+``LoadConfig`` carries ``sessions`` and :func:`measure_load` sends each of the sweep's runs
+to the right engine. What changes, and only here:
 
-The search brackets the answer by doubling (or halving) from ``start_sps``, then bisects
-geometrically until the bracket is within ``precision``. An ``invalid`` probe bounds the bracket
-from above like a failing one (the client could not test that rate); when the final bracket ends
-at such a rate, the answer is a lower bound (``limited_by: client``).
+* the offered load is a session arrival rate (sessions/s, open loop: ``--rate`` of every probe)
+  or a number of concurrent sessions (``--concurrency-levels``: closed loop, each session replaced
+  when it ends);
+* a probe's verdict counts *turns* (every measured turn is one judged request: latency from its
+  due time, the binomial verdict, early stop, the stability rule, exactly as a request probe's),
+  while its size is in *sessions*: :func:`session_turns` converts (the mean turns per session
+  sizes a probe to the evidence rule's turn count; the most turns per session bounds the largest
+  possible probe for early stop, so a FAIL is never declared certain too soon);
+* the calibration is a closed-loop session run; its capacity, completed turns/s, is turned into
+  sessions/s by the mean turns per session (:func:`calibration_sps`);
+* the unloaded check runs whole sessions one at a time (at least its request count in turns);
+* ``sweep.json`` gets a ``sessions`` block (:func:`sessions_block`): the unit, the source, whether
+  sessions were salted apart and why that matters, and per probe the prefix-cache hit rate and the
+  per-turn-depth latency of its turns.
 
-Not yet here (the full sweep's machinery, :mod:`loadgen.sweep.search`): binomial probe verdicts
-with early stop, probe extensions and the stability rule, closed-loop (concurrent sessions)
-search, the report; nor the ``loadgen sweep --sessions`` command.
+Each probe has a fresh salt (``p<probe>s<segment>-``): no probe's prefixes are cached by an
+earlier one; with ``salt=off`` in the source, sessions share prefixes (the shared system prompt,
+a reused session's history) across sessions, so the server's prefix cache serves more of each
+prompt and the answer rises: the report says so beside the hit rate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+import math
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from loadgen.endpoints import Endpoint
+import orjson
+
+from loadgen.endpoints.base import Endpoint
+from loadgen.measurement import MeasuredRun
 from loadgen.runplan import LoadConfig
 from loadgen.session_run import measure_sessions
-from loadgen.slo import SLOTarget
-from loadgen.workload.session_sources import SessionSource
+from loadgen.workload.session_sources import SessionSource, load_sessions
 
-__all__ = ["SessionProbe", "SessionSearch", "search_session_rate"]
+__all__ = ["calibration_sps", "measure_load", "probe_sessions", "session_turns", "sessions_block"]
 
+SAMPLE_SESSIONS = 256
+"""Synthetic sessions drawn to estimate turns per session (a file source is read whole)."""
 
-@dataclass
-class SessionProbe:
-    """One probe: its session rate, verdict and the facts it was judged on."""
-
-    rate_sps: float
-    verdict: str  # pass | fail | invalid
-    reasons: list[str] = field(default_factory=list)
-    hit_rate: float | None = None
-    out_dir: str = ""
+_TURNS: dict[tuple[str, tuple[tuple[str, str], ...], int], tuple[float, int]] = {}
 
 
-@dataclass
-class SessionSearch:
-    """The search's answer: ``max_session_rps`` (None: no probed rate passed) and every probe."""
+def session_turns(base: LoadConfig) -> tuple[float, int]:
+    """(mean, most) turns per session of ``base.sessions``; (1.0, 1) for a plain request workload.
 
-    max_session_rps: float | None
-    limited_by: str | None  # "client" when an invalid probe bounded the search
-    probes: list[SessionProbe]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "answer": {"max_session_rps": self.max_session_rps, "limited_by": self.limited_by},
-            "probes": [p.__dict__ for p in self.probes],
-        }
-
-
-async def _probe(
-    endpoint: Endpoint, base: LoadConfig, src: SessionSource, slos: list[SLOTarget], rate: float, idx: int,
-    out_dir: Path, sessions_per_probe: int, warmup_sessions: int, server_observer: Any,
-) -> SessionProbe:  # fmt: skip
-    if server_observer is not None and hasattr(server_observer, "reset_prefix_cache"):
-        await server_observer.reset_prefix_cache()
-    cfg = replace(
-        base, rate_rps=rate, concurrency=None, requests=sessions_per_probe, duration_s=None,
-        warmup_requests=warmup_sessions, warmup_s=0.0, slos=slos, salt=f"p{idx}-",
-    )  # fmt: skip
-    d = out_dir / f"probe-{idx:02d}-{rate:.3f}sps"
-    run = await measure_sessions(endpoint, cfg, src, d, install_signal_handlers=False)
-    res = run.result
-    hit = res["sessions"]["prefix_cache_hit_rate"]
-    if not res["validity"]["valid"]:
-        bad = [c["detail"] for c in res["validity"]["checks"] if c["group"] == "generator" and not c["ok"]]
-        return SessionProbe(rate, "invalid", bad, hit, str(d))
-    slo = res.get("slo") or {}
-    reasons = [f"{t.get('target')}: {'met' if t.get('met') else 'missed'}" for t in slo.get("targets", [])]
-    return SessionProbe(rate, "pass" if slo.get("met") else "fail", reasons, hit, str(d))
+    A synthetic source is sampled (:data:`SAMPLE_SESSIONS` sessions at the run's seed); a file is
+    read whole once per process (cached). Raises ConfigError on a bad source.
+    """
+    src: SessionSource | None = base.sessions
+    if src is None:
+        return 1.0, 1
+    key = (src.source, tuple(sorted(src.options.items())), base.seed)
+    if key not in _TURNS:
+        sessions, _ = load_sessions(src, SAMPLE_SESSIONS if src.synthetic else None, seed=base.seed)
+        counts = [len(s.turns) for s in sessions] or [1]
+        _TURNS[key] = (max(sum(counts) / len(counts), 1.0), max(counts))
+    return _TURNS[key]
 
 
-async def search_session_rate(
-    endpoint: Endpoint,
-    base: LoadConfig,
-    src: SessionSource,
-    slos: list[SLOTarget],
-    out_dir: Path,
-    *,
-    sessions_per_probe: int = 30,
-    warmup_sessions: int = 3,
-    start_sps: float = 1.0,
-    precision: float = 0.1,
-    max_probes: int = 12,
-    min_sps: float = 0.01,
-    server_observer: Any = None,
-    progress: Callable[[str], None] | None = None,
-) -> SessionSearch:
-    """Search the highest session rate meeting ``slos`` (module doc). Raises ConfigError on a bad source."""
-    say = progress or (lambda s: None)
-    probes: list[SessionProbe] = []
-    lo: float | None = None
-    hi: float | None = None
-    rate = start_sps
+def probe_sessions(base: LoadConfig, need_turns: int, rate: float, duration_s: float) -> int:
+    """Sessions in one open-loop probe segment: enough turns for the evidence rule, and the probe's duration."""
+    mean, _ = session_turns(base)
+    return max(math.ceil(need_turns / mean), math.ceil(rate * duration_s))
 
-    async def probe(r: float) -> SessionProbe:
-        p = await _probe(endpoint, base, src, slos, r, len(probes) + 1, out_dir, sessions_per_probe,
-                         warmup_sessions, server_observer)  # fmt: skip
-        probes.append(p)
-        say(f"probe {len(probes)}: {r:.3f} sessions/s: {p.verdict} ({'; '.join(p.reasons)})")
-        return p
 
-    hi_invalid = False  # the bracket's upper end is a rate the client could not test
-    while len(probes) < max_probes:
-        if lo is not None and hi is not None:
-            if hi / lo - 1 <= precision:
-                break
-            rate = (lo * hi) ** 0.5
-        p = await probe(rate)
-        if p.verdict == "invalid":  # untestable here: search below it; the answer may be a lower bound
-            hi, hi_invalid = rate, True
-            if lo is None:
-                rate /= 2
-                if rate < min_sps:
-                    break
-            continue
-        if p.verdict == "fail":
-            hi_invalid = False
-        if p.verdict == "pass":
-            lo = rate
-            if hi is None:
-                rate *= 2
-        else:
-            hi = rate
-            if lo is None:
-                rate /= 2
-                if rate < min_sps:
-                    break
-    return SessionSearch(lo, "client" if hi_invalid else None, probes)
+async def measure_load(
+    plain: Callable[..., Awaitable[MeasuredRun]], endpoint: Endpoint, load: LoadConfig, out_dir: Path, **kw: Any
+) -> MeasuredRun:
+    """One of the sweep's runs: ``plain`` (the caller's :func:`~loadgen.measurement.measure`), or a session
+    run when ``load.sessions`` is set. The keywords are ``measure``'s; a session run takes the same ones."""
+    if load.sessions is None:
+        return await plain(endpoint, load, out_dir, **kw)
+    return await measure_sessions(endpoint, load, load.sessions, out_dir, **kw)
+
+
+def calibration_sps(base: LoadConfig, request_rps: float | None) -> float | None:
+    """A calibration's capacity in the sweep's unit: sessions/s = completed turns/s / mean turns per session."""
+    if request_rps is None or base.sessions is None:
+        return request_rps
+    return request_rps / session_turns(base)[0]
+
+
+def _by_turn(out_dir: Path, probe_dir: str) -> tuple[list[dict[str, Any]], float | None]:
+    try:
+        res = orjson.loads((out_dir / probe_dir / "result.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return [], None
+    s = res.get("sessions") or {}
+    return s.get("by_turn") or [], s.get("prefix_cache_hit_rate")
+
+
+def sessions_block(result: dict[str, Any], base: LoadConfig, out_dir: Path) -> dict[str, Any]:
+    """``sweep.json`` ``sessions``: the unit, the source, salting and why it matters, per-probe depth tables."""
+    src: SessionSource = base.sessions
+    closed = any(p.get("concurrency") for p in result.get("probes") or [])
+    mean, most = session_turns(base)
+    probes = []
+    for p in result.get("probes") or []:
+        by_turn, hit = _by_turn(out_dir, p["dir"])
+        probes.append({"dir": p["dir"], "prefix_cache_hit_rate": hit, "by_turn": by_turn})
+    if src.salt_sessions:
+        salting = (
+            "each session salted apart (salt=on): prefixes are reused only inside a session, as the "
+            "workload says; a fresh salt per probe, so no probe is served from an earlier one's cache"
+        )
+    else:
+        salting = (
+            "salting off (salt=off): sessions share prefixes across sessions (the shared system prompt, "
+            "reused sessions' histories), so the server's prefix cache serves more of each prompt than an "
+            "independent population of sessions would let it, and the answer is higher by that reuse"
+        )
+    return {
+        "unit": "concurrent sessions" if closed else "sessions/s",
+        "source": src.describe(),
+        "salted_per_session": src.salt_sessions,
+        "salting": salting,
+        "turns_per_session_mean": mean,
+        "turns_per_session_max": most,
+        "probes": probes,
+    }

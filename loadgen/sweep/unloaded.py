@@ -13,6 +13,7 @@ value and the threshold. Fewer than :data:`MIN_COMPLETED` successful requests de
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from loadgen.measurement import measure
 from loadgen.runner import Runner
 from loadgen.runplan import LoadConfig
 from loadgen.sweep.config import SweepConfig
+from loadgen.sweep.sessions import measure_load, session_turns
 
 MIN_COMPLETED = 3
 
@@ -47,15 +49,16 @@ async def unloaded_check(
         base,
         rate_rps=None,
         concurrency=1,
-        requests=n,
+        requests=n if base.sessions is None else math.ceil(n / session_turns(base)[0]),  # whole sessions
         duration_s=None,
-        warmup_requests=1,
+        warmup_requests=1 if base.sessions is None else 0,
         warmup_s=0.0,
         max_concurrency=None,
         salt="unl-",
         slos=scfg.slos,
     )
-    run = await measure(
+    run = await measure_load(
+        measure,
         endpoint,
         load,
         out_dir / "unloaded",

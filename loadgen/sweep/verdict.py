@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.slo import SLOTarget, TargetJudge, probe_target_verdict
+from loadgen.sweep.evidence import DEPENDENCE_RULE
 from loadgen.sweep.stability import TAIL_FRACTION
 
 PASS, FAIL = "PASS", "FAIL"
@@ -43,17 +44,29 @@ INTERRUPTED = "INTERRUPTED: undecided"
 
 
 def target_verdict(
-    k: int, n: int, t: SLOTarget, confidence: float, *, stopped_early: bool, fail_k: int | None
+    k: int,
+    n: int,
+    t: SLOTarget,
+    confidence: float,
+    *,
+    stopped_early: bool,
+    fail_k: int | None,
+    eff: TargetJudge | None = None,
 ) -> tuple[str, bool, str]:
     """One per-request target's (verdict, point_estimate, text) from its counts.
 
-    ``k`` exceedances of ``n`` judged requests. :func:`loadgen.slo.probe_target_verdict` decides
-    (undecided, on the point estimate k/n: ``point_estimate`` True). In a probe stopped
+    ``k`` exceedances of ``n`` judged requests; ``eff`` the effective counts that account for the
+    dependence between requests (:class:`loadgen.sweep.evidence.DependenceLog`; None: the raw
+    counts are the evidence). :func:`loadgen.slo.probe_target_verdict` decides on ``eff``
+    (undecided, on the raw point estimate k/n: ``point_estimate`` True). In a probe stopped
     early, the target whose count reached ``fail_k`` (the exceedances that make FAIL certain
     over the largest possible probe) or whose bounds already FAIL is ``FAIL (stopped early)``;
     any other target keeps its own verdict on its own counts (0 of 865 over is not a FAIL).
     """
-    v, point, *_ = probe_target_verdict(TargetJudge(t, n=n, k=k), confidence, stopped_early=False)
+    e = eff if eff is not None else TargetJudge(t, n=n, k=k)
+    v, point, *_ = probe_target_verdict(e, confidence, stopped_early=False)
+    if point:
+        v = "pass" if (n > 0 and k / n <= 1 - t.percentile / 100) else "fail"
     if stopped_early and ((v == "fail" and not point) or (fail_k is not None and k >= fail_k)):
         return "fail", False, FAIL + EARLY
     return v, point, v.upper() + (POINT if point else "")
@@ -124,7 +137,8 @@ def evidence_rule(
     return (
         f"{head}; {which} is extended up to {max_extensions} times, then decided on its "
         "point estimate k/n and marked (point estimate); a probe interrupted by the user is not extended "
-        "and gets no verdict (INTERRUPTED: undecided) unless its FAIL was already certain"
+        "and gets no verdict (INTERRUPTED: undecided) unless its FAIL was already certain; the bounds count "
+        f"{DEPENDENCE_RULE}"
     )
 
 

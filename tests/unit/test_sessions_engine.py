@@ -79,3 +79,30 @@ def test_warmup_sessions_and_a_failed_turn() -> None:
     st = runner.stats
     assert st.failed == 1 and st.completed == 2 and st.unsent_turns == 2 - k
     assert len(st.durations_s) == 2  # measured sessions only
+
+
+def test_a_stop_that_cancels_in_flight_turns_ends_a_closed_loop_run_with_its_records() -> None:
+    """A sweep probe's early stop (``request_stop(cancel_inflight=True)``) in closed loop: the turns in
+    flight are recorded ``cancelled`` with the runner's reason, the rest counted unsent, and the run
+    returns (it raised CancelledError out of ``run()`` when a slot awaited its cancelled session)."""
+    sessions = [Session(f"s{i}", tuple(Turn(2, new_tokens=3, delay_s=0.01) for _ in range(3))) for i in range(6)]
+    plan = SessionPlan(sessions, SessionPrompter(api="chat"), mode="closed", concurrency=2)
+    got: list[tuple[RequestRecord, int]] = []
+
+    async def go() -> SessionRunner:
+        runner = SessionRunner(FakeEndpoint(), plan, lambda r, k: got.append((r, k)), install_signal_handlers=False)
+        runner.cancel_reason = "stopped early"
+        task = asyncio.create_task(runner.run())
+        for _ in range(5000):  # until a turn is in flight (at most ~5 s): the early-stop watch reads them
+            if runner.inflight_records:
+                break
+            await asyncio.sleep(0.001)
+        assert runner.inflight_records
+        runner.request_stop(interrupted=False, cancel_inflight=True)
+        await asyncio.wait_for(task, 5)
+        return runner
+
+    runner = asyncio.run(go())
+    cancelled = [r for r, _ in got if r.error_kind == "cancelled"]
+    assert cancelled and all(r.error_detail == "stopped early" for r in cancelled)
+    assert runner.stats.started < 6 and runner.stats.unsent_turns > 0 and not runner.inflight_records

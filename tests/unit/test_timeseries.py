@@ -69,3 +69,32 @@ def test_drain_is_not_drift_over_the_window() -> None:
     assert old["verdict"] == "drifting" and "output_tps" in old["drifting"]
     d = drift(series(lines, window={"start_s": 0.0, "end_s": 60.0}))
     assert d["verdict"] == "steady" and abs(d["changes"]["output_tps"]) < 0.05, d
+
+
+def test_in_flight_and_server_gauges_on_the_client_intervals() -> None:
+    # 12 intervals of 1 s over [0, 12]: a request in flight 2.5 -> 4.5 s, the server sampled on the same axis
+    from loadgen.timeseries import series as ts_series
+
+    lines = [
+        {"index": 0, "phase": "measure", "status": "ok", "scheduled_s": 0.0, "sent_s": 0.0, "e2e_ms": 500.0,
+         "ttft_ms": 10.0, "output_tokens": 4},
+        {"index": 1, "phase": "measure", "status": "ok", "scheduled_s": 2.5, "sent_s": 2.5, "e2e_ms": 2000.0,
+         "ttft_ms": 10.0, "output_tokens": 4},
+        {"index": 2, "phase": "measure", "status": "ok", "scheduled_s": 11.0, "sent_s": 11.0, "e2e_ms": 1000.0,
+         "ttft_ms": 10.0, "output_tokens": 4},
+    ]  # fmt: skip
+    server = {"series": {"t_s": [-0.5, 0.5, 2.7, 2.9, 3.5, 12.5],
+                         "gauges": {"running": [9, 1, 0, 2, 1, 9], "kv_cache_usage": [None, 0.1, 0.2, 0.4, 0.3, 1]},
+                         "gpu": {"t_s": [3.2], "power_w": [300.0]}}}  # fmt: skip
+    ts = ts_series(lines, server=server)
+    assert ts is not None and ts["interval_s"] == 1.0
+    ivs = ts["intervals"]
+    assert [iv["inflight_mean"] for iv in ivs[:5]] == [0.5, 0.0, 0.5, 1.0, 0.5]
+    assert ivs[0]["server"] == {"samples": 1, "running": {"mean": 1.0, "max": 1.0},
+                                "kv_cache_usage": {"mean": 0.1, "max": 0.1}, "power_w": None}  # fmt: skip
+    assert ivs[2]["server"]["running"] == {"mean": 1.0, "max": 2.0}
+    assert ivs[2]["server"]["kv_cache_usage"] == {"mean": 0.3, "max": 0.4}
+    assert ivs[3]["server"]["power_w"] == {"mean": 300.0, "max": 300.0}
+    assert ivs[5]["server"]["samples"] == 0 and ivs[5]["server"]["running"] is None  # no scrape fell in it
+    assert "inflight_mean" not in ts["thirds"]["first"]
+    assert "server" not in ts_series(lines)["intervals"][0]  # no server observed: no server block

@@ -76,7 +76,10 @@ def test_summary_counts_and_words() -> None:
     assert (t["misses"], t["judged"]) == (2, 12)
     assert t["causes"] == {"queueing": 1, "error:timeout": 1}
     assert t["examples"] == {"queueing": [10], "error:timeout": [11]}
-    assert t["text"] == "2 of 12 missed ttft:p99<=100ms: 1 server queueing (inferred), 1 error (timeout)"
+    assert t["text"] == (
+        "2 of 12 missed ttft:p99<=100ms: 1 server queueing (inferred), 1 error (timeout) "
+        "[over an unloaded TTFT of 25.0 ms: p1 of this run's server TTFT]"  # a plain run says which reference
+    )
     assert out["baseline"]["unloaded_ttft_ms"] == 25.0
     assert why(lines, []) is None
 
@@ -99,3 +102,13 @@ def test_a_stall_before_a_chunk_of_several_tokens_counts_in_full() -> None:
     # 5 tokens: one, then 300 ms of silence, then a chunk of 2 (per-token ITL splits that gap in two)
     d = line(itl_ms=[5.0, 5.0, 150.0, 150.0], inter_chunk_ms=[5.0, 5.0, 300.0], tpot_ms=77.5, e2e_ms=335.0)
     assert phases(d, BASE)["decode_stall"] == 295.0
+
+
+def test_a_stall_target_miss_goes_to_the_stall_not_to_the_decode() -> None:
+    # issue 18: a stall SLO judges the longest gap between arrivals; its miss is the gap's excess over a typical one
+    t = parse_slo("stall:p99<=200ms")
+    long_decode = line(output_tokens=40, tpot_ms=30.0, inter_chunk_ms=[30.0] * 20 + [250.0] + [30.0] * 18)
+    got = attribute(long_decode, t, BASE)
+    assert got is not None and got[0] == "decode_stall" and got[1]["decode_stall"] == 245.0  # 250 - 5 typical
+    assert got[1]["decode"] == 5.0
+    assert attribute(line(inter_chunk_ms=[5.0, 150.0]), t, BASE) is None  # within the target: no miss
