@@ -29,15 +29,12 @@ from typing import IO, Any
 import orjson
 
 from loadgen.endpoints import from_config
-from loadgen.histograms import LatencyHistogram
-from loadgen.metrics import compute
-from loadgen.recordlog import record_line
 from loadgen.redact import Redactor
-from loadgen.results import Aggregator, summarize
+from loadgen.results import Aggregator
 from loadgen.run_core import RunOutcome
 from loadgen.session_plan import plan_sessions
 from loadgen.sessions import SessionPlan, SessionRunner, SessionStats
-from loadgen.workers import BATCH, FLUSH_S, Collector, run_workers
+from loadgen.workers import Collector, RecordShipper, run_workers
 
 __all__ = ["SessionCollector", "merge_stats", "run_session_workers", "session_worker_body", "shard_sessions"]
 
@@ -101,40 +98,15 @@ async def session_worker_body(
         if msg[0] != "go":
             return
         t0 = msg[1]
-        hist = {"itl": LatencyHistogram("itl"), "inter_chunk": LatencyHistogram("inter_chunk")}
-        buf: list[tuple[bytes, Any]] = []
+        ship = RecordShipper(send, load, tokenizer, load.origin, t0, redactor)
 
-        def flush() -> None:
-            if buf:
-                send(("recs", list(buf)))
-                buf.clear()
-
-        def sink(rec: Any, turn: int) -> None:
-            m = compute(rec, tokenizer, load.origin)
-            s = summarize(rec, m, load.slos)
-            if s.phase == "measure" and s.ok and not s.zero_output:
-                hist["itl"].record_many_ns(m.itl_ns)
-                hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
-            d = record_line(rec, m, t0, save_text=load.save_text, token_lists=load.token_lists)
-            d["turn"] = turn
-            if d["error_detail"]:
-                d["error_detail"] = redactor(d["error_detail"])
-            buf.append((orjson.dumps(d), s))
-            if len(buf) >= BATCH:
-                flush()
-
-        async def flusher() -> None:
-            while True:
-                await asyncio.sleep(FLUSH_S)
-                flush()
-
-        runner = SessionRunner(ep, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
-        f = asyncio.create_task(flusher())
+        runner = SessionRunner(ep, plan, ship.sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        f = asyncio.create_task(ship.flusher())
         try:
             out = await runner.run()
         finally:
             f.cancel()
-        flush()
+        ship.flush()
         c = out.client
         lags = c.loop_lag_ms if len(c.loop_lag_ms) <= 20000 else c.loop_lag_ms[:: math.ceil(len(c.loop_lag_ms) / 20000)]
         stats = {
@@ -142,7 +114,7 @@ async def session_worker_body(
             "wall_s": c.wall_s, "loop_lag_ms": list(lags), "aborted_reason": c.aborted_reason, "end_ns": out.end_ns,
             "sessions": dataclasses.asdict(runner.stats),
         }  # fmt: skip
-        send(("done", stats, {k: h.to_state() for k, h in hist.items()}))
+        send(("done", stats, ship.histogram_states()))
     finally:
         await ep.close()
 

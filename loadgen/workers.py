@@ -149,6 +149,57 @@ def _worker_main(
         raise SystemExit(1) from None
 
 
+class RecordShipper:
+    """A worker's record path: each finished request becomes its ``requests.jsonl`` line and its
+    :class:`~loadgen.results.RequestSummary`, shipped to the parent in batches of :data:`BATCH`
+    (or every :data:`FLUSH_S` by :meth:`flusher`) as ``("recs", [(line, summary), ...])``; the
+    measured ok requests' per-token values go to this worker's ITL and inter-chunk histograms
+    (sent with ``done``, merged exactly by the parent). Error details pass the redactor. The same
+    for request runs (:func:`worker_body`) and session runs (``loadgen.session_workers``)."""
+
+    def __init__(
+        self, send: Callable[[tuple], None], load: Any, tokenizer: Any, origin: Any, t0: int, redactor: Redactor
+    ) -> None:
+        self.send, self.load, self.tokenizer, self.origin, self.t0, self.redactor = (
+            send, load, tokenizer, origin, t0, redactor
+        )  # fmt: skip
+        self.hist = {"itl": LatencyHistogram("itl"), "inter_chunk": LatencyHistogram("inter_chunk")}
+        self.buf: list[tuple[bytes, Any]] = []
+
+    def flush(self) -> None:
+        if self.buf:
+            self.send(("recs", list(self.buf)))
+            self.buf.clear()
+
+    def sink(self, rec: Any, turn: int | None = None) -> None:
+        """One finished request (``turn``: its session turn, written as ``turn`` when given)."""
+        load = self.load
+        m = compute(rec, self.tokenizer, self.origin)
+        s = summarize(rec, m, load.slos)
+        if s.phase == "measure" and s.ok and not s.zero_output:
+            self.hist["itl"].record_many_ns(m.itl_ns)
+            self.hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
+        d = record_line(rec, m, self.t0, save_text=load.save_text, token_lists=load.token_lists)
+        if turn is not None:
+            d["turn"] = turn
+        if d["error_detail"]:
+            d["error_detail"] = self.redactor(d["error_detail"])
+        self.buf.append((orjson.dumps(d), s))
+        if len(self.buf) >= BATCH:
+            self.flush()
+
+    async def flusher(self) -> None:
+        """Ship what is buffered every :data:`FLUSH_S` (a task the worker cancels at its end)."""
+        import asyncio
+
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            self.flush()
+
+    def histogram_states(self) -> dict[str, Any]:
+        return {k: h.to_state() for k, h in self.hist.items()}
+
+
 async def worker_body(
     w: int,
     n: int,
@@ -184,41 +235,17 @@ async def worker_body(
         if msg[0] != "go":
             return
         t0 = msg[1]
-        hist = {"itl": LatencyHistogram("itl"), "inter_chunk": LatencyHistogram("inter_chunk")}
-        buf: list[tuple[bytes, Any]] = []
+        ship = RecordShipper(send, load, tokenizer, load.latency_origin, t0, redactor)
 
-        def flush() -> None:
-            if buf:
-                send(("recs", list(buf)))
-                buf.clear()
-
-        def sink(rec: Any) -> None:
-            m = compute(rec, tokenizer, load.latency_origin)
-            s = summarize(rec, m, load.slos)
-            if s.phase == "measure" and s.ok and not s.zero_output:
-                hist["itl"].record_many_ns(m.itl_ns)
-                hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
-            d = record_line(rec, m, t0, save_text=load.save_text, token_lists=load.token_lists)
-            if d["error_detail"]:
-                d["error_detail"] = redactor(d["error_detail"])
-            buf.append((orjson.dumps(d), s))
-            if len(buf) >= BATCH:
-                flush()
-
-        async def flusher() -> None:
-            while True:
-                await asyncio.sleep(FLUSH_S)
-                flush()
-
-        runner = Runner(ep, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        runner = Runner(ep, plan, ship.sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
         if on_runner is not None:
             on_runner(runner)
-        f = asyncio.create_task(flusher())
+        f = asyncio.create_task(ship.flusher())
         try:
             out = await runner.run()
         finally:
             f.cancel()
-        flush()
+        ship.flush()
         c = out.client
         lags = c.loop_lag_ms if len(c.loop_lag_ms) <= 20000 else c.loop_lag_ms[:: math.ceil(len(c.loop_lag_ms) / 20000)]
         send(
@@ -235,7 +262,7 @@ async def worker_body(
                     "end_ns": out.end_ns,
                     "stamp_lateness": runner.stamps.to_state(),  # merged exactly by the parent (Collector.outcome)
                 },
-                {k: h.to_state() for k, h in hist.items()},
+                ship.histogram_states(),
             )
         )
     finally:
