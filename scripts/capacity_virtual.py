@@ -46,6 +46,7 @@ class VirtualSweep:
     max_extensions: int = 2
     max_probes: int = 30
     raw: bool = False
+    effective_extension: bool = False  # extend on effective counts (evidence.extension_verdict), not as the sweep does
 
     def warmup_s(self) -> float:
         return min(5.0, 0.1 * self.probe_duration_s)  # SweepConfig.warmup_s
@@ -93,7 +94,7 @@ class VirtualSweep:
                 unstable = True
                 reasons.append("unstable: backlog growing")
                 break
-            if self.raw:
+            if self.raw or not self.effective_extension:  # the sweep extends on raw counts (loadgen.sweep.probe)
                 v = judge_counts(tj.k, tj.n, t, self.confidence)[0]
             else:
                 v = extension_verdict(dep, 0, tj, self.confidence, segments, self.max_extensions)

@@ -75,6 +75,7 @@ from loadgen.slo import (
     exceeds,
     fail_count,
     itl_probe_verdict,
+    judge_counts,
     judged_per_request,
     proves_fail,
     request_value,
@@ -420,9 +421,9 @@ async def run_probe(
                 unstable = True
                 break
             tail_short = _tail_too_long(sched, end, meas, ok)
-            verdicts = [  # on the effective counts (loadgen.sweep.evidence)
-                ev.extension_verdict(judge.dep, i, tj, scfg.confidence, segments, scfg.max_extensions)
-                for i, tj in enumerate(judge.targets)
+            verdicts = [  # on the raw counts: each extension is one more stability test (loadgen.sweep.evidence)
+                judge_counts(tj.k, tj.n, tj.target, scfg.confidence)[0]
+                for tj in judge.targets
                 if judged_per_request(tj.target)
             ]
             if segments > scfg.max_extensions:

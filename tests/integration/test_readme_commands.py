@@ -234,6 +234,9 @@ def plan_for(cmd: ShellCommand, ctx: Context) -> Plan:
             plan.tolerated[1] = "REGRESSED"  # the fixtures are two different systems: a significant regression
         if "--validate" in a:
             plan.tolerated[5] = "INVALID"  # the replay's client could not keep up on a busy machine: no claim
+            # the README promises exit 1 when the SLO does not hold: the simulated replicas share the CI machine's
+            # two cores with the other README commands, so a plan near their capacity may truly not hold there
+            plan.tolerated[1] = "NOT HELD"
     elif sub == "locust":
         a += ["--web-port", FREE_PORT, "--autostart", "--autoquit", "0", "-u", "2", "-r", "2", "-t", "3s"]
         rw.append("added --web-port FREE --autostart --autoquit 0 -u 2 -r 2 -t 3s (the web UI starts the test "
