@@ -153,7 +153,7 @@ def search(a: argparse.Namespace, d: Path) -> bool:
     good = True
     for salt in ("on", "off"):
         text = f"synthetic,turns=3,input=60,output=4,delay=50ms,salt={salt}"
-        sessions, _ = load_sessions(parse_session_source(text), 300)
+        sessions, _ = load_sessions(parse_session_source(text), 3000)  # 300: +-25 % over seeds
         ref = session_capacity(params, sessions, slo, cache_blocks=20_000, warmup_sessions=3, salted=salt == "on")
         out = d / f"search-{salt}"
         cpus = [] if a.no_pin else ["--cpus", a.client_cpu]

@@ -16,6 +16,11 @@ possible).
 one SLO target (TTFT or E2E percentile over every turn of the measured sessions), by
 bisection: the answer the session-capacity search should find against this profile. Network
 and client overheads are not modelled.
+
+The answer is a finite sample of one Poisson path: pass enough sessions for the percentile to
+settle. For 3-turn sessions at ~8 sessions/s, 300 sessions gave 7.5-12.2 sessions/s over seeds
+0-3 (seed 0: 10.07, an optimistic draw that made a correct CLI search read 0.84 x); 3000 gave
+8.1-8.5. The bench (``scripts/bench_sessions.py``) uses 3000.
 """
 
 from __future__ import annotations
