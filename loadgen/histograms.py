@@ -51,38 +51,47 @@ class LatencyHistogram:
             if v > self.overflow_max_us:
                 self.overflow_max_us = v
 
-    def record_many_ns(self, values_ns: Sequence[float] | np.ndarray) -> None:
-        """Record many values at once: the same counts as ``record_ns`` on each, in a few numpy passes.
+    def record_many_ns(self, values_ns: Sequence[float] | np.ndarray, *also: LatencyHistogram) -> None:
+        """Record many values at once: the same counts as ``record_ns`` on each, in a few numpy passes;
+        into this histogram and each of ``also`` (same values: the indices are computed once).
 
         A request's per-token values (ITL, inter-chunk: hundreds a request) cost ~8 µs each through
         ``record_ns`` (hdrh's index arithmetic in Python): milliseconds per record, on the loop
         that stamps the reads. Here the bucket index of every value is computed as hdrh computes
         it (bucket = bit length of ``v | sub_bucket_mask`` less the unit and half-count
-        magnitudes; sub-bucket = ``v >> bucket``) and the counts added in place.
+        magnitudes; sub-bucket = ``v >> bucket``) and the counts added in place (each distinct
+        index once, with its multiplicity: ``np.unique``, ~3x cheaper than ``np.add.at``).
+        Every histogram here has the same layout (1 µs to 1 hour, 3 figures).
         """
         if len(values_ns) == 0:
             return
         x = np.asarray(values_ns, dtype=np.float64)
         v = np.where(x >= 0, np.floor(x / 1000 + 0.5), 0.0).astype(np.int64)  # as record_ns rounds
         h = self.hist
-        self.count += int(v.size)
-        self.sum_us += int(v.sum())
         bits = np.frexp((v | h.sub_bucket_mask).astype(np.float64))[1]  # bit length (exact below 2**53)
         bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
         sub = v >> (bucket + h.unit_magnitude)
         idx = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + (sub - h.sub_bucket_half_count)
         ok = (idx >= 0) & (idx < h.counts_len)
         over = v[~ok]
-        if over.size:
-            self.overflow_count += int(over.size)
-            self.overflow_max_us = max(self.overflow_max_us, int(over.max()))
         inside = v[ok]
-        if inside.size:
-            counts = np.ctypeslib.as_array(h.counts)
-            np.add.at(counts, idx[ok], 1)
-            h.total_count += int(inside.size)
-            h.min_value = min(h.min_value, int(inside.min()))
-            h.max_value = max(h.max_value, int(inside.max()))
+        at, times = np.unique(idx[ok], return_counts=True)
+        times = times.astype(np.uint64)
+        total, n_over = int(v.sum()), int(over.size)
+        max_over = int(over.max()) if n_over else 0
+        lo, hi = (int(inside.min()), int(inside.max())) if inside.size else (0, 0)
+        for t in (self, *also):
+            t.count += int(v.size)
+            t.sum_us += total
+            if n_over:
+                t.overflow_count += n_over
+                t.overflow_max_us = max(t.overflow_max_us, max_over)
+            if inside.size:
+                th = t.hist
+                np.ctypeslib.as_array(th.counts)[at] += times
+                th.total_count += int(inside.size)
+                th.min_value = min(th.min_value, lo)
+                th.max_value = max(th.max_value, hi)
 
     def merge(self, other: LatencyHistogram) -> None:
         """Add ``other``'s counts into this histogram (exact)."""

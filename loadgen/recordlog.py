@@ -76,11 +76,19 @@ def record_line(
     if rec.replica is not None:  # --endpoint given several times (loadgen.endpoints.balance)
         d["replica"] = rec.replica
     if token_lists:
-        d["itl_ms"] = [round(v / 1e6, 6) for v in m.itl_ns]
-        d["inter_chunk_ms"] = [round(v / 1e6, 6) for v in m.inter_chunk_ns]
+        ic = _ms_list(m.inter_chunk_ns)
+        d["itl_ms"] = ic if m.itl_ns == m.inter_chunk_ns else _ms_list(m.itl_ns)  # one token a chunk: equal
+        d["inter_chunk_ms"] = ic
     if save_text:
         d["output_text"] = rec.text
     return d
+
+
+def _ms_list(values_ns: list[int] | list[float]) -> list[float]:
+    """Per-token values in ms at ns resolution, each as ``round(v / 1e6, 6)``: for a whole number
+    of ns (an int below 2**53) ``v / 1e6`` already is the double nearest that 6-decimal value, so
+    only the others are rounded (8x cheaper a token: 256 a record)."""
+    return [v / 1e6 if type(v) is int else round(v / 1e6, 6) for v in values_ns]
 
 
 def _s(t_ns: int | None, t0_ns: int) -> float | None:

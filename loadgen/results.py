@@ -159,8 +159,11 @@ class Aggregator:
         s = summarize(rec, m, self.slos)
         self.add_summary(s)
         if s.phase == "measure" and s.ok and not s.zero_output:
-            self.hist["itl"].record_many_ns(m.itl_ns)
-            self.hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
+            if m.itl_ns == m.inter_chunk_ns:  # one token a chunk: the same values, indexed once
+                self.hist["itl"].record_many_ns(m.itl_ns, self.hist["inter_chunk"])
+            else:
+                self.hist["itl"].record_many_ns(m.itl_ns)
+                self.hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
 
     def merge_token_histograms(self, states: dict[str, dict]) -> None:
         """Merge per-token HDR histograms shipped by a worker process (exact bucket merge)."""

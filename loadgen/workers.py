@@ -177,8 +177,11 @@ class RecordShipper:
         m = compute(rec, self.tokenizer, self.origin)
         s = summarize(rec, m, load.slos)
         if s.phase == "measure" and s.ok and not s.zero_output:
-            self.hist["itl"].record_many_ns(m.itl_ns)
-            self.hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
+            if m.itl_ns == m.inter_chunk_ns:  # one token a chunk: the same values, indexed once
+                self.hist["itl"].record_many_ns(m.itl_ns, self.hist["inter_chunk"])
+            else:
+                self.hist["itl"].record_many_ns(m.itl_ns)
+                self.hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
         d = record_line(rec, m, self.t0, save_text=load.save_text, token_lists=load.token_lists)
         if turn is not None:
             d["turn"] = turn

@@ -81,25 +81,25 @@ class IdleGuard:
     and cancels the reading task only when that time has passed (as :func:`asyncio.timeout`
     cancels it: the task's cancel is undone at the exit and :class:`IdleTimeout` raised)."""
 
-    __slots__ = ("_expired", "_handle", "_idle_s", "_last", "_loop", "_task", "_cancelling")
+    __slots__ = ("_expired", "_handle", "_idle_s", "last_ns", "_loop", "_task", "_cancelling")
 
     def __init__(self, idle_s: float | None) -> None:
         self._idle_s = idle_s
         self._expired = False
         self._handle: asyncio.TimerHandle | None = None
-        self._last = 0.0
+        self.last_ns = 0
+        """The last read's monotonic time (ns); a reader that stamps its reads anyway stores the stamp."""
         self._cancelling = 0
 
     def touch(self) -> None:
         """A read arrived: the body may now stay quiet for ``idle_s`` again."""
-        if self._handle is not None:
-            self._last = self._loop.time()
+        self.last_ns = now_ns()
 
     def _due(self) -> None:
         assert self._idle_s is not None
-        at = self._last + self._idle_s
-        if self._loop.time() < at:
-            self._handle = self._loop.call_at(at, self._due)
+        left_ns = self.last_ns + round(self._idle_s * 1e9) - now_ns()
+        if left_ns > 0:
+            self._handle = self._loop.call_later(left_ns / 1e9, self._due)
             return
         self._handle = None
         self._expired = True
@@ -111,8 +111,8 @@ class IdleGuard:
             assert task is not None
             self._task, self._loop = task, asyncio.get_running_loop()
             self._cancelling = task.cancelling()
-            self._last = self._loop.time()
-            self._handle = self._loop.call_at(self._last + self._idle_s, self._due)
+            self.last_ns = now_ns()
+            self._handle = self._loop.call_later(self._idle_s, self._due)
         return self
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -190,9 +190,9 @@ class _Sink:
 
     def push(self, data: bytes) -> bool:
         """One decoded piece of the body, stamped now; True once no more is wanted."""
-        self.guard.touch()
+        t = self.guard.last_ns = self.stamp()  # the stamp is the read's time for the idle guard too
         try:
-            end = self.on_read(data, self.stamp())
+            end = self.on_read(data, t)
         except Exception as exc:  # the reader's own error (ProtocolError): raised in the reading task
             if not self.done.done():
                 self.done.set_exception(exc)
