@@ -49,7 +49,7 @@ from loadgen.types import RequestRecord
 from loadgen.workload.prompts import new_salt
 from loadgen.workload.session_sources import SessionSource
 
-__all__ = ["measure_sessions", "plan_sessions", "write_session_schedule"]
+__all__ = ["TurnFacts", "measure_sessions", "plan_sessions", "sessions_block", "write_session_schedule"]
 
 
 def write_session_schedule(cfg: LoadConfig, src: SessionSource, path: Path) -> tuple[int, int]:
@@ -246,23 +246,16 @@ async def measure_sessions(
                          fd, out_dir, redactor, config_record, server_observer, conditions_extra, 1)  # fmt: skip
 
 
-async def _finish(
-    cfg: LoadConfig, src: SessionSource, plan: SessionPlan, facts: dict[str, Any], tokenizer: Any, endpoint: Endpoint,
-    agg: Aggregator, outcome: Any, st: SessionStats, turns: _Turns, started_at: dt.datetime, fd: tuple[int, int],
-    out_dir: Path, redactor: Redactor, config_record: dict[str, Any] | None, server_observer: Any,
-    conditions_extra: dict[str, Any] | None, workers: int,
-) -> MeasuredRun:  # fmt: skip
-    """result.json (the ``sessions`` block from the merged :class:`~loadgen.sessions.SessionStats`) and the hlog."""
-    workload = {"sessions": src.describe(), **facts, "api": plan.prompter.api,
-                "input_tokens_counted_by": "tokenizer" if tokenizer is not None else None}  # fmt: skip
-    result = build_result(
-        agg, outcome, cfg, endpoint, started_at=started_at,
-        config_record={**(config_record or {}), "workload": workload}, fd_limit=fd,
-    )  # fmt: skip
-    if workers > 1:
-        result["conditions"]["workers"] = workers
+TurnFacts = _Turns  # the public name (loadgen.locust.sessions gathers the same per-turn facts)
+
+
+def sessions_block(
+    cfg: LoadConfig, src: SessionSource, plan: SessionPlan, facts: dict[str, Any], st: SessionStats, turns: _Turns
+) -> dict[str, Any]:
+    """``result.json`` ``sessions``: the session counts of ``st``, the waits, and the per-turn facts of ``turns``
+    (also written by ``loadgen locust --sessions``, :mod:`loadgen.locust.sessions`)."""
     starts = [int(x) for x in plan.start_offsets_ns] if plan.mode == "open" else []
-    result["sessions"] = {
+    return {
         "mode": plan.mode,
         "arrivals": facts.get("arrivals", "closed loop" if plan.mode == "closed" else cfg.arrival),
         "sessions_rps": cfg.rate_rps,
@@ -280,6 +273,26 @@ async def _finish(
         "tool_wait_s": summarize_exact(st.tool_wait_s, 1.0),
         **turns.block(),
     }
+
+
+async def _finish(
+    cfg: LoadConfig, src: SessionSource, plan: SessionPlan, facts: dict[str, Any], tokenizer: Any, endpoint: Endpoint,
+    agg: Aggregator, outcome: Any, st: SessionStats, turns: _Turns, started_at: dt.datetime, fd: tuple[int, int],
+    out_dir: Path, redactor: Redactor, config_record: dict[str, Any] | None, server_observer: Any,
+    conditions_extra: dict[str, Any] | None, workers: int,
+) -> MeasuredRun:  # fmt: skip
+    """result.json (the ``sessions`` block from the merged :class:`~loadgen.sessions.SessionStats`) and the hlog."""
+    workload = {"sessions": src.describe(), **facts, "api": plan.prompter.api,
+                "input_tokens_counted_by": "tokenizer" if tokenizer is not None else None}  # fmt: skip
+    # latency counts from each turn's due time in closed loop too (cfg.origin; LoadConfig.latency_origin says
+    # "sent" for closed-loop users): the recorded origin is the one the turns' metrics used
+    result = build_result(
+        agg, outcome, replace(cfg, concurrency=None), endpoint, started_at=started_at,
+        config_record={**(config_record or {}), "workload": workload}, fd_limit=fd,
+    )  # fmt: skip
+    if workers > 1:
+        result["conditions"]["workers"] = workers
+    result["sessions"] = sessions_block(cfg, src, plan, facts, st, turns)
     if conditions_extra:
         result["conditions"].update(conditions_extra)
     if server_observer is not None:

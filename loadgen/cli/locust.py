@@ -43,8 +43,16 @@ from typing import Any
 import click
 
 from loadgen.cli.config import config_record
-from loadgen.cli.options import duration_s, parse_extra_body, parse_headers, usage_errors
+from loadgen.cli.options import (
+    _header_name,
+    duration_s,
+    parse_extra_body,
+    parse_headers,
+    session_source,
+    usage_errors,
+)
 from loadgen.cli.runfile import config_file_option, merge_file_headers
+from loadgen.cli.scale import refuse_brace_list
 from loadgen.cli.target import endpoint_from_options
 
 __all__ = ["LOCUSTFILE", "LocustOutcome", "locust_cmdline", "locust_command", "master_args", "web_args"]
@@ -189,7 +197,7 @@ def build_config(
     """The JSON configuration the Locust process runs with (no secret values recorded)."""
     from loadgen.redact import redact_url
 
-    mode = "open" if (kw["rate"] is not None or kw["trace"]) else "closed"
+    mode = "sessions" if kw["sessions"] else "open" if (kw["rate"] is not None or kw["trace"]) else "closed"
     mine = ("web_token_env", "master_token_env", "allow_remote_workers", "config_file")
     rec = config_record({k: v for k, v in kw.items() if k not in mine}, endpoint_url, embedded)
     rec["locust_args"] = [redact_url(a) if "://" in a else a for a in locust_args]
@@ -223,6 +231,8 @@ def build_config(
         "token_lists": not kw["no_token_lists"],
         "out_dir": str(Path(kw["out_dir"]).resolve()),
         "config_record": rec,
+        "sessions": kw["sessions"],  # --sessions SOURCE: a Locust user is a session (loadgen.locust.sessions)
+        "session_header": kw["session_header"],
     }
 
 
@@ -255,6 +265,19 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
 
     if kw["rate"] is not None and kw["rate"] <= 0:
         raise click.UsageError("--rate must be > 0")
+    refuse_brace_list(kw, "locust")
+    src = session_source(kw)  # usage errors: --session-header without --sessions, --trace/--dataset with it
+    if src is not None:
+        for name, flag in (("rate", "--rate"), ("n_requests", "--requests"), ("duration", "--duration"),
+                           ("max_concurrency", "--max-concurrency")):  # fmt: skip
+            if kw[name] is not None:
+                raise click.UsageError(
+                    f"{flag} with --sessions: a Locust user is a session (closed loop): -u N runs N sessions at "
+                    "once, each replaced when it ends, until -t or the stop button"
+                )
+        from loadgen.workload.session_sources import load_sessions
+
+        load_sessions(src, 1, seed=kw["seed"])  # a bad source fails here, naming its file, line and field
     open_loop = kw["rate"] is not None or kw["trace"]
     if not open_loop:
         for name in ("n_requests", "duration", "max_concurrency"):
@@ -347,6 +370,17 @@ def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
 @click.option("--prompt-format", type=click.Choice(["text", "token-ids"]), default="text", show_default=True)
 @click.option("--shared-prefix-tokens", type=int, default=0, show_default=True)
 @click.option("--prefix-groups", type=int, default=1, show_default=True)
+@click.option(
+    "--sessions",
+    help="Multi-turn sessions, as loadgen run --sessions: 'synthetic,turns=10,input=64,output=32,delay=1s' or a "
+    "session file [,key=value...]. A Locust user is a session: -u N runs N sessions at once, each replaced when it "
+    "ends; Locust's table has one row per turn depth ('turn K').",
+)
+@click.option(
+    "--session-header",
+    callback=_header_name,
+    help="Send this header (e.g. X-Session-ID) with the session's id on every turn of a --sessions test.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--salt", help="Prompt salt (default: a fresh one per test).")
 @click.option("--save-text", is_flag=True, help="Keep each request's output text in requests.jsonl.")
@@ -430,7 +464,14 @@ def locust_command(ctx: click.Context, **kw: Any) -> LocustOutcome:
     result_path = Path(cfg["out_dir"]) / "result.json"
     if not result_path.exists():
         return LocustOutcome(code, valid=None)
-    valid = json.loads(result_path.read_text(encoding="utf-8"))["validity"]["valid"]
+    result = json.loads(result_path.read_text(encoding="utf-8"))
+    valid = result["validity"]["valid"]
+    if result.get("sessions"):  # the session summary of loadgen run --sessions
+        from rich.console import Console
+
+        from loadgen.report.sessions import render_sessions
+
+        render_sessions(result["sessions"], Console(stderr=True, soft_wrap=True))
     click.echo(f"loadgen: {'VALID' if valid else 'INVALID'}; result in {result_path}", err=True)
     return LocustOutcome(code, valid=valid)
 

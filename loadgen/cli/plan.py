@@ -21,7 +21,7 @@ from loadgen.cli.plan_validate import validate_options
 from loadgen.recordlog import default_out_dir
 from loadgen.units import parse_percent
 
-__all__ = ["capacity_group", "plan_cmd"]
+__all__ = ["capacity_group", "plan_cmd", "refuse_session_sweep"]
 
 
 def _fraction(text: str, what: str) -> float:
@@ -82,6 +82,8 @@ def plan_cmd(capacities: tuple[str, ...], labels: tuple[str, ...], demand: str, 
     if labels and len(labels) != len(capacities):
         raise click.UsageError(f"--label given {len(labels)} times for {len(capacities)} --capacity")
     caps = [load_sweep(c, labels[i] if labels else None) for i, c in enumerate(capacities)]
+    for c in caps:
+        refuse_session_sweep(c.path, c.doc)
     if slos:
         want = sorted(parse_slo(s).label for s in slos)
         for c in caps:
@@ -103,6 +105,19 @@ def plan_cmd(capacities: tuple[str, ...], labels: tuple[str, ...], demand: str, 
     _print_plan(doc)
     Console().print(f"plan.json, plan.csv, plan.html in {out}")
     return doc
+
+
+def refuse_session_sweep(path: str, doc: dict[str, Any]) -> None:
+    """A usage error for a session sweep's ``sweep.json`` (``loadgen sweep --sessions``: it has a ``sessions``
+    block): its answer is sessions/s (or concurrent sessions), and a plan sizes replicas for requests/s."""
+    block = doc.get("sessions")
+    if block:
+        unit = block.get("unit", "sessions/s") if isinstance(block, dict) else "sessions/s"
+        raise click.UsageError(
+            f"{path} is a session sweep (loadgen sweep --sessions): its answer is in {unit}, not the "
+            "requests/s a plan sizes replicas for; plan from a request sweep of the same system (loadgen sweep "
+            "without --sessions) and give that directory to --capacity"
+        )
 
 
 def _print_plan(doc: dict[str, Any]) -> None:

@@ -49,9 +49,11 @@ def run_cmd(**kw: Any) -> MeasuredRun | None:
 
 def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | None:
     """The run (its verdict goes to :func:`loadgen.cli.run_exit_code`); None for --dry-run."""
+    from loadgen.cli.scale import refuse_brace_list
     from loadgen.measurement import measure
     from loadgen.report.console import render_run
 
+    refuse_brace_list(kw, "run")  # a brace list in --sim-args/--serve-args is a scaling sweep (loadgen sweep)
     load = build_load_config(kw)
     load.sessions = session_source(kw)  # issue 17: multi-turn sessions (loadgen.session_run)
     load.validate()

@@ -35,7 +35,16 @@ from rich.console import Console
 
 from loadgen.errors import LoadgenError
 
-__all__ = ["BRACE_LIST", "ScaledOutcome", "Size", "accelerators_of", "expand_sizes", "scaled_sweep", "sizes_of"]
+__all__ = [
+    "BRACE_LIST",
+    "ScaledOutcome",
+    "Size",
+    "accelerators_of",
+    "expand_sizes",
+    "refuse_brace_list",
+    "scaled_sweep",
+    "sizes_of",
+]
 
 BRACE_LIST = re.compile(r"\{([A-Za-z0-9._+-]+(?:,[A-Za-z0-9._+-]+)+)\}")
 _PARALLEL = {
@@ -150,6 +159,18 @@ def sizes_of(kw: dict[str, Any]) -> list[Size] | None:
     if sizes and kw.get("accelerators") is not None:
         raise click.UsageError("--accelerators with a brace list: the accelerators are set per size from the list")
     return sizes
+
+
+def refuse_brace_list(kw: dict[str, Any], command: str) -> None:
+    """A usage error for a brace list in ``--sim-args``/``--serve-args`` of a command that runs one server
+    (``run``, ``locust``): a brace list asks for a scaling sweep, one sweep per size (``loadgen sweep``)."""
+    for key, flag in (("sim_args", "--sim-args"), ("serve_args", "--serve-args")):
+        m = BRACE_LIST.search(kw.get(key) or "")
+        if m:
+            raise click.UsageError(
+                f"{flag} {kw[key]!r}: the brace list {m.group(0)} asks for one server per size, a scaling sweep: "
+                f"use `loadgen sweep` with the same {flag} (loadgen {command} runs one server: give one value)"
+            )
 
 
 def scaled_sweep(

@@ -28,6 +28,11 @@ How it fits Locust's model:
 * **Closed loop (default).** Each Locust user sends a request, waits for its end,
   sends the next (no think time); the latency origin is the send. ``-u`` is the
   concurrency.
+* **Sessions (``--sessions SOURCE``).** A Locust user is a session: each user runs one
+  multi-turn session at a time and starts the next when it ends (``-u`` is the number of
+  concurrent sessions); a turn is due at the previous reply's end + its delay, latency from
+  that due time; Locust's table has one row per turn depth (``turn K``); ``result.json`` gets
+  ``loadgen run --sessions``'s ``sessions`` block (:mod:`~loadgen.locust.sessions`).
 * **Open loop (``--rate``).** Users do not send (they idle). At test start the
   master (or the single process) fixes a common t0 and hands each worker a
   deterministic shard of the schedule (entry ``i`` to shard ``i mod n``). One
@@ -63,6 +68,8 @@ Modules (each imports only those above it):
 * ``webguard``: the web UI against cross-site control (no wildcard CORS, Host check, CSRF).
 * ``client``: :class:`~loadgen.locust.client.KeepAlivePool`,
   :class:`~loadgen.locust.client.GeventClient`, ``client_settings``.
+* ``sessions``: ``--sessions``: the plan's sessions shared out to the users, one session's
+  causal turns in its user's greenlet.
 * ``collect``: records on the wire (``pack_record``/``unpack_record``, clock anchors)
   and :class:`~loadgen.locust.collect.LocustCollector` (aggregation, ``result.json``).
 * ``dispatch``: :class:`~loadgen.locust.dispatch.LoadProcess` (closed loop, open-loop

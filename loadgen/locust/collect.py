@@ -6,7 +6,9 @@ anchors of :func:`clock_anchor`); :class:`LocustCollector` aggregates them exact
 as ``loadgen run`` does and, at the end, writes ``result.json`` (the ``loadgen run``
 schema plus a ``locust`` section), ``requests.jsonl``, ``histograms.hlog`` and
 ``worker_histograms.json``. Not :class:`loadgen.workers.Collector`, which collects
-the worker processes of ``loadgen run --workers``.
+the worker processes of ``loadgen run --workers``. With ``--sessions`` a record carries its
+turn index: its line is ``loadgen run --sessions``'s (``session_id``, ``turn``, cached tokens)
+and ``result.json`` gets the same ``sessions`` block (:func:`loadgen.session_run.sessions_block`).
 """
 
 from __future__ import annotations
@@ -19,18 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import orjson
 
 from loadgen.clock import now_ns, wall_anchor
 from loadgen.histograms import LatencyHistogram
 from loadgen.locust.client import client_settings
 from loadgen.locust.live import LiveSeries, summary
+from loadgen.locust.sessions import sessions_plan
 from loadgen.measurement import build_result, raise_fd_limit
 from loadgen.metrics import RequestMetrics, compute
-from loadgen.recordlog import RecordWriter, write_hlog, write_json
+from loadgen.recordlog import RecordWriter, record_line, write_hlog, write_json
 from loadgen.redact import Redactor
 from loadgen.results import LATENCY_METRICS, Aggregator, summarize_hdr
 from loadgen.runner import ClientStats, RunOutcome
 from loadgen.runplan import LoadConfig
+from loadgen.session_run import TurnFacts, sessions_block
+from loadgen.session_workers import merge_stats
 from loadgen.slo import parse_slo
 from loadgen.types import RequestRecord, TokenEvent
 
@@ -40,17 +46,24 @@ _FIELDS = [f.name for f in dataclasses.fields(RequestRecord) if f.name != "event
 _TIMES = ("scheduled_ns", "sent_ns", "end_ns", "response_headers_ns")
 
 
-def pack_record(rec: RequestRecord) -> list[Any]:
-    """A record as plain lists (msgpack-able), for a worker -> master message."""
-    return [
+def pack_record(rec: RequestRecord, turn: int | None = None) -> list[Any]:
+    """A record as plain lists (msgpack-able), for a worker -> master message; a session turn's
+    0-based index (``turn``) third (:func:`packed_turn`)."""
+    packed = [
         [getattr(rec, f) for f in _FIELDS],
         [[e.t_ns, e.text, e.answer, e.usage_completion_tokens] for e in rec.events],
     ]
+    return packed if turn is None else [*packed, turn]
+
+
+def packed_turn(obj: list[Any]) -> int | None:
+    """The session turn index :func:`pack_record` packed with a record (None: not a session turn)."""
+    return obj[2] if len(obj) > 2 else None
 
 
 def unpack_record(obj: list[Any], shift_ns: int = 0) -> RequestRecord:
     """Inverse of :func:`pack_record`; ``shift_ns`` maps the worker's clock onto the master's."""
-    fields, evs = obj
+    fields, evs = obj[0], obj[1]
     rec = RequestRecord(**dict(zip(_FIELDS, fields)))
     if shift_ns:
         for name in _TIMES:
@@ -97,7 +110,9 @@ class LocustCollector:
         self.t0_ns = plan["t0_mono_ns"]
         self.t0_wall_ns = plan["t0_wall_ns"]
         self.agg = Aggregator([parse_slo(t) for t in cfg.get("slos") or ()])
-        self.agg.open_loop = cfg["mode"] == "open"  # the live window's basis (build_result sets it again)
+        # every session turn has a due time: its window and lag are an open-loop send's (as loadgen run --sessions)
+        self.open_loop = cfg["mode"] in ("open", "sessions")
+        self.agg.open_loop = self.open_loop  # the live window's basis (build_result sets it again)
         self.series = LiveSeries(self.t0_ns)
         self.tokenizer = None
         if cfg["workload"].get("tokenizer"):
@@ -115,13 +130,24 @@ class LocustCollector:
         self.sent_sched: list[int] = []  # [count, first, last] scheduled_ns of sent requests
         self._rows: tuple[int, list[dict[str, Any]]] | None = None
         self._live: tuple[int, bool, dict[str, Any]] | None = None
+        self.turns = TurnFacts()  # --sessions: per-turn facts for result.json's sessions block
+        # --sessions: the source and its plan (read here too, so a bad file fails the test before it sends)
+        self.sessions = sessions_plan(cfg, plan["salt"]) if cfg["mode"] == "sessions" else None
 
-    def add(self, rec: RequestRecord, m: RequestMetrics | None = None) -> None:
+    def add(self, rec: RequestRecord, m: RequestMetrics | None = None, turn: int | None = None) -> None:
         if m is None:
             m = compute(rec, self.tokenizer, self.cfg["origin"])
         self.agg.add(rec, m)
         self.series.add(rec, m)
-        self.writer.write(rec, m)
+        if turn is None:
+            self.writer.write(rec, m)
+        else:  # a session turn: the requests.jsonl line of loadgen run --sessions (loadgen.session_run)
+            self.turns.add(rec, m, turn)
+            d = record_line(rec, m, self.t0_ns, save_text=self.cfg["save_text"], token_lists=self.cfg["token_lists"])
+            d["turn"] = turn
+            if d["error_detail"]:
+                d["error_detail"] = self.writer.redactor(d["error_detail"])
+            self.writer.write_line(orjson.dumps(d) + b"\n")
         if rec.sent_ns is not None:
             ss = self.sent_sched
             if not ss:
@@ -133,7 +159,7 @@ class LocustCollector:
     def add_packed(self, worker: str, data: dict[str, Any]) -> None:
         shift = clock_shift(data["anchor"])
         for obj in data["records"]:
-            self.add(unpack_record(obj, shift))
+            self.add(unpack_record(obj, shift), turn=packed_turn(obj))
         self.received[worker] = self.received.get(worker, 0) + len(data["records"])
 
     def wait_for_finals(self, timeout_s: float) -> None:
@@ -149,7 +175,8 @@ class LocustCollector:
     def finalize(self, processes: list[dict[str, Any]], interrupted: bool) -> dict[str, Any]:
         self.fh.close()
         cfg = self.cfg
-        open_loop = cfg["mode"] == "open"
+        open_loop = self.open_loop
+        sessions = cfg["mode"] == "sessions"
         missing = [w for w in self.expected if w not in self.finals]
         aborted = [p["aborted_reason"] for p in processes if p.get("aborted_reason")]
         if missing:
@@ -162,17 +189,19 @@ class LocustCollector:
             cpu_s=busiest["cpu_s"] if busiest else 0.0, wall_s=busiest["wall_s"] if busiest else 0.0,
             loop_lag_ms=list(lags), open_loop=open_loop, aborted_reason="; ".join(aborted) or None,
         )  # fmt: skip
-        if open_loop:
+        if cfg["mode"] == "open":
             n, first, last = self.sent_sched or (0, 0, 0)
             if n >= 2 and last > first:  # the schedule's own rate over the requests that were sent
                 client.schedule_realized_rps = (n - 1) / ((last - first) / 1e9)
-        unsent = sum(p["unsent"] for p in processes)
+        sstats = merge_stats([p["sessions"] for p in processes if p.get("sessions")]) if sessions else None
+        unsent = sstats.unsent_turns if sstats is not None else sum(p["unsent"] for p in processes)
         self.agg.unsent = unsent
         outcome = RunOutcome(
             t0_ns=self.t0_ns, t0_wall_ns=self.t0_wall_ns, interrupted=interrupted, unsent=unsent,
             unsent_warmup=0, client=client, end_ns=now_ns(),
         )  # fmt: skip
         users = max(self.env.runner.target_user_count or 0, 1)
+        # sessions: latency from each turn's due time (cfg origin), as loadgen run --sessions counts it
         load = LoadConfig(rate_rps=cfg["rate"], concurrency=None if open_loop else users, origin=cfg["origin"])
         result = build_result(
             self.agg, outcome, load, _Described(cfg), started_at=self.started_at,
@@ -182,8 +211,14 @@ class LocustCollector:
         for p in processes:
             for name, st in p["hist"].items():
                 merged[name].merge(LatencyHistogram.from_state(st))
+        if sstats is not None and self.sessions is not None:  # the sessions block of loadgen run --sessions
+            src, plan, facts = self.sessions
+            block = sessions_block(LoadConfig(concurrency=users), src, plan, facts, sstats, self.turns)
+            cut = sum(p["sessions"].get("ended_by_stop", 0) for p in processes if p.get("sessions"))
+            # started = completed + ended_by_failure + ended_by_stop; per-session figures: sessions that ended
+            result["sessions"] = {**block, "arrivals": arrivals_text(cfg, users), "ended_by_stop": cut}
         result["locust"] = {
-            "mode": "open loop" if open_loop else "closed loop",
+            "mode": {"open": "open loop", "sessions": "sessions"}.get(cfg["mode"], "closed loop"),
             "arrivals": arrivals_text(cfg, self.env.runner.target_user_count),
             "locust_version": __import__("locust").__version__,
             "stop_timeout_s": self.env.stop_timeout,
@@ -207,7 +242,7 @@ class LocustCollector:
             "comes from loadgen's records; Locust's own table rounds response times (to 10 ms above 100 ms, "
             "to 100 ms above 1 s) and is kept here for comparison only",
         }
-        if open_loop:
+        if cfg["mode"] == "open":
             result["locust"]["schedule"] = {
                 "rate_rps": cfg["rate"], "arrival": "trace" if cfg["workload"].get("trace") else cfg["arrival"],
                 "dispatched": sum(p["dispatched"] for p in processes), "unsent": unsent,
@@ -299,6 +334,10 @@ def _locust_stats(env: Any) -> list[dict[str, Any]]:
 
 
 def arrivals_text(cfg: dict[str, Any], users: int | None) -> str:
+    if cfg["mode"] == "sessions":
+        return (f"sessions, closed loop: {users if users is not None else 'N'} Locust users, each runs one session at "
+                "a time and starts the next when it ends; a turn is due at the previous reply's end + its delay; "
+                "latency from the due time")  # fmt: skip
     if cfg["mode"] == "open":
         src = "a trace" if cfg["workload"].get("trace") else f"{cfg['arrival']} arrivals at {cfg['rate']:g} req/s"
         return (f"open loop: {src}, independent of responses; latency from the scheduled time; "

@@ -1,7 +1,8 @@
 """One process's load in a Locust test: the client, the workload, open-loop dispatch, records.
 
 Closed loop (the default): each Locust user calls :meth:`LoadProcess.closed_loop_request`,
-one request at a time. Open loop (``--rate``): users idle; one dispatcher greenlet
+one request at a time. Sessions (``--sessions``): each Locust user calls
+:meth:`LoadProcess.session`, one whole session at a time (:mod:`loadgen.locust.sessions`). Open loop (``--rate``): users idle; one dispatcher greenlet
 per process sleeps until ``t0 + offset`` of each entry of this process's shard
 (absolute deadlines) and spawns one greenlet per request, at most
 ``max_concurrency`` in flight. Finished records go to the local collector (single
@@ -10,6 +11,7 @@ process) or are shipped to the master (a worker) every 0.5 s.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import resource
 import socket
@@ -28,8 +30,10 @@ from loadgen.clock import now_ns, wall_anchor
 from loadgen.endpoints.http import fail
 from loadgen.locust.client import GeventClient, Prepared
 from loadgen.locust.collect import clock_anchor, pack_record
+from loadgen.locust.sessions import SessionFeed, run_session
 from loadgen.metrics import RequestMetrics, compute
 from loadgen.results import Aggregator
+from loadgen.sessions import SessionStats
 from loadgen.types import RequestRecord, RequestSpec
 from loadgen.workload.arrivals import arrival_offsets_ns
 from loadgen.workload.replay import loop_offsets, replay_offsets
@@ -48,12 +52,12 @@ def workload_options(cfg: dict[str, Any], salt: str) -> WorkloadOptions:
 class LoadProcess:
     """This process's part of one test: the client, the workload, open-loop dispatch, records.
 
-    ``sink(rec, m)`` receives every finished record (single process); on a worker
-    records are packed into ``outbox`` for the master instead.
+    ``sink(rec, m, turn)`` receives every finished record (single process; ``turn``: a session
+    turn's 0-based index, else None); on a worker records are packed into ``outbox`` for the master instead.
     """
 
     def __init__(
-        self, env: Any, plan: dict[str, Any], sink: Callable[[RequestRecord, RequestMetrics], None] | None
+        self, env: Any, plan: dict[str, Any], sink: Callable[[RequestRecord, RequestMetrics, int | None], None] | None
     ) -> None:
         cfg = self.cfg = plan["config"]
         self.env = env
@@ -78,6 +82,11 @@ class LoadProcess:
         self.w0 = now_ns()
         self.greenlets = [gevent.spawn(self._loop_monitor)]
         self._rest: Iterator[tuple[int, int, Callable[[], RequestSpec]]] | None = None
+        self.feed: SessionFeed | None = None
+        self.session_stats = SessionStats()
+        self.sessions_cut = 0  # sessions the test's stop cut short (neither completed nor failed)
+        if cfg["mode"] == "sessions":  # the plan's sessions, this process's share (loadgen.locust.sessions)
+            self.feed = SessionFeed(cfg, plan["salt"], self.tokenizer, self.shard, self.shards)
         if cfg["mode"] == "open":
             self.cap = gevent.lock.BoundedSemaphore(cfg["max_concurrency"])
             self.greenlets.append(gevent.spawn(self._dispatch))
@@ -86,11 +95,14 @@ class LoadProcess:
 
     # -- one request ------------------------------------------------------------------
 
-    def request(self, prepared: Prepared, scheduled_ns: int, queued: bool = False, held_ns: int = 0) -> None:
-        """Send one prepared request and finish its record; a kill records it as ``cancelled``.
+    def request(
+        self, prepared: Prepared, scheduled_ns: int, queued: bool = False, held_ns: int = 0, turn: int | None = None
+    ) -> RequestRecord:
+        """Send one prepared request and finish its record (returned); a kill records it as ``cancelled``.
 
         ``held_ns``: how long the in-flight cap held it past its scheduled time (``throttle_ns``: the
-        client's own cap over requests in flight at the server, not the generator's lag)."""
+        client's own cap over requests in flight at the server, not the generator's lag); ``turn``: a
+        session turn's 0-based index (its Locust row is ``turn K``)."""
         spec = prepared[0]
         rec = RequestRecord(
             index=spec.index, phase="measure", scheduled_ns=scheduled_ns,
@@ -105,26 +117,45 @@ class LoadProcess:
             rec.status, rec.error_kind = "error", "cancelled"
             rec.error_detail = "in flight when the test stopped, after the stop timeout"
             rec.end_ns = now_ns()
-            self.finish(rec)
+            self.finish(rec, turn)
             raise
         except Exception as exc:  # a bug must not lose the record
             fail(rec, rec.error_kind or "protocol", f"internal error: {type(exc).__name__}: {exc}")
         self.active -= 1
-        self.finish(rec)
+        self.finish(rec, turn)
+        return rec
 
-    def finish(self, rec: RequestRecord) -> None:
+    def finish(self, rec: RequestRecord, turn: int | None = None) -> None:
         m = compute(rec, self.tokenizer, self.cfg["origin"])
         self.hist.add(rec, m)
-        fire_request_events(self.env, rec, m, self.client.path)
+        fire_request_events(self.env, rec, m, self.client.path if turn is None else f"turn {turn}")
         if self.sink is not None:
-            self.sink(rec, m)
+            self.sink(rec, m, turn)
         else:
-            self.outbox.append(pack_record(rec))
+            self.outbox.append(pack_record(rec, turn))
 
     def closed_loop_request(self) -> None:
         i = self.shard + self.shards * next(self.counter)
         prepared = self.client.prepare(self.workload.spec(i))
         self.request(prepared, now_ns())  # the user sends once its request is ready
+
+    def session(self) -> None:
+        """One whole session in the calling Locust user (:func:`loadgen.locust.sessions.run_session`)."""
+        if self.feed is None or self.stop_event.is_set():  # stopping: start no session
+            gevent.sleep(0.1)
+            return
+        try:
+            whole = run_session(self, self.feed, self.session_stats)
+        except GreenletExit:  # killed after the stop timeout
+            self.sessions_cut += 1
+            raise
+        if not whole:
+            self.sessions_cut += 1
+
+    def wait_until(self, deadline_ns: int) -> bool:
+        """Sleep this greenlet until ``deadline_ns`` (never early); True when the test is stopping."""
+        gevent_sleep_until(deadline_ns, self.stop_event)
+        return self.stop_event.is_set()
 
     # -- open loop ----------------------------------------------------------------------
 
@@ -237,6 +268,9 @@ class LoadProcess:
             "not_reached": self.not_reached,
             "cap_waits": self.cap_waits,
             "anchor": clock_anchor(),
+            "sessions": {**dataclasses.asdict(self.session_stats), "ended_by_stop": self.sessions_cut}
+            if self.feed is not None
+            else None,
         }
 
     def ship(self, final: bool = False) -> None:

@@ -44,7 +44,9 @@ log = logging.getLogger("loadgen.locust")
 class LLMUser(User):
     """Closed loop: one streamed request at a time, the next as soon as the last ends.
 
-    In open-loop mode the schedule sends and users idle (see the module docstring).
+    With ``--sessions`` a user is a session: one whole session at a time, the next when it ends
+    (:mod:`loadgen.locust.sessions`). In open-loop mode the schedule sends and users idle (see
+    the module docstring).
     """
 
     wait_time = constant(0)
@@ -54,6 +56,9 @@ class LLMUser(User):
         proc = S.process
         if proc is None or proc.cfg["mode"] == "open":
             gevent.sleep(1.0)
+            return
+        if proc.cfg["mode"] == "sessions":
+            proc.session()
             return
         proc.closed_loop_request()
 
@@ -101,7 +106,7 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     lead = LEAD_IN_NS if S.role == "local" else LEAD_IN_NS + 1_000_000_000
     base = S.config or {}
     if environment.parsed_options is not None:  # the start form's (or the command line's) loadgen fields
-        base = form.apply(base, form.values(environment.parsed_options))
+        base = _sessions_stay(base, form.apply(base, form.values(environment.parsed_options)))
     cfg = schedule_span(environment, base, lead)
     if S.role == "local":
         plan = new_plan(cfg, lead)
@@ -119,6 +124,17 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         runner.send_message("loadgen_start", {**plan, "config": public, "shard": k, "shards": len(workers)},
                             client_id=wid)  # fmt: skip
     refresh_loop_clock()
+
+
+def _sessions_stay(base: dict[str, Any], applied: dict[str, Any]) -> dict[str, Any]:
+    """``--sessions``: the form's SLO applies; the source sets the lengths and the users the load, so a
+    rate typed in the form is ignored (said in the log) and the test stays a session test."""
+    if base.get("mode") != "sessions":
+        return applied
+    if applied["rate"] is not None:
+        log.warning("loadgen: --sessions runs one session per Locust user (closed loop): the rate is ignored")
+    rec = {**applied["config_record"], "mode": "sessions", "rate": None}
+    return {**base, "slos": applied["slos"], "config_record": rec}
 
 
 @events.test_stopping.add_listener
