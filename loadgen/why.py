@@ -390,7 +390,8 @@ def sweep_why(result: dict[str, Any], out_dir: Path, targets: Sequence[SLOTarget
     """Add ``why`` to each probe of a sweep's ``result`` (``sweep.json``), from its segments' records.
 
     The unloaded TTFT is that of the sweep's unloaded check (its ``unloaded/`` run) when it ran.
-    ``origin``: the latency origin of open-loop probes; closed-loop probes count from the send.
+    ``origin``: the latency origin of a probe whose result.json does not state its own (open loop:
+    this; closed loop: the send).
     """
     base = unloaded_ttft_ms(out_dir / "unloaded") if (out_dir / "unloaded").is_dir() else None
     for p in result.get("probes") or ():
@@ -398,5 +399,17 @@ def sweep_why(result: dict[str, Any], out_dir: Path, targets: Sequence[SLOTarget
         if not p.get("dir") or not pdir.is_dir():
             continue
         dirs = [pdir, *sorted(pdir.glob("extension-*"))]
-        o = "sent" if p.get("concurrency") else origin  # a closed-loop probe counts from the send
+        # the probe's own stated origin; else a closed-loop probe counts from the send (a closed-loop
+        # session probe does not: its turns count from their due times, and its result.json says so)
+        o = _stated_origin(pdir) or ("sent" if p.get("concurrency") else origin)
         p["why"] = why_of_dirs(dirs, targets, origin=o, unloaded_ttft_ms=base)
+
+
+def _stated_origin(run_dir: Path) -> str | None:
+    """``conditions.latency_origin`` of the run in ``run_dir`` (its result.json), or None."""
+    try:
+        doc = orjson.loads((run_dir / "result.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    o = (doc.get("conditions") or {}).get("latency_origin") if isinstance(doc, dict) else None
+    return o if o in ("scheduled", "sent") else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -112,3 +113,26 @@ def test_a_stall_target_miss_goes_to_the_stall_not_to_the_decode() -> None:
     assert got is not None and got[0] == "decode_stall" and got[1]["decode_stall"] == 245.0  # 250 - 5 typical
     assert got[1]["decode"] == 5.0
     assert attribute(line(inter_chunk_ms=[5.0, 150.0]), t, BASE) is None  # within the target: no miss
+
+
+def test_sweep_why_takes_each_probe_s_stated_latency_origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A closed-loop session probe counts its turns from their due times (result.json says
+    ``scheduled``): ``why`` must decompose from there, not from the send as for closed-loop users."""
+    import json as _json
+
+    import loadgen.why as why_mod
+
+    seen: dict[str, str] = {}
+
+    def fake(dirs: list[Path], targets: Any, *, origin: str, unloaded_ttft_ms: Any) -> dict[str, Any]:
+        seen[dirs[0].name] = origin
+        return {}
+
+    monkeypatch.setattr(why_mod, "why_of_dirs", fake)
+    for name, stated in (("sessions-c4", "scheduled"), ("users-c4", "sent"), ("old-c4", None)):
+        (tmp_path / name).mkdir()
+        cond = {"latency_origin": stated} if stated else {}
+        (tmp_path / name / "result.json").write_text(_json.dumps({"conditions": cond}))
+    result = {"probes": [{"dir": n, "concurrency": 4} for n in ("sessions-c4", "users-c4", "old-c4")]}
+    why_mod.sweep_why(result, tmp_path, [], "scheduled")
+    assert seen == {"sessions-c4": "scheduled", "users-c4": "sent", "old-c4": "sent"}
