@@ -6,9 +6,10 @@ through ``apply_stream_event`` directly, the records compared field by field."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import loadgen.endpoints.openai_stream as osm
 from loadgen.endpoints.openai_stream import OpenAIStreamParser, apply_stream_event
 from loadgen.errors import ProtocolError
 from loadgen.redact import Redactor
@@ -42,6 +43,10 @@ CASES = [
     '{"choices":["a"]}',
     '{"choices":[{"delta":"x"}]}',
     '{"error":{"message":"boom"}}',
+    '{"error":{"message":"boom"},"choices":[{"index":0,"text":" a"}],' + U3 + "}",
+    '{"choices":[{"index":0,"text":" a"}],"usage":{"prompt_tokens":7,"completion_tokens":true,"total_tokens":10}}',
+    '{"choices":[{"index":0,"text":" a"}],"usage":{"prompt_tokens":true,"completion_tokens":3,"total_tokens":10}}',
+    '{"choices":[{"index":0,"text":" a"},{"text":5}],' + U3 + "}",
     '{"error":null,"choices":[{"text":" a"}]}',
     "[1, 2]",
     "null",
@@ -49,6 +54,19 @@ CASES = [
     "",
     "[DONE]",
 ]
+
+
+@pytest.fixture(params=["msgspec", "orjson"], autouse=True)
+def completion_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with each reader of the common completions chunk (msgspec: the ``fast``
+    extra; orjson: without it); both must give the full rules' record."""
+    if request.param == "msgspec":
+        if osm.msgspec is None:
+            pytest.skip("msgspec is not installed (the fast extra)")
+        monkeypatch.setattr(osm, "_COMPLETION_CHUNK", osm._apply_completion_struct)
+    else:
+        monkeypatch.setattr(osm, "_COMPLETION_CHUNK", osm._apply_completion_chunk)
+    return str(request.param)
 
 
 def _via_full(data: str, chat: bool) -> tuple[object, ...]:
@@ -86,23 +104,34 @@ def test_fast_path_gives_the_full_rules_record(data: str, chat: bool) -> None:
     assert _via_feed(data, chat) == _via_full(data, chat)
 
 
-_text = st.one_of(st.none(), st.text(max_size=4), st.integers(-1, 3))
+_text = st.one_of(st.none(), st.text(max_size=4), st.integers(-1, 3), st.booleans(), st.floats(0, 2))
 _usage = st.one_of(
     st.none(),
     st.dictionaries(
-        st.sampled_from(["prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"]),
-        st.one_of(st.integers(-2, 5), st.none(), st.just({"cached_tokens": 1})),
-        max_size=4,
+        st.sampled_from(
+            ["prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
+             "completion_tokens_details", "other"]
+        ),
+        st.one_of(st.integers(-2, 5), st.none(), st.just({"cached_tokens": 1}), st.booleans(),
+                  st.just(4.0), st.just(2**22 + 1), st.just("7")),
+        max_size=5,
     ),
-)
+)  # fmt: skip
+_extra = st.dictionaries(st.sampled_from(["error", "id", "object"]), st.one_of(st.none(), st.just("x"), st.just(0)))
 
 
-@given(text=_text, usage=_usage, fr=st.sampled_from([None, "stop", "length", ""]), chat=st.booleans())
-def test_fast_path_agrees_on_generated_chunks(text: object, usage: object, fr: object, chat: bool) -> None:
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # the reader is set for all examples
+@given(
+    text=_text, usage=_usage, fr=st.sampled_from([None, "stop", "length", "", 3]), chat=st.booleans(),
+    extra=_extra, more=st.sampled_from([[], [{"text": 5}], ["a"], [{"index": 1, "text": " b"}]]),
+)  # fmt: skip
+def test_fast_path_agrees_on_generated_chunks(
+    text: object, usage: object, fr: object, chat: bool, extra: dict[str, object], more: list[object]
+) -> None:
     import json
 
     choice = {"index": 0, "finish_reason": fr, **({"delta": {"content": text}} if chat else {"text": text})}
-    obj: dict[str, object] = {"choices": [choice]}
+    obj: dict[str, object] = {**extra, "choices": [choice, *more]}
     if usage is not None:
         obj["usage"] = usage
     data = json.dumps(obj)
