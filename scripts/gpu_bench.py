@@ -78,8 +78,10 @@ FORMS: dict[str, dict[str, Any]] = {
             "--start-rate 2 --max-rate 4 --precision 50% --max-extensions 0 --max-loop-lag 500ms "
             "--max-schedule-lag 500ms"
         ),
+        # no KV-cache size and no dtype: loadgen's CPU defaults (loadgen.serve.vllm: a 1 GiB KV cache,
+        # float32), as the README's `sweep --serve vllm` relies on them; test_gpu_bench_cpu checks them
         "engine": shlex.split(
-            f"--max-model-len 1024 --enforce-eager --kv-cache-memory-bytes {64 << 20} --dtype float32 "
+            "--max-model-len 1024 --enforce-eager "
             "--distributed-executor-backend uni"  # the worker in the engine process: one torch import fewer
         ),
         "serve_timeout_s": 240,

@@ -4,7 +4,7 @@ Usage (``scripts/soak`` sets up the environment)::
 
     scripts/soak --minutes 30 --rate 200             # the 30-minute soak
     scripts/soak --minutes 480 --rate 500 --max-rss-mib 512   # the 8-hour run
-    scripts/soak --minutes 2.5 --rate 150 --warmup-s 30      # about what CI runs
+    scripts/soak --minutes 1 --rate 150 --warmup-s 20 --max-growth-mib 10   # what CI runs (test_soak)
 
 The client runs in this process through the library (``loadgen.measurement.measure`` with
 an ``OpenAIEndpoint``), so its resident memory, descriptors and asyncio tasks can be

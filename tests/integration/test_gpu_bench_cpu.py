@@ -5,6 +5,9 @@ Needs ``.venv-vllm`` (``scripts/setup_servers vllm``) or ``$LOADGEN_VLLM_PYTHON`
 otherwise. One vLLM start (~30-45 s on two quiet cores; ~100 s when the machine is shared) and two
 2-second probes; nothing timed is asserted. On a busy machine a probe may be INVALID (client-limited,
 exit 5 of the sweep): the script still writes the scorecard, and the answer must agree with its probes.
+The CPU form gives vLLM no KV-cache size and no dtype: its ``sweep --serve vllm`` is also the CI's check
+of loadgen's CPU defaults (``conditions.server.cpu_defaults``: float32 and a 1 GiB KV cache), the one
+the README's ``sweep --serve vllm`` line ran as a third vLLM start.
 """
 
 from __future__ import annotations
@@ -42,7 +45,11 @@ def test_gpu_bench_cpu_form(tmp_path: Path) -> None:
     assert bench["model"]["shape"] == "tiny" and bench["model"]["weights"] == "files"
     assert (out / "model" / "model.safetensors.index.json").exists()  # vLLM served the files the script wrote
     sweep = json.loads((out / "sweep" / "sweep.json").read_text())
-    assert sweep["conditions"]["server"]["kind"] == "vllm" and (out / "sweep" / "server" / "vllm-server.log").exists()
+    server = sweep["conditions"]["server"]
+    assert server["kind"] == "vllm" and (out / "sweep" / "server" / "vllm-server.log").exists()
+    # loadgen's CPU defaults let the CPU build start and answer (no engine memory or dtype options given)
+    kv = [] if os.environ.get("VLLM_CPU_KVCACHE_SPACE") else ["VLLM_CPU_KVCACHE_SPACE=1"]  # the user's own wins
+    assert server["dtype"] == "float32" and server["cpu_defaults"] == ["--dtype", "float32", *kv], server
     passed = [p["offered_rps"] for p in sweep["probes"] if p["verdict"] == "pass"]
     assert sweep["answer"]["max_rate_rps"] == (max(passed) if passed else None)
     for q in sweep["probes"]:

@@ -22,8 +22,8 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         os.environ.get("CI") == "true",
-        reason="in CI, README's `sweep --serve vllm` (tests/integration/test_readme_commands.py) runs without "
-        "engine options and checks conditions.server.cpu_defaults: one vLLM start instead of two",
+        reason="in CI, scripts/gpu_bench --cpu (tests/integration/test_gpu_bench_cpu.py) runs `sweep --serve vllm` "
+        "without engine memory or dtype options and checks conditions.server.cpu_defaults: one vLLM start fewer",
     ),
 ]
 

@@ -1,9 +1,12 @@
 """Stable probes and client-stall re-runs, end to end against the simulated endpoint (127.0.0.1 only).
 
 * overload: one FIFO slot, TTFT 50 ms, ITL 2 ms, 26 output tokens (10 req/s of capacity),
-  SLO p99 TTFT <= 5 s, a 20 s probe at 11 req/s: its p99 passes (the queue has not yet
+  SLO p90 TTFT <= 5 s, a 12 s probe at 11 req/s: its p90 passes (the queue has not yet
   pushed it past 5 s) but the backlog grows, so the probe FAILs with reason ``unstable``
-  (``loadgen sweep`` as the user types it; about 30 s);
+  (``loadgen sweep`` as the user types it; about 20 s). p90 rather than p99: a p99 probe
+  needs 299 requests (27 s at 11 req/s; the test took ~38 s). The trend test still has to
+  find a 10 % overload in 132 requests (Mann-Kendall p = 0.0001 against alpha 0.01, seed 3;
+  the 27 s form had p < 0.0001); with ``backlog_trend`` disabled the probe PASSes (exit 0);
 * a probe made INVALID by a simulated client stall (the event loop blocked 300 ms) is run
   again and the sweep goes on (about 10 s; 8 req/s, well under the default simulated endpoint's ~19 req/s for 4-token outputs).
 """
@@ -25,12 +28,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(150)
-def test_an_overloaded_probe_whose_p99_passes_fails_unstable(tmp_path: Path) -> None:
+def test_an_overloaded_probe_whose_percentile_passes_fails_unstable(tmp_path: Path) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env["COLUMNS"] = "250"
     out = tmp_path / "sweep"
-    args = ["--slo", "ttft:p99<=5s", "--probe-duration", "20s", "--calibration", "0", "--seed", "3",
+    args = ["--slo", "ttft:p90<=5s", "--probe-duration", "12s", "--calibration", "0", "--seed", "3",
             "--start-rate", "11", "--min-rate", "11", "--max-rate", "11", "--input-tokens", "16",
             "--output-tokens", "26", "--sim-args", "--slots 1 --ttft-ms 50 --itl-ms 2", "--out", str(out)]  # fmt: skip
     p = subprocess.run(
@@ -46,7 +49,7 @@ def test_an_overloaded_probe_whose_p99_passes_fails_unstable(tmp_path: Path) -> 
     assert q["verdict"] == "fail", q
     assert q["reasons"][0].startswith("unstable: backlog growing"), q["reasons"]
     assert not q["stopped_early"]
-    assert q["exceedance_fraction"]["ttft:p99<=5000ms"] < 0.01  # its p99 passes
+    assert q["exceedance_fraction"]["ttft:p90<=5000ms"] < 0.01  # its p90 passes (with room: under 1 % over)
     assert q["schedule_realized_rps"] == pytest.approx(11.0, rel=0.005)  # the rate actually offered
     assert res["answer"]["max_rate_rps"] is None
     assert p.returncode == 1, p.stdout + p.stderr
