@@ -9,11 +9,18 @@ silently: it is counted in ``overflow_count`` and its exact maximum kept.
 
 Histograms merge exactly (bucket counts add), so shards recorded in several
 processes or hosts give the same histogram as one process recording everything.
+
+Memory: the range takes 23,552 counters (184 KiB) a histogram, nearly all zero. A run holds
+dozens (the aggregator's, the stamp checks', two per interval of ``result.json``
+``timeseries``), so the counters live on an anonymous memory map (:func:`_on_zero_pages`):
+a page is resident only once a bucket on it counts something.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
+import mmap
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +28,25 @@ from hdrh.histogram import HdrHistogram
 
 HIGHEST_US = 3_600_000_000
 SIGNIFICANT_FIGURES = 3
+
+
+def _on_zero_pages(hist: HdrHistogram) -> HdrHistogram:
+    """``hist`` with its counts moved to an anonymous memory map (the same counts).
+
+    hdrh allocates the counts as a ctypes array that is zero-filled, so all 184 KiB are resident
+    at once; a fresh map's pages are the kernel's shared zero page until written. The histogram
+    and its encoder's payload both hold the array (``record``, ``add`` and ``encode`` go
+    through it), so both get the new one; only the non-zero counts are copied.
+    """
+    old = hist.counts
+    new = type(old).from_buffer(mmap.mmap(-1, ctypes.sizeof(old)))  # keeps the map alive
+    src = np.ctypeslib.as_array(old)
+    nz = np.flatnonzero(src)
+    if nz.size:
+        np.ctypeslib.as_array(new)[nz] = src[nz]
+    hist.counts = new
+    hist.encoder.payload.counts = new
+    return hist
 
 
 class LatencyHistogram:
@@ -35,7 +61,7 @@ class LatencyHistogram:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.hist = HdrHistogram(1, HIGHEST_US, SIGNIFICANT_FIGURES)
+        self.hist = _on_zero_pages(HdrHistogram(1, HIGHEST_US, SIGNIFICANT_FIGURES))
         self.hist.set_tag(name)
         self.overflow_count = 0
         self.overflow_max_us = 0
@@ -142,7 +168,7 @@ class LatencyHistogram:
     def from_state(cls, state: dict) -> LatencyHistogram:
         h = cls(state["name"])
         if state["count"] - state["overflow_count"] > 0:
-            h.hist = HdrHistogram.decode(state["encoded"])
+            h.hist = _on_zero_pages(HdrHistogram.decode(state["encoded"]))
             h.hist.set_tag(state["name"])
         h.overflow_count = state["overflow_count"]
         h.overflow_max_us = state["overflow_max_us"]

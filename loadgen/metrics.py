@@ -320,11 +320,13 @@ def compute(
             m.time_to_first_answer_token_ns = ev.t_ns - start
             break
     ks, itl_est = tokens_per_event(events, n, tokenizer)
-    if tokenizer is None:  # the same token split stream_buffered uses: computed once
+    if record.buffered or record.buffered_judged:  # settled by stream_buffered: this rule, already applied
+        buffered = record.buffered
+    elif tokenizer is None:  # the same token split stream_buffered uses: computed once
         sent = record.sent_ns if record.sent_ns is not None else record.scheduled_ns
-        buffered = record.buffered or is_buffered(events, ks, sent)
+        buffered = is_buffered(events, ks, sent)
     else:
-        buffered = record.buffered or stream_buffered(record)
+        buffered = stream_buffered(record)
     if buffered:
         # the tokens came in one burst (a buffering proxy, a batching server): no TPOT or ITL
         return m

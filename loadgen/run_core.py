@@ -32,6 +32,7 @@ SINK_PERIOD_S = 0.002
 SINK_GUARD_NS = 1_500_000  # no sink work this close to a send deadline
 SINK_MAX_DELAY_S = 0.05
 SINK_SLICE_NS = 1_000_000  # a sink pass stops after this long; the rest follows after one loop pass
+SINK_BACKLOG_EVENTS = 65_536  # token events of finished records past which a sink pass is not sliced (memory)
 
 
 @dataclass
@@ -115,6 +116,7 @@ class RunnerCore:
         self._inflight: set[asyncio.Task[int | None]] = set()
         self.inflight_records: dict[int, RequestRecord] = {}
         self._done: deque[RequestRecord] = deque()
+        self._done_events = 0  # token events held by the records in _done (each ~170 B: the backlog's memory)
         self._next_deadline_ns = 0 if plan.mode == "open" else NO_DEADLINE_NS  # closed loop: no deadlines
         self._defer_sink = True  # records reach the sink from _sink_loop, off the read and send paths
         self.cancel_reason = "in flight at the drain deadline"
@@ -221,19 +223,24 @@ class RunnerCore:
             if sem is not None:
                 sem.release()
         self._done.append(rec)
+        self._done_events += len(rec.events)
         if not self._defer_sink:
             self._flush_done()
         return now_ns()
 
     def _flush_done(self, until_ns: int | None = None) -> None:
-        """Hand finished records to the sink: all of them, or those that fit before ``until_ns``."""
+        """Hand finished records to the sink: all of them, or those that fit before ``until_ns``; past
+        ``until_ns`` it goes on while the records left hold over :data:`SINK_BACKLOG_EVENTS` token
+        events: a client that cannot keep up holds a bounded backlog (its stamps are late and
+        judged so), not every record of the run in memory."""
         done = self._done
         while done:
             rec = done.popleft()
+            self._done_events -= len(rec.events)
             if rec.events and rec.phase == "measure":
                 self.stamps.add([e.t_ns for e in rec.events], rec.sent_ns)
             self.sink(rec)
-            if until_ns is not None and now_ns() > until_ns:
+            if until_ns is not None and now_ns() > until_ns and self._done_events <= SINK_BACKLOG_EVENTS:
                 break
 
     async def _sink_loop(self) -> None:

@@ -116,6 +116,7 @@ class RequestRecord:
     response_headers_ns: int | None = None  # the (last attempt's) response status and headers arrived
     ratelimit: dict[str, float] | None = None  # x-ratelimit-* / anthropic-ratelimit-* of the response
     buffered: bool = False  # the tokens came in one burst (buffering proxy, batching server): no TPOT/ITL
+    buffered_judged: bool = False  # ``buffered`` decided by metrics.stream_buffered (settle): not decided again
     dns_ns: int | None = None  # DNS resolution for a new connection (0: cache hit; None: none done)
     tcp_connect_ns: int | None = None  # TCP connect of a new connection
     tls_ns: int | None = None  # TLS handshake of a new connection (None: plain TCP or reused)

@@ -14,6 +14,12 @@ S ms every ``--stall-every-ms`` (what a saturated client does to its own timing)
 then be INVALID, limited by the client (and its TTFT is visibly wrong against the truth).
 ``--json FILE`` writes the rows for tests. Exit 0 when the invariant holds for every row.
 On this 2-core machine the simulated endpoint shares the cores with the client.
+
+Each row also gives this process's memory at stages (issue 22, must-show 4), in MiB (2**20
+bytes) from ``/proc/self/status``: ``VmRSS`` before the run (imports done), after the endpoint
+is open, at the end, and ``VmHWM`` (the peak so far: the first row's is the 128-stream run's own,
+later rows' include earlier ones). ``scripts/bench_client`` gives the same figure for the
+``loadgen run`` command (``/usr/bin/time``'s maximum resident set).
 """
 
 from __future__ import annotations
@@ -35,6 +41,16 @@ from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
 from loadgen.measurement import measure
 
 BOUND_MS = 5.0
+
+
+def _mem_mib() -> dict[str, float]:
+    """``VmRSS`` and ``VmHWM`` (peak) of this process in MiB; empty where ``/proc`` is not there."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return {}
+    return {k: int(v.split()[0]) / 1024 for k, v in (x.split(":", 1) for x in lines) if k in ("VmRSS", "VmHWM")}
 
 
 def _stall_hook(stall_ms: float, every_ms: float, tasks: list[asyncio.Task[None]]) -> Any:
@@ -65,6 +81,7 @@ def check(
 ) -> dict[str, Any]:
     """One run; reported TTFT against the truth log, the verdict and whether the invariant holds."""
     d = out or tmpdir(f"check-{streams}-streams-")
+    mem = {"before_run": _mem_mib().get("VmRSS")}
     truth_path = d / "truth.jsonl"
     prefix = "c"
     with SimProcess(
@@ -77,6 +94,7 @@ def check(
         async def go() -> Any:
             ep = OpenAIEndpoint(OpenAIConfig(base_url=sim.url, api="completions", request_id_prefix=prefix))  # type: ignore[arg-type]
             await ep.open()
+            mem["endpoint_open"] = _mem_mib().get("VmRSS")
             tasks: list[asyncio.Task[None]] = []
             try:
                 return await measure(
@@ -98,6 +116,8 @@ def check(
             run = uvloop.run(go())
         except ImportError:
             run = asyncio.run(go())
+    end = _mem_mib()
+    mem["end"], mem["peak"] = end.get("VmRSS"), end.get("VmHWM")
     time.sleep(0.3)  # the sim's last truth lines
     res = run.result
     t0 = res["conditions"]["t0_monotonic_ns"]
@@ -145,6 +165,7 @@ def check(
         "limited_by": v["limited_by"],
         "failed_generator_checks": [c["detail"] for c in v["checks"] if not c["ok"] and c["group"] == "generator"],
         "dir": str(d),
+        "rss_mib": mem,
     }
     row["p50_error_ms"] = abs(row["paired_reported_ttft_p50_ms"] - row["true_ttft_p50_ms"])
     row["within_bound"] = row["p50_error_ms"] <= BOUND_MS
@@ -173,6 +194,12 @@ def show(row: dict[str, Any]) -> None:
     )
     print(f"  TTFT p99: reported {row['reported_ttft_p99_ms']:.3f} ms, true {row['true_ttft_p99_ms']:.3f} ms")
     print(f"  per-request error: p50 {row['error_p50_ms']:+.3f} ms, p99 {row['error_p99_ms']:+.3f} ms")
+    m = row["rss_mib"]
+    if m.get("peak") is not None:
+        print(
+            f"  memory (MiB): RSS {m['before_run']:.1f} before the run, {m['endpoint_open']:.1f} with the endpoint "
+            f"open, {m['end']:.1f} at the end; peak (VmHWM) {m['peak']:.1f}"
+        )
     verdict = "VALID" if row["valid"] else f"INVALID (limited by {row['limited_by']})"
     print(f"  Result is: {verdict}")
     for r in row["failed_generator_checks"]:

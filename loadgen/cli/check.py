@@ -12,7 +12,6 @@ from typing import Any
 import click
 from rich.console import Console
 
-from loadgen.check import CheckSettings, run_check
 from loadgen.cli.helpfmt import api_help
 from loadgen.cli.options import positive_duration_s
 from loadgen.recordlog import default_out_dir
@@ -52,6 +51,8 @@ def _num(v: Any) -> str:
 )
 def check_command(**kw: Any) -> dict[str, Any]:
     """Record greedy outputs of a fixed prompt set; agreement with a reference; accuracy."""
+    from loadgen.check import CheckSettings, run_check  # here, not at import: `loadgen run` never loads it
+
     headers = {}
     for h in kw["headers"]:
         name, sep, value = h.partition(":")

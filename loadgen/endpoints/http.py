@@ -114,6 +114,7 @@ def settle(record: RequestRecord, *, streamed: bool = True) -> None:
         return
     if streamed:
         record.buffered = stream_buffered(record)
+        record.buffered_judged = True  # metrics.compute's rule for a streamed record: it need not run again
     record.status = "ok"
 
 

@@ -13,15 +13,17 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from loadgen.sim.fast import FastServer
 from loadgen.sim.faults import FaultConfig
 from loadgen.sim.model import SimParams
 from loadgen.sim.prefix_cache import PrefixCache
-from loadgen.sim.server import SimServer
+
+if TYPE_CHECKING:  # the servers (aiohttp.web) load when the command runs: `loadgen run` never pays for them
+    from loadgen.sim.fast import FastServer
+    from loadgen.sim.server import SimServer
 
 __all__ = ["sim_command"]
 
@@ -224,6 +226,9 @@ async def _serve(
 )
 def sim_command(**kw: Any) -> None:
     """Serve a simulated OpenAI-compatible LLM endpoint (continuous-batching model)."""
+    from loadgen.sim.fast import FastServer
+    from loadgen.sim.server import SimServer
+
     params = SimParams(
         slots=kw["slots"],
         ttft_ms=kw["ttft_ms"],

@@ -10,11 +10,14 @@ at once against ``record_ns`` value by value.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loadgen.metrics as metrics_mod
+from loadgen.endpoints.http import settle
 from loadgen.histograms import LatencyHistogram
 from loadgen.metrics import BUFFERED_TOKEN_SHARE, allocate_tokens, compute, itl_samples, tokens_per_event
 from loadgen.recordlog import _ms_list
@@ -54,6 +57,9 @@ def test_compute_equals_the_general_rules(gaps: list[int], first_ns: int, usage:
     finally:
         metrics_mod._may_be_burst = general_exit
     assert fast == slow
+    settled = copy.deepcopy(rec)
+    settle(settled)  # the reader's end: decides buffered by the same rule, compute takes it as decided
+    assert settled.buffered_judged and compute(settled) == slow
     n = fast.output_tokens
     if fast.itl_ns and len(rec.events) == n:  # the one-token-an-event shortcut is itl_samples' own result
         ks, _ = tokens_per_event(rec.events, n)
