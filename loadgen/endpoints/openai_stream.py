@@ -186,7 +186,12 @@ class OpenAIStreamParser:
         return self._apply([data], t_ns)
 
     def _apply_many(self, events: list[bytes], t_ns: int) -> bool:
+        """Several whole events of one read (a client behind its reads gets them coalesced)."""
+        chunk = None if self.chat else _COMPLETION_CHUNK
+        rec = self.record
         for data in events:
+            if chunk is not None and chunk(rec, data, t_ns):
+                continue
             if self._apply_one(data, t_ns):
                 return True
         return False
@@ -314,17 +319,17 @@ def _apply_completion_chunk(rec: RequestRecord, data: bytes, t_ns: int) -> bool:
 
 if msgspec is not None:
 
-    class _Usage(msgspec.Struct):
+    class _Usage(msgspec.Struct, gc=False):  # no cycles: not tracked by the collector
         completion_tokens: int
         prompt_tokens: int | None = None
         completion_tokens_details: Any = msgspec.UNSET
         prompt_tokens_details: Any = msgspec.UNSET
 
-    class _Choice(msgspec.Struct):
+    class _Choice(msgspec.Struct, gc=False):
         text: str | None = None
         finish_reason: Any = None
 
-    class _Chunk(msgspec.Struct):
+    class _Chunk(msgspec.Struct, gc=False):
         choices: list[_Choice] | None = None
         usage: _Usage | None = None
         error: Any = None
