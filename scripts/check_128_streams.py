@@ -171,6 +171,12 @@ def check(
     row["within_bound"] = row["p50_error_ms"] <= BOUND_MS
     row["flagged_client"] = (not v["valid"]) and v["limited_by"] == "client"
     row["invariant_holds"] = row["within_bound"] or row["flagged_client"]
+    # the verdict judges the stamps, not the loop (issue 22): a stalled client whose stalls moved no
+    # reported TTFT (p50 and p99 within BOUND_MS of the truth: e.g. the saturated server queued the
+    # first tokens, so few landed in a stall) is rightly VALID; a VALID one with a moved figure is wrong
+    row["right_or_flagged"] = row["flagged_client"] or (
+        bool(v["valid"]) and abs(row["error_p50_ms"]) <= BOUND_MS and abs(row["error_p99_ms"]) <= BOUND_MS
+    )
     return row
 
 
@@ -235,7 +241,7 @@ def main() -> int:
         show(rows[-1])
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
-    ok = all(r["invariant_holds"] for r in rows) and all(r["flagged_client"] for r in rows if r["stall_ms"])
+    ok = all(r["invariant_holds"] for r in rows) and all(r["right_or_flagged"] for r in rows if r["stall_ms"])
     print(
         f"\ninvariant held on every row{' and the overloaded client was flagged' if a.stall_ms > 0 else ''}: {'PASS' if ok else 'FAIL'}"
     )

@@ -48,12 +48,18 @@ def test_ttft_within_5ms_of_truth_or_invalid_client(tmp_path: Path) -> None:
     # the invariant on the plain run
     assert honest["stall_ms"] == 0
     assert honest["p50_error_ms"] <= 5.0 or (not honest["valid"] and honest["limited_by"] == "client"), honest
-    # the deliberately overloaded client: the run says so, whatever its figures look like
+    # the deliberately overloaded client: the run says so, or its figures are right. The verdict judges
+    # the stamps, not the loop (issue 22): where the stalls moved no reported TTFT (p50 and p99 within
+    # 5 ms of the truth log: the saturated simulator had queued the first tokens), VALID is right; a
+    # VALID run with a moved TTFT fails here
     assert overloaded["stall_ms"] == 30
-    assert overloaded["valid"] is False and overloaded["limited_by"] == "client", overloaded
-    # the stalled loop makes the token stamps late: judged as stamp lateness (issue 22), or as the
-    # event-loop lag itself where too few tokens were stamped to judge the stamps
-    assert any("stamp lateness" in r or "event-loop lag" in r for r in overloaded["failed_generator_checks"]), (
-        overloaded
-    )
+    if overloaded["valid"]:
+        assert abs(overloaded["error_p50_ms"]) <= 5.0 and abs(overloaded["error_p99_ms"]) <= 5.0, overloaded
+    else:
+        assert overloaded["limited_by"] == "client", overloaded
+        # the stalled loop makes the token stamps late: judged as stamp lateness (issue 22), or as the
+        # event-loop lag itself where too few tokens were stamped to judge the stamps
+        assert any("stamp lateness" in r or "event-loop lag" in r for r in overloaded["failed_generator_checks"]), (
+            overloaded
+        )
     assert p.returncode == 0, p.stdout[-3000:]
