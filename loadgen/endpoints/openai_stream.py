@@ -335,7 +335,9 @@ if msgspec is not None:
         error: Any = None
 
     _decode_chunk = msgspec.json.Decoder(_Chunk).decode
-    _NOT_A_CHUNK: tuple[type[Exception], ...] = (msgspec.ValidationError, msgspec.DecodeError)
+    # whatever the decoder rejects goes to the general rules, which name it: besides its own errors
+    # msgspec raises RecursionError on deep nesting and UnicodeDecodeError on invalid UTF-8
+    _NOT_A_CHUNK: tuple[type[Exception], ...] = (Exception,)
     _UNSET: Any = msgspec.UNSET
 
 

@@ -47,6 +47,7 @@ CASES = [
     '{"choices":[{"index":0,"text":" a"}],"usage":{"prompt_tokens":7,"completion_tokens":true,"total_tokens":10}}',
     '{"choices":[{"index":0,"text":" a"}],"usage":{"prompt_tokens":true,"completion_tokens":3,"total_tokens":10}}',
     '{"choices":[{"index":0,"text":" a"},{"text":5}],' + U3 + "}",
+    '{"choices":[{"index":0,"text":" a"}],' + U3[:-1] + ',"x":' + "[" * 2000 + "]" * 2000 + "}}",  # deep nesting
     '{"error":null,"choices":[{"text":" a"}]}',
     "[1, 2]",
     "null",
