@@ -175,3 +175,17 @@ class LatencyHistogram:
         h.sum_us = state["sum_us"]
         h.count = state["count"]
         return h
+
+
+def record_token_gaps(
+    hist: dict[str, LatencyHistogram], itl_ns: Sequence[float], inter_chunk_ns: Sequence[int]
+) -> None:
+    """One measured request's per-token samples (ns, :class:`loadgen.metrics.RequestMetrics`'
+    ``itl_ns`` and ``inter_chunk_ns``) into ``hist["itl"]`` and ``hist["inter_chunk"]`` (the
+    aggregator's and a worker's alike). One token a chunk makes the two lists equal: their bucket
+    indices are then computed once (:meth:`LatencyHistogram.record_many_ns`)."""
+    if itl_ns == inter_chunk_ns:
+        hist["itl"].record_many_ns(itl_ns, hist["inter_chunk"])
+    else:
+        hist["itl"].record_many_ns(itl_ns)
+        hist["inter_chunk"].record_many_ns(inter_chunk_ns)

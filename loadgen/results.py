@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.histograms import LatencyHistogram
+from loadgen.histograms import LatencyHistogram, record_token_gaps
 from loadgen.metrics import RequestMetrics
 from loadgen.samples import SampleLog, SpillFile
 from loadgen.slo import MISS, SLOTarget, exceeds, request_value, run_target_verdict
@@ -159,11 +159,7 @@ class Aggregator:
         s = summarize(rec, m, self.slos)
         self.add_summary(s)
         if s.phase == "measure" and s.ok and not s.zero_output:
-            if m.itl_ns == m.inter_chunk_ns:  # one token a chunk: the same values, indexed once
-                self.hist["itl"].record_many_ns(m.itl_ns, self.hist["inter_chunk"])
-            else:
-                self.hist["itl"].record_many_ns(m.itl_ns)
-                self.hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
+            record_token_gaps(self.hist, m.itl_ns, m.inter_chunk_ns)
 
     def merge_token_histograms(self, states: dict[str, dict]) -> None:
         """Merge per-token HDR histograms shipped by a worker process (exact bucket merge)."""

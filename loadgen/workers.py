@@ -41,7 +41,7 @@ import orjson
 from loadgen.clock import now_ns, wall_anchor
 from loadgen.endpoints import from_config
 from loadgen.errors import OutputError
-from loadgen.histograms import LatencyHistogram
+from loadgen.histograms import LatencyHistogram, record_token_gaps
 from loadgen.metrics import compute
 from loadgen.recordlog import RecordWriter, record_line
 from loadgen.redact import Redactor
@@ -177,11 +177,7 @@ class RecordShipper:
         m = compute(rec, self.tokenizer, self.origin)
         s = summarize(rec, m, load.slos)
         if s.phase == "measure" and s.ok and not s.zero_output:
-            if m.itl_ns == m.inter_chunk_ns:  # one token a chunk: the same values, indexed once
-                self.hist["itl"].record_many_ns(m.itl_ns, self.hist["inter_chunk"])
-            else:
-                self.hist["itl"].record_many_ns(m.itl_ns)
-                self.hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
+            record_token_gaps(self.hist, m.itl_ns, m.inter_chunk_ns)
         d = record_line(rec, m, self.t0, save_text=load.save_text, token_lists=load.token_lists)
         if turn is not None:
             d["turn"] = turn
