@@ -29,6 +29,11 @@ from hdrh.histogram import HdrHistogram
 HIGHEST_US = 3_600_000_000
 SIGNIFICANT_FIGURES = 3
 
+PENDING_MAX = 16_384
+"""Values buffered before they are counted (:meth:`LatencyHistogram.flush`): at most ~0.5 MiB a
+histogram (references and their floats); a batch is counted in ~1 ms (a pause between sends, as a
+record's sink is)."""
+
 
 def _on_zero_pages(hist: HdrHistogram) -> HdrHistogram:
     """``hist`` with its counts moved to an anonymous memory map (the same counts).
@@ -54,46 +59,99 @@ class LatencyHistogram:
 
     ``record_ns(value_ns)`` rounds to the nearest microsecond. Percentiles and
     the mean come back in milliseconds (``*_ms``).
+
+    Values (:meth:`record_ns`, :meth:`record_many_ns`) wait in a list and are counted in
+    batches of up to :data:`PENDING_MAX` (:meth:`flush`): numpy's per-call cost (~20 calls a batch)
+    is paid once per batch, not once per request. Every read of the histogram (``hist``,
+    ``count``, ``sum_us``, the overflow, the percentiles, :meth:`merge`, :meth:`encode`) counts the
+    buffer first, so what is read is always every value recorded.
     """
 
-    unit = "us"
-    __slots__ = ("name", "hist", "overflow_count", "overflow_max_us", "sum_us", "count")
+    __slots__ = ("name", "_hist", "_overflow_count", "_overflow_max_us", "_sum_us", "_count", "_pending")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.hist = _on_zero_pages(HdrHistogram(1, HIGHEST_US, SIGNIFICANT_FIGURES))
-        self.hist.set_tag(name)
-        self.overflow_count = 0
-        self.overflow_max_us = 0
-        self.sum_us = 0
-        self.count = 0
+        self._hist = _on_zero_pages(HdrHistogram(1, HIGHEST_US, SIGNIFICANT_FIGURES))
+        self._hist.set_tag(name)
+        self._overflow_count = 0
+        self._overflow_max_us = 0
+        self._sum_us = 0
+        self._count = 0
+        self._pending: list[float] = []
+
+    @property
+    def hist(self) -> HdrHistogram:
+        """The HDR histogram, every recorded value counted."""
+        if self._pending:
+            self.flush()
+        return self._hist
+
+    @hist.setter
+    def hist(self, value: HdrHistogram) -> None:
+        self._hist = value
+
+    @property
+    def count(self) -> int:
+        """Values recorded (inside the range and over it)."""
+        if self._pending:
+            self.flush()
+        return self._count
+
+    @property
+    def sum_us(self) -> int:
+        """The sum of the recorded values (integer µs): the exact mean's numerator."""
+        if self._pending:
+            self.flush()
+        return self._sum_us
+
+    @property
+    def overflow_count(self) -> int:
+        """Values above the range (counted here, never dropped)."""
+        if self._pending:
+            self.flush()
+        return self._overflow_count
+
+    @property
+    def overflow_max_us(self) -> int:
+        """The largest value above the range (µs; 0: none)."""
+        if self._pending:
+            self.flush()
+        return self._overflow_max_us
 
     def record_ns(self, value_ns: float) -> None:
-        v = int(value_ns / 1000 + 0.5) if value_ns >= 0 else 0
-        self.count += 1
-        self.sum_us += v
-        if not self.hist.record_value(v):
-            self.overflow_count += 1
-            if v > self.overflow_max_us:
-                self.overflow_max_us = v
+        """Record one value (ns), rounded to the nearest µs (a negative one as 0); buffered as
+        :meth:`record_many_ns` buffers (one C-level append; hdrh's own ``record_value`` is ~3 µs of Python)."""
+        pending = self._pending
+        pending.append(value_ns)
+        if len(pending) >= PENDING_MAX:
+            self.flush()
 
     def record_many_ns(self, values_ns: Sequence[float] | np.ndarray, *also: LatencyHistogram) -> None:
-        """Record many values at once: the same counts as ``record_ns`` on each, in a few numpy passes;
-        into this histogram and each of ``also`` (same values: the indices are computed once).
+        """Record many values (ns): the same counts as ``record_ns`` on each, into this histogram and
+        each of ``also``. They wait in the buffer (a C-level copy of the references: an ``array('d')`` or
+        numpy would convert each value, ~20x dearer) and are counted by :meth:`flush`
+        when it holds :data:`PENDING_MAX` values or the histogram is read."""
+        for t in (self, *also):
+            t._pending.extend(values_ns)
+            if len(t._pending) >= PENDING_MAX:
+                t.flush()
 
-        A request's per-token values (ITL, inter-chunk: hundreds a request) cost ~8 µs each through
-        ``record_ns`` (hdrh's index arithmetic in Python): milliseconds per record, on the loop
-        that stamps the reads. Here the bucket index of every value is computed as hdrh computes
-        it (bucket = bit length of ``v | sub_bucket_mask`` less the unit and half-count
-        magnitudes; sub-bucket = ``v >> bucket``) and the counts added in place (each distinct
-        index once, with its multiplicity: ``np.unique``, ~3x cheaper than ``np.add.at``).
-        Every histogram here has the same layout (1 µs to 1 hour, 3 figures).
+    def flush(self) -> None:
+        """Count the buffered values, in a few numpy passes.
+
+        One by one through ``record_ns`` a per-token value costs ~8 µs (hdrh's index arithmetic in
+        Python). Here the bucket index of every value is computed as hdrh computes it (bucket = bit
+        length of ``v | sub_bucket_mask`` less the unit and half-count magnitudes; sub-bucket =
+        ``v >> bucket``) and the counts added in place (each distinct index once, with its
+        multiplicity: ``np.unique``, ~3x cheaper than ``np.add.at``). Every histogram here has the
+        same layout (1 µs to 1 hour, 3 figures).
         """
-        if len(values_ns) == 0:
+        if not self._pending:
             return
-        x = np.asarray(values_ns, dtype=np.float64)
+        x = np.array(self._pending, dtype=np.float64)
+        self._pending = []
         v = np.where(x >= 0, np.floor(x / 1000 + 0.5), 0.0).astype(np.int64)  # as record_ns rounds
-        h = self.hist
+        h = self._hist
         bits = np.frexp((v | h.sub_bucket_mask).astype(np.float64))[1]  # bit length (exact below 2**53)
         bucket = bits - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
         sub = v >> (bucket + h.unit_magnitude)
@@ -101,31 +159,25 @@ class LatencyHistogram:
         ok = (idx >= 0) & (idx < h.counts_len)
         over = v[~ok]
         inside = v[ok]
-        at, times = np.unique(idx[ok], return_counts=True)
-        times = times.astype(np.uint64)
-        total, n_over = int(v.sum()), int(over.size)
-        max_over = int(over.max()) if n_over else 0
-        lo, hi = (int(inside.min()), int(inside.max())) if inside.size else (0, 0)
-        for t in (self, *also):
-            t.count += int(v.size)
-            t.sum_us += total
-            if n_over:
-                t.overflow_count += n_over
-                t.overflow_max_us = max(t.overflow_max_us, max_over)
-            if inside.size:
-                th = t.hist
-                np.ctypeslib.as_array(th.counts)[at] += times
-                th.total_count += int(inside.size)
-                th.min_value = min(th.min_value, lo)
-                th.max_value = max(th.max_value, hi)
+        self._count += int(v.size)
+        self._sum_us += int(v.sum())
+        if over.size:
+            self._overflow_count += int(over.size)
+            self._overflow_max_us = max(self._overflow_max_us, int(over.max()))
+        if inside.size:
+            at, times = np.unique(idx[ok], return_counts=True)
+            np.ctypeslib.as_array(h.counts)[at] += times.astype(np.uint64)
+            h.total_count += int(inside.size)
+            h.min_value = min(h.min_value, int(inside.min()))
+            h.max_value = max(h.max_value, int(inside.max()))
 
     def merge(self, other: LatencyHistogram) -> None:
         """Add ``other``'s counts into this histogram (exact)."""
-        self.hist.add(other.hist)
-        self.overflow_count += other.overflow_count
-        self.overflow_max_us = max(self.overflow_max_us, other.overflow_max_us)
-        self.sum_us += other.sum_us
-        self.count += other.count
+        self.hist.add(other.hist)  # both flushed by the reads
+        self._overflow_count += other.overflow_count
+        self._overflow_max_us = max(self._overflow_max_us, other.overflow_max_us)
+        self._sum_us += other.sum_us
+        self._count += other.count
 
     def percentile_ms(self, p: float) -> float | None:
         """Value at percentile ``p`` (0-100) in ms; HDR-precision (±0.1 %); None if empty."""
@@ -170,10 +222,10 @@ class LatencyHistogram:
         if state["count"] - state["overflow_count"] > 0:
             h.hist = _on_zero_pages(HdrHistogram.decode(state["encoded"]))
             h.hist.set_tag(state["name"])
-        h.overflow_count = state["overflow_count"]
-        h.overflow_max_us = state["overflow_max_us"]
-        h.sum_us = state["sum_us"]
-        h.count = state["count"]
+        h._overflow_count = state["overflow_count"]
+        h._overflow_max_us = state["overflow_max_us"]
+        h._sum_us = state["sum_us"]
+        h._count = state["count"]
         return h
 
 
@@ -182,10 +234,7 @@ def record_token_gaps(
 ) -> None:
     """One measured request's per-token samples (ns, :class:`loadgen.metrics.RequestMetrics`'
     ``itl_ns`` and ``inter_chunk_ns``) into ``hist["itl"]`` and ``hist["inter_chunk"]`` (the
-    aggregator's and a worker's alike). One token a chunk makes the two lists equal: their bucket
-    indices are then computed once (:meth:`LatencyHistogram.record_many_ns`)."""
-    if itl_ns == inter_chunk_ns:
-        hist["itl"].record_many_ns(itl_ns, hist["inter_chunk"])
-    else:
-        hist["itl"].record_many_ns(itl_ns)
-        hist["inter_chunk"].record_many_ns(inter_chunk_ns)
+    aggregator's and a worker's alike), buffered and counted in batches
+    (:meth:`LatencyHistogram.record_many_ns`)."""
+    hist["itl"].record_many_ns(itl_ns)
+    hist["inter_chunk"].record_many_ns(inter_chunk_ns)

@@ -139,6 +139,9 @@ def tokens_per_event(
     """
     if events and events[0].usage_completion_tokens is not None:
         cum = [e.usage_completion_tokens for e in events]
+        n = len(cum)
+        if cum[-1] == n == output_tokens and cum == list(range(1, n + 1)):
+            return [1] * n, False  # one token an event, counted 1..n: the rule below's answer, in C-level passes
         if None not in cum:  # each event's tokens: the difference of the cumulative counts
             ks = list(map(operator.sub, cum, [0, *cum[:-1]]))  # None was ruled out above
             if sum(ks) == output_tokens and min(ks) >= 1:

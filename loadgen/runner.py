@@ -80,7 +80,9 @@ def warm_record_path() -> None:
     from loadgen.histograms import LatencyHistogram
     from loadgen.stamp_lateness import StampLateness
 
-    LatencyHistogram("warm-up").record_many_ns([0.0, 1e6, 1e16])
+    h = LatencyHistogram("warm-up")
+    h.record_many_ns([0.0, 1e6, 1e16])
+    h.flush()
     s = StampLateness()
     s.probe(10_000_000, 1_000_000)
     s.add([5_000_000, 9_500_000, 20_000_000])

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
+
 ERROR_KINDS: tuple[str, ...] = (
     "connect",  # TCP/TLS connection could not be made (refused, DNS, reset before headers)
     "timeout",  # the per-request total deadline (or connect timeout) expired
@@ -59,8 +61,7 @@ class ScheduledRequest:
     phase: Phase = "measure"
 
 
-@dataclass(slots=True)
-class TokenEvent:
+class TokenEvent(msgspec.Struct, gc=False):
     """A token-bearing stream event, stamped at the arrival of its terminating blank line.
 
     ``text`` is the generated text it carries (content, reasoning and tool-call
@@ -68,6 +69,11 @@ class TokenEvent:
     (``content`` / completion ``text``), False for reasoning or tool calls only.
     ``usage_completion_tokens`` is the cumulative completion-token count when the
     server sends continuous usage stats on this chunk, else None.
+
+    A ``msgspec.Struct`` untracked by the garbage collector (``gc=False``: it holds only an int, a
+    str, a bool and an int or None, so it can be in no cycle): a record holds one an output token,
+    and a tracked object a token made every young collection scan the tokens of the requests in
+    flight. Built ~3x faster than a slots dataclass.
     """
 
     t_ns: int

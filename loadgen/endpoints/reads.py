@@ -180,17 +180,16 @@ class _Sink:
     future the reading task awaits (its result: the stream ended; its exception: the reader's or
     the connection's error)."""
 
-    __slots__ = ("on_read", "guard", "done", "stamp")
+    __slots__ = ("on_read", "guard", "done")
 
     def __init__(self, on_read: Callable[[bytes, int], bool], guard: IdleGuard, done: asyncio.Future[None]) -> None:
         self.on_read = on_read
         self.guard = guard
         self.done = done
-        self.stamp = now_ns
 
     def push(self, data: bytes) -> bool:
-        """One decoded piece of the body, stamped now; True once no more is wanted."""
-        t = self.guard.last_ns = self.stamp()  # the stamp is the read's time for the idle guard too
+        """One decoded piece of the body, stamped now; True once no more is wanted (the future is then done)."""
+        t = self.guard.last_ns = now_ns()  # the stamp is the read's time for the idle guard too
         try:
             end = self.on_read(data, t)
         except Exception as exc:  # the reader's own error (ProtocolError): raised in the reading task
@@ -209,38 +208,54 @@ class _Sink:
                 self.done.set_exception(exc)
 
 
+def _unpush(reader: aiohttp.StreamReader) -> None:
+    """A :class:`_PushReader` back to a plain reader (its sink wants no more)."""
+    reader.__class__ = aiohttp.StreamReader
+
+
 class _PushReader(aiohttp.StreamReader):
     """An :class:`aiohttp.StreamReader` whose decoded body goes to its :class:`_Sink` as it is
     fed (the response's ``content`` becomes one for the length of :func:`read_pushed`, by
-    ``__class__``: the parser keeps its reference to the instance). Without a sink, or once the
-    sink wants no more, it buffers as a plain reader does."""
+    ``__class__``: the parser keeps its reference to the instance). Once the sink wants no more
+    (the stream ended, the reader failed, the reading task was cancelled) it is a plain reader
+    again, at once: what follows is buffered as a plain reader buffers it.
+
+    A read costs one Python call here (:meth:`feed_data`, :meth:`_Sink.push` inlined; no sink
+    lookup for the end of an HTTP chunk: while pushing nothing is buffered, so aiohttp's
+    ``end_http_chunk_receiving``, which marks chunk boundaries in the buffer for ``iter_chunks``,
+    has nothing to mark)."""
 
     __slots__ = ()
 
     def feed_data(self, data: bytes, size: int = 0) -> bool:
-        sink = _SINKS.get(id(self))
-        if sink is None or sink.done.done():
-            return super().feed_data(data, size)
+        sink = _SINKS[id(self)]  # present for as long as the class is this one
+        done = sink.done
+        if done.done():  # the reading task was cancelled meanwhile: a plain reader from here
+            _unpush(self)
+            return self.feed_data(data, size)
         if data:
-            sink.push(data)
+            t = sink.guard.last_ns = now_ns()  # the stamp is the read's time for the idle guard too
+            try:
+                if not sink.on_read(data, t):
+                    return False
+                done.set_result(None)
+            except Exception as exc:  # the reader's own error (ProtocolError): raised in the reading task
+                done.set_exception(exc)
+            _unpush(self)
         return False
 
     def end_http_chunk_receiving(self) -> None:
-        sink = _SINKS.get(id(self))
-        if sink is None or sink.done.done():
-            super().end_http_chunk_receiving()
+        pass  # nothing buffered while pushing: no chunk boundary to mark (docstring)
 
     def feed_eof(self) -> None:
-        super().feed_eof()
-        sink = _SINKS.get(id(self))
-        if sink is not None:
-            sink.close(None)
+        _unpush(self)
+        aiohttp.StreamReader.feed_eof(self)
+        _SINKS[id(self)].close(None)
 
     def set_exception(self, exc: BaseException, *cause: Any) -> None:
-        super().set_exception(exc, *cause)
-        sink = _SINKS.get(id(self))
-        if sink is not None:
-            sink.close(exc)
+        _unpush(self)
+        aiohttp.StreamReader.set_exception(self, exc, *cause)
+        _SINKS[id(self)].close(exc)
 
 
 async def read_pushed(

@@ -13,12 +13,14 @@ import asyncio
 from typing import Any
 
 import numpy as np
+import pytest
+from hdrh.histogram import HdrHistogram
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadgen.clock import now_ns
 from loadgen.closed_loop import RAMP_MAX_NS, RAMP_PER_USER_NS, ramp_ns
-from loadgen.histograms import LatencyHistogram
+from loadgen.histograms import HIGHEST_US, SIGNIFICANT_FIGURES, LatencyHistogram
 from loadgen.runner import ClientStats, Runner, RunPlan
 from loadgen.runplan import LoadConfig
 from loadgen.samples import SampleLog
@@ -40,23 +42,62 @@ MS = 1_000_000
     )
 )
 def test_record_many_is_record_one_by_one(values: list[float]) -> None:
+    """The batched count (both ``record_ns`` and ``record_many_ns`` are buffered) against hdrh's own
+    ``record_value`` one value at a time, with the rounding and the overflow counted beside it."""
+    ref = HdrHistogram(1, HIGHEST_US, SIGNIFICANT_FIGURES)
+    count = total = n_over = max_over = 0
+    for v in values:
+        u = int(v / 1000 + 0.5) if v >= 0 else 0
+        count, total = count + 1, total + u
+        if not ref.record_value(u):
+            n_over, max_over = n_over + 1, max(max_over, u)
     a, b = LatencyHistogram("a"), LatencyHistogram("b")
     for v in values:
         a.record_ns(v)
     b.record_many_ns(values)
-    assert list(a.hist.counts) == list(b.hist.counts)
-    assert (a.count, a.sum_us, a.overflow_count, a.overflow_max_us) == (
-        b.count,
-        b.sum_us,
-        b.overflow_count,
-        b.overflow_max_us,
-    )
-    assert (a.hist.total_count, a.hist.min_value, a.hist.max_value) == (
-        b.hist.total_count,
-        b.hist.min_value,
-        b.hist.max_value,
-    )
-    assert a.percentile_ms(99) == b.percentile_ms(99)
+    for h in (a, b):
+        assert list(h.hist.counts) == list(ref.counts)
+        assert (h.count, h.sum_us, h.overflow_count, h.overflow_max_us) == (count, total, n_over, max_over)
+        assert (h.hist.total_count, h.hist.min_value, h.hist.max_value) == (
+            ref.total_count,
+            ref.min_value,
+            ref.max_value,
+        )
+        if ref.total_count:
+            assert h.hist.get_value_at_percentile(99) == ref.get_value_at_percentile(99)
+
+
+def test_buffered_values_are_counted_by_every_read_and_across_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values wait in the buffer: each read (count, sum, overflow, percentiles, merge, state) sees them
+    all, and batches cut at PENDING_MAX (made small here) count as one pass would."""
+    import loadgen.histograms as hmod
+
+    monkeypatch.setattr(hmod, "PENDING_MAX", 7)
+    rng = np.random.default_rng(3)
+    values = [float(v) for v in rng.integers(0, 5_000_000_000_000_000, 100)] + [-5.0, 0.0, 1e6]
+    one, many, also = LatencyHistogram("a"), LatencyHistogram("b"), LatencyHistogram("c")
+    for v in values:
+        one.record_ns(v)
+    for k in range(0, len(values), 5):
+        many.record_many_ns(values[k : k + 5], also)
+    assert len(many._pending) < 7  # batches were counted on the way
+    for h in (many, also):
+        assert (h.count, h.sum_us, h.overflow_count, h.overflow_max_us) == (
+            one.count,
+            one.sum_us,
+            one.overflow_count,
+            one.overflow_max_us,
+        )
+        assert list(h.hist.counts) == list(one.hist.counts)
+        assert h.percentile_ms(50) == one.percentile_ms(50) and h.max_ms() == one.max_ms()
+    late = LatencyHistogram("d")
+    late.record_many_ns([2e6, 3e6])
+    merged = LatencyHistogram("e")
+    merged.merge(late)  # the other's buffer is counted before it is added
+    assert merged.count == 2 and merged.percentile_ms(100) == late.percentile_ms(100)
+    fresh = LatencyHistogram("f")
+    fresh.record_many_ns([4e6])
+    assert LatencyHistogram.from_state(fresh.to_state()).count == 1
 
 
 def test_stamp_lateness_charges_only_tokens_stamped_in_a_hold() -> None:

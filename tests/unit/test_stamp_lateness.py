@@ -3,9 +3,11 @@ and the closed-loop validity rules that judge it (issue 22 item 3): tiny exact c
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
+import pytest
 
 from loadgen.run_core import ClientStats
 from loadgen.samples import SampleLog
@@ -186,3 +188,47 @@ def test_the_verdict_judges_how_far_late_stamps_moved_the_numbers() -> None:
     v = validity(_Agg([MS] * 200, [300 * MS] * 200), _client(s2), ValidityBounds())  # type: ignore[arg-type]
     assert not v["valid"] and not _checks(v)["stamp_error"]["ok"], _checks(v)["stamp_error"]
     assert "ttft p50 by +29" in _checks(v)["stamp_error"]["detail"]
+
+
+def _probe_and_request_log(seed: int) -> list[tuple[str, tuple]]:
+    """Probes as ``probe_loop`` gives them (each due after the last one's mark, then late by 0 to 30 ms) and
+    requests ending meanwhile (stamps up to 60 ms back, reads of several events sharing one stamp)."""
+    rnd = random.Random(seed)
+    out: list[tuple[str, tuple]] = []
+    now = last_mark = 10**9
+    for _ in range(rnd.randrange(1, 80)):
+        if rnd.random() < 0.5:
+            lag = rnd.choice([0, 500_000, 2 * MS, 30 * MS])
+            end = max(now, last_mark) + rnd.randrange(0, 2 * MS) + lag
+            now = last_mark = end + rnd.randrange(0, 300_000)
+            out.append(("probe", (end, lag, last_mark)))
+        else:
+            x = now - rnd.randrange(0, 60 * MS)
+            times = []
+            for _ in range(rnd.randrange(1, 40)):
+                x += rnd.choice([0, 0, 100_000, MS, 3 * MS])
+                times.append(x)
+            now = max(now, x)
+            sent = None if rnd.random() < 0.2 else times[0] - rnd.randrange(0, 50 * MS)
+            out.append(("add", (times, sent)))
+    out.append(("probe", (now + 10 * MS, 0, now + 10 * MS)))
+    return out
+
+
+def test_batched_charges_equal_one_request_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests charged in batches (BATCH_TOKENS) give exactly the histograms of each charged alone: a later
+    late probe's window starts after every stamp already queued, and old probes go only after a charge."""
+    import loadgen.stamp_lateness as sl
+
+    for seed in range(150):
+        log = _probe_and_request_log(seed)
+        states = []
+        for batch in (1, 10**9):
+            monkeypatch.setattr(sl, "BATCH_TOKENS", batch)
+            monkeypatch.setattr(sl, "CHUNK", 3)  # few probes a chunk: chunks are dropped (KEEP_CHUNKS) as runs go on
+            monkeypatch.setattr(sl, "KEEP_CHUNKS", 2)
+            s = StampLateness()
+            for op, args in log:
+                getattr(s, op)(*args)
+            states.append((s.to_state(), s.moves_ms()))
+        assert states[0] == states[1], seed
