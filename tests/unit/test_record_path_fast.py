@@ -118,3 +118,24 @@ def test_record_many_into_two_histograms_equals_one_by_one(values: list[float]) 
         assert got.hist.get_total_count() == want.hist.get_total_count()
         if want.hist.get_total_count():
             assert (got.hist.min_value, got.hist.max_value) == (want.hist.min_value, want.hist.max_value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.integers(-2, 2))
+def test_cumulative_usage_shortcut_is_the_difference_rule(steps: list[int], off: int) -> None:
+    """Continuous usage: each event's tokens are the differences of the cumulative counts (kept when they
+    sum to the output and none is below 1); 1..n is the shortcut's case, and everything else too."""
+    cum, c = [], 0
+    for s in steps:
+        c += s
+        cum.append(c)
+    events = [TokenEvent(1000 * i, "ab", True, u) for i, u in enumerate(cum)]
+    output = cum[-1] + off
+    diffs = [b - a for a, b in zip([0, *cum[:-1]], cum, strict=True)]
+    ks, est = tokens_per_event(events, output)
+    if sum(diffs) == output and min(diffs) >= 1:
+        assert (ks, est) == (diffs, False)
+    else:
+        assert est  # the general rule's estimate (by characters), never the shortcut's exact ones
+    ones = [TokenEvent(1000 * i, "ab", True, i + 1) for i in range(len(steps))]
+    assert tokens_per_event(ones, len(ones)) == ([1] * len(ones), False)
