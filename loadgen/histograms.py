@@ -29,6 +29,9 @@ from hdrh.histogram import HdrHistogram
 HIGHEST_US = 3_600_000_000
 SIGNIFICANT_FIGURES = 3
 
+BINCOUNT_SPAN = 2048
+"""A batch whose bucket indices span fewer than this (16 KiB of counts) is counted with one ``bincount``."""
+
 PENDING_MAX = 16_384
 """Values buffered before they are counted (:meth:`LatencyHistogram.flush`): at most ~0.5 MiB a
 histogram (references and their floats); a batch is counted in ~1 ms (a pause between sends, as a
@@ -142,13 +145,14 @@ class LatencyHistogram:
         One by one through ``record_ns`` a per-token value costs ~8 µs (hdrh's index arithmetic in
         Python). Here the bucket index of every value is computed as hdrh computes it (bucket = bit
         length of ``v | sub_bucket_mask`` less the unit and half-count magnitudes; sub-bucket =
-        ``v >> bucket``) and the counts added in place (each distinct index once, with its
-        multiplicity: ``np.unique``, ~3x cheaper than ``np.add.at``). Every histogram here has the
-        same layout (1 µs to 1 hour, 3 figures).
+        ``v >> bucket``) and the counts added in place: a ``bincount`` over the batch's index range when
+        it is narrow (~4x cheaper than ``np.unique``), else each distinct index once with its
+        multiplicity (``np.unique``, ~3x cheaper than ``np.add.at``, and no page of counts written that
+        holds none). Every histogram here has the same layout (1 µs to 1 hour, 3 figures).
         """
         if not self._pending:
             return
-        x = np.array(self._pending, dtype=np.float64)
+        x = np.fromiter(self._pending, dtype=np.float64, count=len(self._pending))
         self._pending = []
         v = np.where(x >= 0, np.floor(x / 1000 + 0.5), 0.0).astype(np.int64)  # as record_ns rounds
         h = self._hist
@@ -165,8 +169,14 @@ class LatencyHistogram:
             self._overflow_count += int(over.size)
             self._overflow_max_us = max(self._overflow_max_us, int(over.max()))
         if inside.size:
-            at, times = np.unique(idx[ok], return_counts=True)
-            np.ctypeslib.as_array(h.counts)[at] += times.astype(np.uint64)
+            at = idx[ok]
+            counts = np.ctypeslib.as_array(h.counts)
+            lo, hi = int(at.min()), int(at.max())
+            if hi - lo < BINCOUNT_SPAN:  # a narrow batch: one pass over its own few pages
+                counts[lo : hi + 1] += np.bincount(at - lo).astype(np.uint64)
+            else:  # a wide one: only the buckets it holds (the others stay on zero pages)
+                at, times = np.unique(at, return_counts=True)
+                counts[at] += times.astype(np.uint64)
             h.total_count += int(inside.size)
             h.min_value = min(h.min_value, int(inside.min()))
             h.max_value = max(h.max_value, int(inside.max()))
