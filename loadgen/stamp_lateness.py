@@ -76,8 +76,9 @@ LATE_NS = 1_000_000
 BIN_NS = 100_000
 NBINS = 10_000
 TTFT_NBINS = 100_000  # TTFTs as reported and corrected: 0.1 ms bins up to 10 s (longer in one overflow bin)
-BATCH_TOKENS = 8192
-"""Token events charged together (:meth:`StampLateness._charge_batch`): ~30 requests of 256 tokens."""
+BATCH_TOKENS = 4096
+"""Token events charged together (:meth:`StampLateness._charge_batch`): 16 requests of 256 tokens in ~0.4 ms
+(a pause of the loop, kept short: twice the batch saves ~15 % of the cost and doubles the pause)."""
 KINDS = {
     "tokens": NBINS,
     "first": NBINS,
