@@ -47,7 +47,9 @@ from typing import Literal
 
 from loadgen.clock import now_ns, sleep_until, wall_anchor
 from loadgen.endpoints.base import Endpoint
+from loadgen.run_core import SINK_BACKLOG_EVENTS
 from loadgen.runner import LEAD_IN_NS, ClientStats, RunOutcome
+from loadgen.stamp_lateness import StampLateness, probe_loop
 from loadgen.types import RequestRecord, RequestSpec
 from loadgen.workload.sessions import Session, SessionHistory, SessionPrompter
 
@@ -119,6 +121,8 @@ class SessionRunner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._errors: list[BaseException] = []
         self._done: deque[tuple[RequestRecord, int]] = deque()
+        self._done_events = 0  # token events of the records in ``_done``
+        self.stamps = StampLateness()  # token-weighted stamp lateness (loadgen.stamp_lateness), as the runner's
         self._dues: dict[int, int] = {}  # session -> its next turn's due time, until that turn is sent
         first = list(plan.first_index)
         if not first:  # the turns' positions in the plan: a deterministic index per (session, turn)
@@ -167,6 +171,7 @@ class SessionRunner:
         gc.freeze()
         gc.set_threshold(max(gc_threshold[0], 50_000), 50, 1000)
         monitor = asyncio.create_task(self._loop_monitor())
+        stamp_probe = asyncio.create_task(probe_loop(self.stamps))
         sinker = asyncio.create_task(self._sink_loop())
         try:
             if self.plan.mode == "open":
@@ -177,11 +182,12 @@ class SessionRunner:
         finally:
             gc.set_threshold(*gc_threshold)
             gc.unfreeze()
-            for t in (monitor, sinker):
+            for t in (monitor, stamp_probe, sinker):
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
             self._flush()
+            self.stamps.probe(now_ns(), 0)  # charge the last records (their stamps after the last probe: 0)
             for signum in installed:
                 loop.remove_signal_handler(signum)
         if self._errors:
@@ -193,6 +199,9 @@ class SessionRunner:
             wall_s=(end - w0) / 1e9,
             loop_lag_ms=self._loop_lag_ms,
             open_loop=True,  # every turn has a due time: its lag is checked as an open-loop send's
+            stamp_lateness_p99_ms=self.stamps.percentile_ms(99),
+            stamp_tokens=self.stamps.tokens,
+            stamps=self.stamps,
         )
         unsent = self.stats.unsent_turns
         return RunOutcome(
@@ -320,7 +329,7 @@ class SessionRunner:
                 rec.error_kind = "cancelled"
                 rec.error_detail = self.cancel_reason
                 rec.end_ns = now_ns()
-                self._done.append((rec, k))
+                self._finished(rec, k)
                 stats.unsent_turns += n - k - 1
                 stats.failed += 1
                 raise
@@ -334,7 +343,7 @@ class SessionRunner:
                 self.inflight_records.pop(spec.index, None)
             last_end = rec.end_ns or now_ns()
             system_ns += last_end - due
-            self._done.append((rec, k))
+            self._finished(rec, k)
             if not rec.ok:
                 stats.unsent_turns += n - k - 1
                 ok = False
@@ -367,12 +376,22 @@ class SessionRunner:
         if rec.end_ns is not None and rec.end_ns < due_ns:  # failed while prepared: reported at its due time
             rec.end_ns = now_ns()
 
+    def _finished(self, rec: RequestRecord, turn: int) -> None:
+        self._done.append((rec, turn))
+        self._done_events += len(rec.events)
+
     def _flush(self, until_ns: int | None = None) -> None:
-        """Hand finished records to the sink: all, or those that fit before ``until_ns``."""
+        """Hand finished records to the sink: all, or those that fit before ``until_ns``; past ``until_ns``
+        it goes on while the records left hold over :data:`~loadgen.run_core.SINK_BACKLOG_EVENTS` token
+        events (a client that cannot keep up holds a bounded backlog, as the runner's)."""
         done = self._done
         while done:
-            self.sink(*done.popleft())
-            if until_ns is not None and now_ns() > until_ns:
+            rec, turn = done.popleft()
+            self._done_events -= len(rec.events)
+            if rec.events and rec.phase == "measure":
+                self.stamps.add([e.t_ns for e in rec.events], rec.sent_ns)
+            self.sink(rec, turn)
+            if until_ns is not None and now_ns() > until_ns and self._done_events <= SINK_BACKLOG_EVENTS:
                 break
 
     async def _sink_loop(self) -> None:

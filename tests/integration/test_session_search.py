@@ -74,7 +74,11 @@ def test_session_sweep_cli_lands_near_the_reference_and_salting_off_rises(tmp_pa
     assert s["unit"] == "sessions/s" and s["salted_per_session"] and s["turns_per_session_max"] == 3
     for x in res["probes"]:
         r = json.loads((out / x["dir"] / "result.json").read_text())
-        assert r["sessions"]["sessions_rps"] == x["offered_rps"] and r["counts"]["requests"] % 3 == 0
+        assert r["sessions"]["sessions_rps"] == x["offered_rps"]
+        if x["stopped_early"]:  # a clear fail stopped early: the turns in flight were cancelled, their sessions cut
+            assert set(r["counts"]["errors_by_kind"]) <= {"cancelled"}, r["counts"]
+        else:
+            assert r["counts"]["requests"] % 3 == 0, r["counts"]
     text = " ".join(p.stdout.split())
     assert "sessions/s meets" in text or "max session rate meeting ttft:p90<=80ms" in text, p.stdout
     assert "per turn depth" in text and "salt=on" in text

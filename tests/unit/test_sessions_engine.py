@@ -106,3 +106,37 @@ def test_a_stop_that_cancels_in_flight_turns_ends_a_closed_loop_run_with_its_rec
     cancelled = [r for r, _ in got if r.error_kind == "cancelled"]
     assert cancelled and all(r.error_detail == "stopped early" for r in cancelled)
     assert runner.stats.started < 6 and runner.stats.unsent_turns > 0 and not runner.inflight_records
+
+
+def test_a_session_run_measures_its_stamps_lateness() -> None:
+    """Session runs judge their stamps as the runner's runs do (stamp_error): every measured turn's token
+    events are charged, and the run's client figures carry them (they read event-loop lag alone before)."""
+    turns = tuple(Turn(1, new_tokens=2, delay_s=0.001) for _ in range(3))
+    plan = SessionPlan([Session(f"s{i}", turns) for i in range(4)], SessionPrompter(), start_offsets_ns=[0] * 4)
+    got: list[tuple[RequestRecord, int]] = []
+    runner = SessionRunner(FakeEndpoint(), plan, lambda r, k: got.append((r, k)), install_signal_handlers=False)
+    outcome = asyncio.run(runner.run())
+    measured = sum(len(r.events) for r, _ in got if r.phase == "measure")
+    assert measured == 12
+    assert outcome.client.stamp_tokens == measured and outcome.client.stamps is runner.stamps
+    assert outcome.client.stamp_lateness_p99_ms is not None
+
+
+def test_a_sink_that_falls_behind_holds_a_bounded_backlog() -> None:
+    """As the runner's (tests/unit/test_runner_gate.py): past SINK_BACKLOG_EVENTS token events waiting, a
+    sliced pass goes on until the backlog is back under it; none lost or reordered."""
+    from loadgen.clock import now_ns
+    from loadgen.run_core import SINK_BACKLOG_EVENTS
+
+    handed: list[int] = []
+    plan = SessionPlan([], SessionPrompter(), start_offsets_ns=[])
+    runner = SessionRunner(FakeEndpoint(), plan, lambda r, k: handed.append(r.index), install_signal_handlers=False)
+    events = [TokenEvent(t_ns=i, text="x") for i in range(1024)]
+    for i in range(200):  # 200 records x 1024 events: ~3x the bound
+        runner._finished(RequestRecord(index=i, phase="warmup", scheduled_ns=0, events=list(events)), 0)
+    runner._flush(until_ns=now_ns())  # already past its slice: without the bound, one record and stop
+    assert runner._done_events <= SINK_BACKLOG_EVENTS
+    assert runner._done_events == sum(len(r.events) for r, _ in runner._done)
+    assert handed == list(range(len(handed))) and len(handed) >= 200 - SINK_BACKLOG_EVENTS // 1024
+    runner._flush()
+    assert handed == list(range(200)) and runner._done_events == 0
