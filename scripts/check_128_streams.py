@@ -158,6 +158,7 @@ def check(
         "true_ttft_p50_ms": float(np.percentile(tru_a, 50)) if len(tru) else float("nan"),
         "true_ttft_p99_ms": float(np.percentile(tru_a, 99)) if len(tru) else float("nan"),
         "paired_reported_ttft_p50_ms": float(np.percentile(rep_a, 50)) if len(rep) else float("nan"),
+        "paired_reported_ttft_p99_ms": float(np.percentile(rep_a, 99)) if len(rep) else float("nan"),
         "error_p50_ms": float(np.percentile(err, 50)) if len(rep) else float("nan"),
         "error_p99_ms": float(np.percentile(err, 99)) if len(rep) else float("nan"),
         "client_cpu_fraction": res["client"].get("cpu_fraction"),
@@ -168,6 +169,11 @@ def check(
         "rss_mib": mem,
     }
     row["p50_error_ms"] = abs(row["paired_reported_ttft_p50_ms"] - row["true_ttft_p50_ms"])
+    # the errors of the reported figures, as the issue's verdict grid defines them (scripts/bench_truth.py):
+    # reported percentile - true percentile (error_p50_ms / error_p99_ms above: percentiles of each
+    # request's own error, a stricter view the verdict does not claim to bound)
+    row["ttft_p50_err_ms"] = row["paired_reported_ttft_p50_ms"] - row["true_ttft_p50_ms"]
+    row["ttft_p99_err_ms"] = row["paired_reported_ttft_p99_ms"] - row["true_ttft_p99_ms"]
     row["within_bound"] = row["p50_error_ms"] <= BOUND_MS
     row["flagged_client"] = (not v["valid"]) and v["limited_by"] == "client"
     row["invariant_holds"] = row["within_bound"] or row["flagged_client"]
@@ -175,7 +181,7 @@ def check(
     # reported TTFT (p50 and p99 within BOUND_MS of the truth: e.g. the saturated server queued the
     # first tokens, so few landed in a stall) is rightly VALID; a VALID one with a moved figure is wrong
     row["right_or_flagged"] = row["flagged_client"] or (
-        bool(v["valid"]) and abs(row["error_p50_ms"]) <= BOUND_MS and abs(row["error_p99_ms"]) <= BOUND_MS
+        bool(v["valid"]) and abs(row["ttft_p50_err_ms"]) <= BOUND_MS and abs(row["ttft_p99_err_ms"]) <= BOUND_MS
     )
     return row
 
@@ -200,6 +206,9 @@ def show(row: dict[str, Any]) -> None:
     )
     print(f"  TTFT p99: reported {row['reported_ttft_p99_ms']:.3f} ms, true {row['true_ttft_p99_ms']:.3f} ms")
     print(f"  per-request error: p50 {row['error_p50_ms']:+.3f} ms, p99 {row['error_p99_ms']:+.3f} ms")
+    print(
+        f"  figures' error (reported - true): TTFT p50 {row['ttft_p50_err_ms']:+.3f} ms, p99 {row['ttft_p99_err_ms']:+.3f} ms"
+    )
     m = row["rss_mib"]
     if m.get("peak") is not None:
         print(

@@ -50,11 +50,14 @@ def test_ttft_within_5ms_of_truth_or_invalid_client(tmp_path: Path) -> None:
     assert honest["p50_error_ms"] <= 5.0 or (not honest["valid"] and honest["limited_by"] == "client"), honest
     # the deliberately overloaded client: the run says so, or its figures are right. The verdict judges
     # the stamps, not the loop (issue 22): where the stalls moved no reported TTFT (p50 and p99 within
-    # 5 ms of the truth log: the saturated simulator had queued the first tokens), VALID is right; a
-    # VALID run with a moved TTFT fails here
+    # 5 ms of the truth log's: the saturated simulator had queued the first tokens), VALID is right; a
+    # VALID run with a moved TTFT fails here. A figure's error is its percentile less the true one, as
+    # the verdict grid (scripts/bench_truth.py) defines it, not the p99 of each request's own error
+    # (CI once failed a VALID run on that stricter view: p50 0.03 ms, p99 22.5 ms; the verdict bounds
+    # the figures, not every request)
     assert overloaded["stall_ms"] == 30
-    if overloaded["valid"]:
-        assert abs(overloaded["error_p50_ms"]) <= 5.0 and abs(overloaded["error_p99_ms"]) <= 5.0, overloaded
+    if overloaded["valid"]:  # the reported TTFT p50 and p99 against the true ones (the issue's verdict grid)
+        assert abs(overloaded["ttft_p50_err_ms"]) <= 5.0 and abs(overloaded["ttft_p99_err_ms"]) <= 5.0, overloaded
     else:
         assert overloaded["limited_by"] == "client", overloaded
         # the stalled loop makes the token stamps late: judged as stamp lateness (issue 22), or as the

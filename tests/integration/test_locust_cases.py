@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from loadgen import metrics
@@ -43,6 +44,7 @@ pytestmark = [
 
 CHILD = r"""
 import dataclasses, gc, json, sys
+import msgspec
 import locust  # noqa: F401 - the standard library patched by gevent, as under Locust
 import gevent
 from loadgen.clock import now_ns
@@ -73,7 +75,7 @@ def run(job):
         recs = [g.value for g in gs]
     else:
         recs = [one(i, "measure", 0) for i in range(n)]
-    return [dataclasses.asdict(r) for r in recs]
+    return [{**dataclasses.asdict(r), "events": [msgspec.structs.asdict(e) for e in r.events]} for r in recs]
 
 for line in sys.stdin:
     gc.collect()
@@ -177,6 +179,11 @@ def test_case_through_locust_client(case: dict[str, Any] | None, crlf: bool, scr
             warnings.warn(f"{c['id']}: attempt {attempt} timing off ({exc}); replaying", stacklevel=1)
 
 
+def _as_dict(rec: RequestRecord) -> dict[str, Any]:
+    """A record as plain data (its token events are ``msgspec`` structs, which ``dataclasses.asdict`` keeps as they are)."""
+    return {**dataclasses.asdict(rec), "events": [msgspec.structs.asdict(e) for e in rec.events]}
+
+
 def test_records_survive_the_wire() -> None:
     """What a worker ships is what the master aggregates (a RequestRecord round trip as JSON lists)."""
     rec = RequestRecord(index=3, phase="measure", scheduled_ns=10, sent_ns=11, end_ns=50, status="ok",
@@ -189,6 +196,6 @@ def test_records_survive_the_wire() -> None:
         "same = unpack_record(wire) == r; moved = unpack_record(wire, 5); "
         "print(json.dumps([same, moved.scheduled_ns, moved.sent_ns, moved.end_ns, [e.t_ns for e in moved.events]]))"
     )
-    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(dataclasses.asdict(rec)), text=True,
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(_as_dict(rec)), text=True,
                          capture_output=True, cwd=REPO_ROOT, env=child_env(), timeout=60, check=True)  # fmt: skip
     assert json.loads(out.stdout) == [True, 15, 16, 55, [25, 35]]
