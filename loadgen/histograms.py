@@ -70,6 +70,7 @@ class LatencyHistogram:
     buffer first, so what is read is always every value recorded.
     """
 
+    unit = "us"
     __slots__ = ("name", "_hist", "_overflow_count", "_overflow_max_us", "_sum_us", "_count", "_pending")
 
     def __init__(self, name: str) -> None:
@@ -82,12 +83,16 @@ class LatencyHistogram:
         self._count = 0
         self._pending: list[float] = []
 
+    def _counted(self) -> LatencyHistogram:
+        """This histogram with its buffered values counted (what every read goes through)."""
+        if self._pending:
+            self.flush()
+        return self
+
     @property
     def hist(self) -> HdrHistogram:
         """The HDR histogram, every recorded value counted."""
-        if self._pending:
-            self.flush()
-        return self._hist
+        return self._counted()._hist
 
     @hist.setter
     def hist(self, value: HdrHistogram) -> None:
@@ -96,30 +101,22 @@ class LatencyHistogram:
     @property
     def count(self) -> int:
         """Values recorded (inside the range and over it)."""
-        if self._pending:
-            self.flush()
-        return self._count
+        return self._counted()._count
 
     @property
     def sum_us(self) -> int:
         """The sum of the recorded values (integer µs): the exact mean's numerator."""
-        if self._pending:
-            self.flush()
-        return self._sum_us
+        return self._counted()._sum_us
 
     @property
     def overflow_count(self) -> int:
         """Values above the range (counted here, never dropped)."""
-        if self._pending:
-            self.flush()
-        return self._overflow_count
+        return self._counted()._overflow_count
 
     @property
     def overflow_max_us(self) -> int:
         """The largest value above the range (µs; 0: none)."""
-        if self._pending:
-            self.flush()
-        return self._overflow_max_us
+        return self._counted()._overflow_max_us
 
     def record_ns(self, value_ns: float) -> None:
         """Record one value (ns), rounded to the nearest µs (a negative one as 0); buffered as
