@@ -66,15 +66,41 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "plain": ("run", ["--rate", "20", "--requests", "30", "--seed", "7"]),
     "sessions": (
         "run",
-        ["--sessions", "synthetic,turns=3,input=32,output=8,delay=50ms,system=20", "--rate", "4", "--requests", "6",
-         "--api", "chat", "--seed", "7"],
+        [
+            "--sessions",
+            "synthetic,turns=3,input=32,output=8,delay=50ms,system=20",
+            "--rate",
+            "4",
+            "--requests",
+            "6",
+            "--api",
+            "chat",
+            "--seed",
+            "7",
+        ],
     ),  # fmt: skip
     "workers2": ("run", ["--rate", "20", "--requests", "30", "--workers", "2", "--seed", "7"]),
     "closed": ("run", ["--concurrency", "4", "--requests", "12", "--warmup", "2", "--seed", "7"]),
     "sweep": (
         "sweep",
-        ["--calibration", "0", "--start-rate", "5", "--max-rate", "5", "--probe-duration", "3s", "--probe-warmup",
-         "0s", "--slo-p99", "2s", "--seed", "7", "--max-extensions", "0"],
+        [
+            "--calibration",
+            "0",
+            "--start-rate",
+            "5",
+            "--max-rate",
+            "5",
+            "--probe-duration",
+            "3s",
+            "--probe-warmup",
+            "0s",
+            "--slo-p99",
+            "2s",
+            "--seed",
+            "7",
+            "--max-extensions",
+            "0",
+        ],
     ),  # fmt: skip
 }
 
@@ -129,7 +155,11 @@ def capture_case(name: str, tmp: Path) -> dict[str, Any]:
     command, args = CASES[name]
     out = tmp / name
     with _Server() as srv:
-        env = dict(os.environ, COLUMNS="250", PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        env = dict(
+            os.environ,
+            COLUMNS="250",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        )
         env.pop("OPENAI_API_KEY", None)
         cmd = [sys.executable, "-m", "loadgen.cli", command, "--endpoint", srv.url, "--model", "rec", "--salt", SALT,
                "--quiet", *args, "--out", str(out)]  # fmt: skip
@@ -139,7 +169,9 @@ def capture_case(name: str, tmp: Path) -> dict[str, Any]:
         sweep = json.loads((out / "sweep.json").read_text()) if (out / "sweep.json").exists() else {}
         probes = sorted(p for p in out.iterdir() if p.is_dir())
         first = probes[0] if probes else out
-        result: dict[str, Any] = {"config": {k: v for k, v in (sweep.get("config") or {}).items() if k not in CONFIG_VOLATILE}}
+        result: dict[str, Any] = {
+            "config": {k: v for k, v in (sweep.get("config") or {}).items() if k not in CONFIG_VOLATILE}
+        }
         recs_file = first / "requests.jsonl"
     else:
         res = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
