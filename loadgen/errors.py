@@ -7,6 +7,8 @@ The tree::
     │   └── InputFileError            bad data file: names file, line and field
     ├── EndpointUnreachable           preflight could not reach the endpoint (exit 3)
     ├── OutputError                   results could not be written (disk full, --out gone): exit 7
+    ├── HeaderTimeout                 no response headers within --header-timeout; becomes
+    │                                 the ``header_timeout`` error kind of a RequestRecord
     └── ProtocolError                 malformed SSE/JSON from the server; becomes the
                                       ``protocol`` error kind of a RequestRecord, never
                                       escapes the runner
@@ -49,6 +51,16 @@ class EndpointUnreachable(LoadgenError):
 class OutputError(LoadgenError):
     """Writing a result failed (a full disk, a removed ``--out``): sending stopped at the first
     failure and every whole line written before it is kept."""
+
+
+class HeaderTimeout(LoadgenError):
+    """A sent request got no response headers within the header timeout (``--header-timeout``;
+    gRPC: no first response): the server accepted it and never began to answer. The request's
+    ``header_timeout`` error kind, a failure the server caused; never escapes the runner."""
+
+    def __init__(self, header_s: float) -> None:
+        super().__init__(f"no response headers within {header_s:g} s of the send (--header-timeout)")
+        self.header_s = header_s
 
 
 class ProtocolError(LoadgenError):

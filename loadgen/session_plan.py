@@ -4,7 +4,10 @@
 the :class:`~loadgen.sessions.SessionPlan` the session engine runs (the rules are in
 :mod:`loadgen.session_run`'s docstring). Deterministic for one configuration (seeded; the salt is
 the configuration's), so every worker process of ``--workers N`` plans the same sessions
-(:mod:`loadgen.session_workers`).
+(:mod:`loadgen.session_workers`). No wait of the plan is longer than the source's idle cap
+(default one hour, :mod:`loadgen.workload.session_checks`): longer delays between turns and, with
+the trace's own starts, longer gaps between session starts are shortened to it, and the facts carry
+a warning line for each kind (:func:`check_sessions` gives them before the run, for the CLI to show).
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ import numpy as np
 from loadgen.errors import ConfigError
 from loadgen.runplan import LoadConfig
 from loadgen.sessions import SessionPlan
-from loadgen.units import parse_duration_s
 from loadgen.workload.arrivals import arrival_offsets_ns, condition_on_rate
+from loadgen.workload.session_checks import cap_waits, idle_cap_s
 from loadgen.workload.session_sources import SessionSource, load_sessions
 from loadgen.workload.sessions import Session, SessionPrompter
 
-__all__ = ["CLOSED_LOOP_SESSIONS", "MAX_SESSIONS", "plan_sessions"]
+__all__ = ["CLOSED_LOOP_SESSIONS", "MAX_SESSIONS", "check_sessions", "plan_sessions"]
 
 MAX_SESSIONS = 1_000_000
 CLOSED_LOOP_SESSIONS = 10_000
@@ -45,8 +48,13 @@ def plan_sessions(cfg: LoadConfig, src: SessionSource, tokenizer: Any = None) ->
     if n is not None and n > MAX_SESSIONS:
         raise ConfigError(f"{n:,} sessions is over the limit of {MAX_SESSIONS:,}")
     base, facts = load_sessions(src, n if src.synthetic else None, seed=cfg.seed)
-    sessions = base if n is None else _cycle(base, n)
     mode: Literal["open", "closed"] = "closed" if cfg.concurrency is not None else "open"
+    own_starts = mode == "open" and cfg.rate_rps is None
+    cap = idle_cap_s(src.options)
+    base, capped = cap_waits(base, cap, _where(src), own_starts=own_starts, counted=not src.synthetic)
+    facts["warnings"] = facts.get("warnings", []) + capped
+    facts["idle_cap_s"] = cap
+    sessions = base if n is None else _cycle(base, n)
     starts: list[int] = []
     if mode == "open" and cfg.rate_rps is not None:
         starts = arrival_offsets_ns(cfg.arrival, cfg.rate_rps, count=len(sessions), seed=cfg.seed,
@@ -73,13 +81,27 @@ def plan_sessions(cfg: LoadConfig, src: SessionSource, tokenizer: Any = None) ->
         start_offsets_ns=starts,
         concurrency=cfg.concurrency or 1,
         warmup_sessions=warm,
-        idle_cap_s=parse_duration_s(src.options["idle_cap"], "--sessions idle_cap")
-        if "idle_cap" in src.options
-        else None,
+        idle_cap_s=cap,
         drain_grace_s=cfg.drain_grace_s,
         end_offset_ns=round((cfg.duration_s + cfg.warmup_s) * 1e9) if cfg.duration_s is not None else None,
     )
     return plan, facts
+
+
+def check_sessions(src: SessionSource, *, seed: int = 0, own_starts: bool = False) -> list[str]:
+    """Read and check the whole source now, before any load (every problem a ConfigError / InputFileError
+    naming file, line and field); the warning lines of the waits its runs will cap (:func:`plan_sessions`).
+
+    ``own_starts``: the run uses the source's own session starts (open loop without ``--rate``), so their
+    gaps are capped too. A synthetic source's options are checked (one session made)."""
+    base, facts = load_sessions(src, 1 if src.synthetic else None, seed=seed)
+    _, capped = cap_waits(base, idle_cap_s(src.options), _where(src), own_starts=own_starts,
+                          counted=not src.synthetic)  # fmt: skip
+    return [*facts.get("warnings", []), *capped]
+
+
+def _where(src: SessionSource) -> str:
+    return "--sessions synthetic" if src.synthetic else src.source
 
 
 def _cycle(base: list[Session], n: int) -> list[Session]:

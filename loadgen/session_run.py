@@ -12,7 +12,11 @@ schema, plus a ``sessions`` block). Which sessions run and when they start:
   ``--requests`` sessions started or ``--duration`` is over.
 
 File sessions are taken in file order and reused in turn when more are asked for (a reused
-session gets the id ``<id>~<round>``, so salting keeps its prefixes apart).
+session gets the id ``<id>~<round>``, so salting keeps its prefixes apart). The source is read and
+checked whole before the first request (a bad value is one error naming file, line and field, never
+a failure mid-run), and no wait is longer than its idle cap (one hour by default; longer gaps between
+turns or between the source's own session starts are shortened, with a warning line):
+:mod:`loadgen.workload.session_checks`.
 
 Measured window (the rule for sessions): every turn of a measured session counts, including
 turns due after the last session start (a session is not cut at a time limit: its later turns

@@ -4,7 +4,9 @@ Open loop at the session level (``mode="open"``): session ``i`` starts at ``t0 +
 start_offsets_ns[i]`` (an arrival process, or the trace's own start times), whatever the
 server does. Inside a session, turn ``k + 1`` is *due* at (the end of turn ``k``'s reply, as the
 client saw it) + turn ``k + 1``'s delay, capped by ``idle_cap_s`` when set (as the AgentX runs
-cap idle gaps); the first turn is due at the session's start. Closed loop
+cap idle gaps; :func:`loadgen.session_plan.plan_sessions` sets the source's cap, one hour by default,
+and has checked every delay finite and bounded, :mod:`loadgen.workload.session_checks`); the first
+turn is due at the session's start. Closed loop
 (``mode="closed"``): ``concurrency`` sessions run at once, each replaced by the next when it
 ends; a replacement starts when its slot frees.
 

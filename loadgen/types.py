@@ -17,6 +17,7 @@ import msgspec
 ERROR_KINDS: tuple[str, ...] = (
     "connect",  # TCP/TLS connection could not be made (refused, DNS, reset before headers)
     "timeout",  # the per-request total deadline (or connect timeout) expired
+    "header_timeout",  # sent, and no response headers within --header-timeout: the server's failure
     "rate_limited",  # HTTP 429; Retry-After kept in retry_after_s
     "http_error",  # any other non-2xx status; http_status kept
     "incomplete_stream",  # the stream closed before a clean end ([DONE] or finish_reason + EOF)

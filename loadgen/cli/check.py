@@ -14,6 +14,7 @@ from rich.console import Console
 
 from loadgen.cli.helpfmt import api_help
 from loadgen.cli.options import positive_duration_s
+from loadgen.cli.url_options import URL
 from loadgen.recordlog import default_out_dir
 
 __all__ = ["check_command"]
@@ -28,7 +29,9 @@ def _num(v: Any) -> str:
 
 
 @click.command("check")
-@click.option("--endpoint", required=True, help="Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000.")
+@click.option(
+    "--endpoint", type=URL, required=True, help="Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000."
+)
 @click.option("--reference", help="A previous check.json (or its directory), or another endpoint's URL.")
 @click.option("--prompts", "prompts_file", type=click.Path(exists=True, dir_okay=False),
               help="JSONL ({id, prompt, answers?} per line) or text (one prompt per line); default: the shipped questions.")  # fmt: skip

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from loadgen.cli.options import duration_s, parse_extra_body, parse_headers, parse_ratio, parse_workers, usage_errors
+from loadgen.cli.url_options import record_urls, url_option_names
 from loadgen.redact import redact_body, redact_url
 from loadgen.slo import parse_slo
 
@@ -145,8 +146,11 @@ def base_load_config(kw: dict[str, Any]) -> LoadConfig:
 
 
 def config_record(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> dict[str, Any]:
-    """The resolved configuration as recorded in result.json: no secret values."""
+    """The resolved configuration as recorded in result.json: no secret values (call inside the command:
+    its URL options, :mod:`loadgen.cli.url_options`, are found on it)."""
+    urls = url_option_names()
     rec = {k: v for k, v in kw.items() if k not in ("headers", "extra_body", "endpoint")}
+    rec.update({k: record_urls(v)[0] for k, v in rec.items() if k in urls})
     rec["endpoint"] = redact_url(endpoint_url)
     rec["embedded_simulated_endpoint"] = embedded
     rec["header_names"] = sorted(

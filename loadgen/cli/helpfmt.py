@@ -42,7 +42,7 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
         "extra_body",
         "no_preflight", "no_stream", "insecure", "provider", "deployment", "api_version", "azure_ad_token_env",
         "anthropic_version", "ca_file", "connection_reuse", "network_baseline", "retry_429", "max_rpm", "max_tpm",
-        "yes", "sim_args", "idle_timeout",
+        "yes", "sim_args", "idle_timeout", "header_timeout",
     })),
     ("Server launch", frozenset({
         "serve", "serve_model", "served_model_name", "server_python", "server_port", "serve_args",

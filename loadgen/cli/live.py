@@ -32,6 +32,7 @@ import orjson
 from rich.console import Console
 
 from loadgen.cli.options import usage_errors
+from loadgen.cli.url_options import URL
 from loadgen.redact import redact_url
 from loadgen.report.live_view import INTERVAL_S, LiveFigures, LiveStats, inflight_count, schedule_offsets
 from loadgen.units import parse_duration_ns
@@ -78,13 +79,14 @@ def live_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--otlp-endpoint",
+            type=URL,
             help="Push live metrics over OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318/v1/metrics "
             "(needs the 'otlp' extra).",
         ),
         click.option("--otlp-interval", default="5s", show_default=True, help="How often --otlp-endpoint is pushed."),
         click.option(
             "--server-metrics",
-            metavar="URL",
+            type=URL,
             help="The server's Prometheus page (e.g. http://127.0.0.1:8000/metrics): scraped during the run; "
             "running/waiting requests and KV-cache usage go into result.json's timeseries on the client's "
             "time axis (--serve does this by itself).",
@@ -272,7 +274,9 @@ def server_observer(kw: dict[str, Any], endpoint_url: str | None) -> Any:
 
     p = urlsplit(url)
     if p.scheme not in ("http", "https") or not p.hostname:
-        raise click.UsageError(f"--server-metrics {url!r}: expected an http(s) URL, e.g. http://127.0.0.1:8000/metrics")
+        raise click.UsageError(
+            f"--server-metrics {redact_url(url)!r}: expected an http(s) URL, e.g. http://127.0.0.1:8000/metrics"
+        )
     with usage_errors():
         period_s = parse_duration_ns(kw.get("server_metrics_interval") or "1s") / 1e9
     if period_s <= 0:
@@ -284,8 +288,11 @@ def server_observer(kw: dict[str, Any], endpoint_url: str | None) -> Any:
 
 
 @contextlib.contextmanager
-def telemetry_from_options(kw: dict[str, Any], jsonl: Path, err: Console) -> Iterator[Any]:
-    """The live exporters of ``--metrics-port`` and ``--otlp-endpoint`` around a run (:mod:`loadgen.telemetry`)."""
+def telemetry_from_options(
+    kw: dict[str, Any], jsonl: Path, err: Console, redact: Callable[[str], str]
+) -> Iterator[Any]:
+    """The live exporters of ``--metrics-port`` and ``--otlp-endpoint`` around a run (:mod:`loadgen.telemetry`);
+    ``redact``: the run's :class:`~loadgen.redact.Redactor` (the OTLP exporter's log lines name its URL)."""
     out = _Exporters()
     with contextlib.ExitStack() as stack:
         port = kw.get("metrics_port")
@@ -316,6 +323,6 @@ def telemetry_from_options(kw: dict[str, Any], jsonl: Path, err: Console) -> Ite
                 ) from None
             with usage_errors():
                 interval_s = parse_duration_ns(kw.get("otlp_interval") or "5s") / 1e9
-            out.exporters.append(stack.enter_context(OtlpPusher(jsonl, url, interval_s)))
+            out.exporters.append(stack.enter_context(OtlpPusher(jsonl, url, interval_s, redact=redact)))
             err.print(f"pushing live metrics over OTLP to {redact_url(url)} every {interval_s:g} s", markup=False)
         yield out

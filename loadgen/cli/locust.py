@@ -54,6 +54,7 @@ from loadgen.cli.options import (
 from loadgen.cli.runfile import config_file_option, merge_file_headers
 from loadgen.cli.scale import refuse_brace_list
 from loadgen.cli.target import endpoint_from_options
+from loadgen.cli.url_options import URL
 
 __all__ = ["LOCUSTFILE", "LocustOutcome", "locust_cmdline", "locust_command", "master_args", "web_args"]
 
@@ -214,6 +215,7 @@ def build_config(
         "extra_body": parse_extra_body(kw["extra_body"]),
         "timeout_s": duration_s(kw["timeout"], "--timeout") or 600.0,
         "connect_timeout_s": duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
+        "header_timeout_s": endpoint.config.header_timeout_s,  # resolved by endpoint_from_options
         "verify_tls": not kw["insecure"],
         "pool_limit": max(kw["max_concurrency"] or DEFAULT_MAX_INFLIGHT, 1) + 16,
         "accepted": dict(endpoint.accepted),
@@ -275,9 +277,12 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
                     f"{flag} with --sessions: a Locust user is a session (closed loop): -u N runs N sessions at "
                     "once, each replaced when it ends, until -t or the stop button"
                 )
-        from loadgen.workload.session_sources import load_sessions
+        from loadgen.session_plan import check_sessions
 
-        load_sessions(src, 1, seed=kw["seed"])  # a bad source fails here, naming its file, line and field
+        # the whole source checked once, before any user starts: a bad one fails here, naming its file, line and
+        # field (issue 32); the waits its sessions will have capped are said once
+        for line in check_sessions(src, seed=kw["seed"]):
+            click.echo(f"warning: {line}", err=True)
     open_loop = kw["rate"] is not None or kw["trace"]
     if not open_loop:
         for name in ("n_requests", "duration", "max_concurrency"):
@@ -319,7 +324,9 @@ def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["--help"]},
 )
 @click.option(
-    "--endpoint", help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint)."
+    "--endpoint",
+    type=URL,
+    help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint).",
 )
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
 @click.option("--model", help="Model name sent in requests (default: the first model the endpoint lists).")
@@ -333,6 +340,11 @@ def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
 @click.option("--api-key-env", help="Environment variable holding the API key (read by every Locust process).")
 @click.option("--timeout", default="600s", show_default=True, help="Total per-request deadline.")
 @click.option("--connect-timeout", default="10s", show_default=True)
+@click.option(
+    "--header-timeout",
+    help="No response headers this long after the send ends the request as header_timeout (the server's failure) "
+    "[default: max(30s, 10x the TTFT target) with a --slo on ttft, else 60s].",
+)
 @click.option("--extra-body", help="JSON object merged into every request body.")
 @click.option("--no-preflight", is_flag=True, help="Skip the pre-flight request that detects optional fields.")
 @click.option("--insecure", is_flag=True, help="Do not verify TLS certificates (recorded in the result).")

@@ -19,6 +19,7 @@ import click
 
 from loadgen.cli.helpfmt import OPTION_HELP, AliasOption, api_help
 from loadgen.cli.runfile import config_file_option, label_option, merge_file_headers
+from loadgen.cli.url_options import URL
 from loadgen.errors import ConfigError
 from loadgen.units import parse_duration_s, parse_percent
 from loadgen.workload.traces import BUILTIN_TRACES
@@ -224,6 +225,7 @@ def common_endpoint_options(f: F) -> F:
         label_option,
         click.option(
             "--endpoint",
+            type=URL,
             multiple=True,
             callback=_endpoint_replicas,
             help="Base URL of an OpenAI-compatible server (default: start the embedded simulated endpoint). "
@@ -278,6 +280,11 @@ def common_endpoint_options(f: F) -> F:
             default="120s",
             show_default=True,
             help="No byte of an answer's body for this long (a stalled stream) ends the request as a timeout.",
+        ),
+        click.option(
+            "--header-timeout",
+            help="No response headers this long after the send ends the request as header_timeout (the server's "
+            "failure) [default: max(30s, 10x the TTFT target) with a --slo on ttft, else 60s; off with --no-stream].",
         ),
         click.option("--extra-body", help="JSON object merged into every request body (sampling parameters, ...)."),
         click.option("--no-preflight", is_flag=True, help="Skip the pre-flight request that detects optional fields."),
@@ -415,6 +422,7 @@ def run_only_options(f: F) -> F:
         ),
         click.option(
             "--cluster",
+            type=URL,
             help="Ray cluster address (host:port, auto, ray://...): the --workers shards run as its actors.",
         ),
         click.option("--dry-run", is_flag=True, help="Build the schedule, write schedule.jsonl, send nothing."),

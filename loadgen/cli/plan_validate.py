@@ -18,6 +18,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.options import duration_s
+from loadgen.cli.url_options import URL
 
 __all__ = ["run_validation", "validate_options"]
 
@@ -36,7 +37,7 @@ def validate_options(f: Any) -> Any:
                      help="Trace time where the slice starts (default: the peak interval's start)."),
         click.option("--validate-replicas", type=click.IntRange(min=1),
                      help="Replicas to validate (default: the plan's for the slice; one fewer shows it is not oversized)."),
-        click.option("--validate-endpoint", "validate_endpoints", multiple=True, metavar="URL",
+        click.option("--validate-endpoint", "validate_endpoints", type=URL, multiple=True,
                      help="A real replica (give it once per replica); default: the capacity sweep's simulated endpoint."),
         click.option("--balance", type=click.Choice(["round-robin", "least-outstanding"]), default="round-robin",
                      show_default=True, help="How the replay's requests are spread over the replicas."),

@@ -27,6 +27,7 @@ from loadgen.cli.options import (
     workload_options,
 )
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
+from loadgen.cli.url_options import url_secrets
 from loadgen.recordlog import default_out_dir
 from loadgen.redact import Redactor
 
@@ -57,6 +58,14 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
     load = build_load_config(kw)
     load.sessions = session_source(kw)  # issue 17: multi-turn sessions (loadgen.session_run)
     load.validate()
+    if load.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before anything
+        from rich.markup import escape
+
+        from loadgen.session_plan import check_sessions
+
+        own = load.rate_rps is None and load.concurrency is None  # the source's own session starts
+        for line in check_sessions(load.sessions, seed=load.seed, own_starts=own):
+            err.print(f"[yellow]warning:[/] {escape(line)}")
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir()
     if kw["dry_run"] and load.sessions is not None:
@@ -70,7 +79,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
         _dry_run(load, out_dir, console)
         return None
     load.prices = prices(kw)
-    redactor = Redactor()
+    redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
     with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err) as target:
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
         if not target.embedded:
@@ -104,7 +113,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                         conditions_extra=extra,
                         workers=parse_workers(kw["workers"]),  # whole sessions per process (loadgen.session_workers)
                     )
-                with live, telemetry_from_options(kw, out_dir / "requests.jsonl", err) as tele:
+                with live, telemetry_from_options(kw, out_dir / "requests.jsonl", err, redactor) as tele:
 
                     def hook(runner: Any) -> None:  # read-only references for the view and the exporter
                         live.attach(runner)

@@ -13,11 +13,12 @@ the run was given (on the command line or from a file) as a key, and every other
 comment with its default, so ``loadgen run --config config.used.toml`` repeats the run with the
 same loadgen version. Secrets are not written: a header whose name is credential-like
 (:func:`loadgen.redact.is_sensitive_name`) is left out, credential-like fields of ``--extra-body``
-and credential-like query values of ``--endpoint`` are written as ``***`` and the URL's userinfo
-dropped, each with a comment (a re-run then fails loudly at the pre-flight instead of measuring
-something else); API keys come from the environment (``--api-key-env``) and are never in it. ``--out``,
-``--dry-run`` and ``--config`` itself are not written (a re-run writes a new directory); an
-unset ``--salt`` stays unset (a fresh salt per run, so caches cannot flatter the re-run).
+and credential-like query values of every URL option (``--endpoint``, ``--server-metrics``, ...:
+:mod:`loadgen.cli.url_options`) are written as ``***`` and the URL's userinfo dropped, each with a
+comment (a re-run then fails loudly at the pre-flight instead of measuring something else); API
+keys come from the environment (``--api-key-env``) and are never in it. ``--out``, ``--dry-run`` and
+``--config`` itself are not written (a re-run writes a new directory); an unset ``--salt`` stays
+unset (a fresh salt per run, so caches cannot flatter the re-run).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from typing import Any
 
 import click
 
-from loadgen.redact import is_sensitive_name, redact_body, split_url_secrets
+from loadgen.cli.url_options import is_url_option, record_urls, url_option_names
+from loadgen.redact import is_sensitive_name, redact_body
 from loadgen.version import __version__
 
 __all__ = [
@@ -112,13 +114,13 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
             raise click.UsageError(f"--config {path}: {raw!r} takes one value, not a list")
         assert opt.name is not None
         defaults[opt.name] = v
-    _refuse_readable_secrets(path, defaults)
+    _refuse_readable_secrets(path, defaults, url_option_names(ctx.command))
     ctx.default_map = defaults
     ctx.meta["loadgen.config_headers"] = [str(h) for h in defaults.get("headers") or ()]
     return value
 
 
-def _refuse_readable_secrets(path: Path, options: dict[str, Any]) -> None:
+def _refuse_readable_secrets(path: Path, options: dict[str, Any], urls: frozenset[str]) -> None:
     """A config file that holds a secret (a credential-like header, URL userinfo or key, a credential-like
     ``extra-body`` field) must not be readable by group or others (issue 20: secrets off the command line
     only help if the file that holds them is private). Raises click.UsageError naming what and the mode."""
@@ -135,9 +137,10 @@ def _refuse_readable_secrets(path: Path, options: dict[str, Any]) -> None:
         name, _, value = str(h).partition(":")
         if is_sensitive_name(name) and real([value.strip().rpartition(" ")[2]]):
             held.append(f"header {name.strip()}")
-    eps = options.get("endpoint") or ()  # repeatable: a list (replicas)
-    if any(real(split_url_secrets(str(u))[1]) for u in ([eps] if isinstance(eps, str) else eps)):
-        held.append("endpoint credentials")
+    for name in sorted(urls):  # the URL options (one URL, or a list of them: --endpoint's replicas)
+        us = options.get(name) or ()
+        if any(real(split_url_secrets(str(u))[1]) for u in ([us] if isinstance(us, str) else us)):
+            held.append(f"{name.replace('_', '-')} credentials")
     body = options.get("extra_body")
     if body:
         try:
@@ -210,8 +213,9 @@ def _flag(p: click.Option) -> str:
     return next(o[2:] for o in p.opts if o.startswith("--"))
 
 
-def _without_secrets(name: str, value: Any) -> tuple[Any, str | None]:
+def _without_secrets(p: click.Option, value: Any) -> tuple[Any, str | None]:
     """``(value to write or None, a comment)`` for an option whose value may hold a secret."""
+    name = p.name
     if name == "headers":
         kept: list[str] = []
         dropped: list[str] = []  # names only
@@ -236,10 +240,10 @@ def _without_secrets(name: str, value: Any) -> tuple[Any, str | None]:
         if safe != body or '"***"' in value:  # (or it was written as *** before: a re-run of a re-run)
             return json.dumps(safe), "extra-body: credential-like values written as *** (give --extra-body again)"
         return value, None
-    if name == "endpoint" and value:
-        pairs = [split_url_secrets(str(v)) for v in value]
-        if any(secrets for _, secrets in pairs):
-            return [c for c, _ in pairs], "endpoint: credentials in the URL not written (give --endpoint again)"
+    if is_url_option(p):  # declared type=URL (loadgen.cli.url_options): --endpoint, --server-metrics, ...
+        safe, held = record_urls(value)
+        if held:
+            return safe, f"{_flag(p)}: credentials in the URL not written (give --{_flag(p)} again)"
     return value, None
 
 
@@ -258,7 +262,7 @@ def write_used_config(kw: dict[str, Any], out_dir: Path) -> Path:
         raw = kw[p.name]
         if p.name == "endpoint":  # repeatable (replicas, cli.target.endpoint_replicas); kw holds the first
             raw = list(ctx.meta.get("loadgen.endpoint_replicas") or ([raw] if raw else []))
-        value, note = _without_secrets(p.name, raw)
+        value, note = _without_secrets(p, raw)
         if note:
             notes.append(note)
         source = ctx.get_parameter_source(p.name)

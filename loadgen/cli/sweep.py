@@ -26,6 +26,7 @@ from loadgen.cli.options import (
     workload_options,
 )
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
+from loadgen.cli.url_options import URL, url_secrets
 from loadgen.recordlog import default_out_dir
 from loadgen.redact import Redactor
 
@@ -69,7 +70,7 @@ __all__ = ["sweep_cmd"]
     show_default=True,
     help="Client processes per probe (N or auto); no early stop with N > 1.",
 )
-@click.option("--cluster", help="Ray cluster address: each probe's --workers shards run as its actors.")
+@click.option("--cluster", type=URL, help="Ray cluster address: each probe's --workers shards run as its actors.")
 @click.option("--cpus", help="Run the client on these CPUs only (e.g. 0 or 0-3): keeps it off a local server's cores.")
 @click.option(
     "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/)."
@@ -137,11 +138,18 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     scfg = build_sweep_config(kw)
     base = base_load_config(kw)
     base.sessions = session_source(kw)  # issue 17: the session-capacity search (loadgen.sweep.sessions)
+    if base.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before any probe
+        from rich.markup import escape
+
+        from loadgen.session_plan import check_sessions
+
+        for line in check_sessions(base.sessions, seed=base.seed):
+            err.print(f"[yellow]warning:[/] {escape(line)}")
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
     make_out_dir(out_dir)
     base.prices = scfg.prices
-    redactor = Redactor()
+    redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
     with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err) as target:
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
         if cluster is not None and kw["workers"] == "auto":

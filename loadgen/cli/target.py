@@ -41,6 +41,7 @@ __all__ = [
     "endpoint_from_options",
     "endpoint_replicas",
     "endpoints_from_options",
+    "header_timeout_s",
     "resolve_endpoint_url",
 ]
 
@@ -180,6 +181,34 @@ _ENDPOINT_DEFAULTS: dict[str, Any] = {
 }
 
 
+def header_timeout_s(kw: dict[str, Any]) -> float | None:
+    """``--header-timeout`` in seconds: the value given, else max(30 s, 10x the TTFT target) when an SLO
+    (``--slo``, or ``--slo-p99`` of ``--slo-metric``) targets TTFT, else 60 s (the rule of
+    :func:`loadgen.endpoints.header_wait.default_header_timeout_s`). None (off) with ``--no-stream``: a
+    whole answer's headers come with its last byte (``--timeout`` bounds it); giving both is a usage error."""
+    from loadgen.endpoints.header_wait import default_header_timeout_s
+    from loadgen.slo import parse_slo
+
+    given = kw.get("header_timeout")
+    if kw.get("no_stream"):
+        if given is not None:
+            raise click.UsageError(
+                "--header-timeout bounds the wait for a streamed answer's headers: with --no-stream they come "
+                "with the whole answer (--timeout bounds it)"
+            )
+        return None
+    if given is not None:
+        return positive_duration_s(given, "--header-timeout", 0.0)
+    slos = []
+    if kw.get("slo_p99"):
+        with usage_errors("--slo-p99: "):
+            slos.append(parse_slo(f"{kw.get('slo_metric') or 'ttft'}:p99<={kw['slo_p99']}"))
+    for text in kw.get("slos") or ():
+        with usage_errors("--slo: "):
+            slos.append(parse_slo(text))
+    return default_header_timeout_s(slos)
+
+
 def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool, redactor: Redactor) -> Endpoint:
     """The endpoint for parsed options (other front ends, e.g. ``loadgen locust``, pass a subset)."""
     kw = {**_ENDPOINT_DEFAULTS, **kw}
@@ -233,6 +262,7 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
         timeout_s=positive_duration_s(kw["timeout"], "--timeout", 600.0),
         connect_timeout_s=positive_duration_s(kw["connect_timeout"], "--connect-timeout", 10.0),
         idle_timeout_s=positive_duration_s(kw.get("idle_timeout"), "--idle-timeout", 120.0),
+        header_timeout_s=header_timeout_s(kw),
         verify_tls=not kw["insecure"],
         ca_file=kw["ca_file"],
         request_id_prefix=new_run_id(),
@@ -283,6 +313,7 @@ def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor) 
             sampling_parameters=parse_extra_body(kw["extra_body"]),
             timeout_s=duration_s(kw["timeout"], "--timeout") or 600.0,
             connect_timeout_s=duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
+            header_timeout_s=header_timeout_s(kw),
             request_id_prefix=new_run_id(),
         ),
         redactor,

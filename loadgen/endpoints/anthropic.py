@@ -30,6 +30,7 @@ import aiohttp
 import orjson
 
 from loadgen.clock import now_ns
+from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
 from loadgen.endpoints.http import HTTPSendMixin, drain_after_end, fail, settle
 from loadgen.endpoints.pool import network_baseline
 from loadgen.endpoints.quota import ClientRateCap
@@ -66,6 +67,7 @@ class AnthropicConfig:
     discover: bool = True  # GET /v1/models in open(): reachability, and the model when none is given
     max_event_bytes: int = 16 * 1024 * 1024  # also the largest whole (non-streamed) body read
     idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S  # no byte of a body this long: timeout (None: off)
+    header_timeout_s: float | None = DEFAULT_HEADER_TIMEOUT_S  # streamed: no headers this long: header_timeout
     ca_file: str | None = None
     connection_reuse: str = "keep-alive"
     network_baseline: bool = False

@@ -7,6 +7,7 @@ The rooms of this package, by what they hold:
 * ``pool``: the aiohttp session with its timing hooks; the network baseline.
 * ``http``: one HTTP request sent and read, error classification, 429 retries, ``HTTPSendMixin``.
 * ``reads``: bounded body reads (size) and the idle (inter-chunk) timeout.
+* ``header_wait``: the header timeout (no response headers: ``header_timeout``) and its default rule.
 * ``side``: requests beside the load (discovery, pre-flight): one error line naming the phase.
 * ``openai`` (+ ``openai_stream``: its answers, sans-IO), ``anthropic``, ``triton`` (+ ``triton_config``, ``triton_grpc``): the endpoints.
 * ``providers``: :func:`~loadgen.endpoints.providers.make_endpoint` (a provider's dialect)

@@ -6,7 +6,8 @@ Triton's ``generate_stream``) share.
   (a non-2xx answer -> ``rate_limited``, ``filtered`` or ``http_error``): filling the record.
 * :func:`settle` (a cleanly ended response -> ``ok``, ``buffered`` or ``filtered``) and
   :func:`drain_after_end` (the rest of a finished stream, read for a bounded time).
-* :func:`http_attempt`: one POST, its answer read by the endpoint's reader; never raises.
+* :func:`http_attempt`: one POST, its headers awaited at most the header timeout
+  (:mod:`loadgen.endpoints.header_wait`), its answer read by the endpoint's reader; never raises.
 * :class:`GatedPayload`: a body whose bytes go out only when the runner opens its gate, and
   never on a kept-alive connection the server has closed meanwhile (sent again on a fresh one).
 * :func:`send_with_attempts`: the client's own rate cap (:class:`~loadgen.endpoints.quota.ClientRateCap`,
@@ -27,6 +28,7 @@ import orjson
 
 from loadgen.clock import deadline_after, now_ns, sleep_until
 from loadgen.endpoints.base import EndpointBase
+from loadgen.endpoints.header_wait import HeaderDeadline
 from loadgen.endpoints.pool import connect_error_text, current_record, fresh_connection, open_session, peer_closed
 from loadgen.endpoints.quota import (
     ClientRateCap,
@@ -36,7 +38,7 @@ from loadgen.endpoints.quota import (
     retry_after_from_headers,
 )
 from loadgen.endpoints.reads import IdleTimeout
-from loadgen.errors import ProtocolError
+from loadgen.errors import HeaderTimeout, ProtocolError
 from loadgen.metrics import stream_buffered
 from loadgen.types import RequestRecord, RequestSpec
 
@@ -74,8 +76,11 @@ def classify_exception(exc: BaseException, *, response_started: bool) -> str:
 
     ``response_started``: the response headers had arrived (errors after that are
     an ``incomplete_stream``, before that a ``connect`` failure). A response that is
-    not valid HTTP is ``protocol`` either way.
+    not valid HTTP is ``protocol`` either way; no headers within the header timeout is
+    ``header_timeout`` (:class:`~loadgen.errors.HeaderTimeout`).
     """
+    if isinstance(exc, HeaderTimeout):
+        return "header_timeout"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timeout"
     if _errno_of(exc) in _CLIENT_LIMIT_ERRNOS:
@@ -273,8 +278,14 @@ async def http_attempt(
     timeout_s: float,
     redact: Callable[[str], str],
     read_ok: Callable[[aiohttp.ClientResponse, RequestRecord], Awaitable[None]],
+    header_timeout_s: float | None = None,
+    ahead_s: float = 0.0,
 ) -> None:
     """POST ``payload`` and fill ``record``; never raises except ``asyncio.CancelledError``.
+
+    ``header_timeout_s``: no response headers within it ends the request as ``header_timeout``
+    (:class:`~loadgen.endpoints.header_wait.HeaderDeadline`; ``ahead_s``: a prepared request's time
+    to its scheduled send, which ``timeout_s`` already includes).
 
     ``read_ok`` reads a 2xx response (stream or body, bounded in size and idle time: see
     :mod:`loadgen.endpoints.reads`); other statuses go to
@@ -286,10 +297,14 @@ async def http_attempt(
     t_call = now_ns()
     token = current_record.set(record)
     try:
-        async with deadline_after(timeout_s):  # never ends before timeout_s (uvloop's timers can fire early)
+        async with (
+            deadline_after(timeout_s),  # never ends before timeout_s (uvloop's timers can fire early)
+            HeaderDeadline(header_timeout_s, total_s=timeout_s - ahead_s, ahead_s=ahead_s) as header_wait,
+        ):
             async with session.post(
                 url, data=payload, headers=headers, allow_redirects=False, trace_request_ctx=record
             ) as resp:
+                header_wait.arrived()
                 response_started = True
                 note_response(resp, record)
                 if record.sent_ns is None:
@@ -314,7 +329,7 @@ async def http_attempt(
     except Exception as exc:  # transport errors become data, never escape
         if record.status != "ok":  # a complete response stays ok (e.g. the deadline hit its slow close)
             kind = classify_exception(exc, response_started=response_started)
-            text = str(exc) if isinstance(exc, IdleTimeout) else connect_error_text(exc, kind=False)
+            text = str(exc) if isinstance(exc, IdleTimeout | HeaderTimeout) else connect_error_text(exc, kind=False)
             fail(record, kind, redact(text))
     finally:
         current_record.reset(token)
@@ -431,7 +446,7 @@ class HTTPSendMixin(EndpointBase):
     """``send`` and one HTTP attempt, shared by the HTTP endpoints (OpenAI-compatible, Anthropic).
 
     The class using it provides ``config`` (``timeout_s``, ``stream``, ``retry_429``,
-    ``retry_429_max_wait_s``, ``request_id_prefix``), ``cap`` (a :class:`ClientRateCap` or
+    ``retry_429_max_wait_s``, ``request_id_prefix``, ``header_timeout_s``), ``cap`` (a :class:`ClientRateCap` or
     None), ``redactor``, ``_session``, ``_url``, ``_headers``, ``build_body(spec)`` and the
     readers ``_read_stream`` / ``_read_body``.
     """
@@ -484,6 +499,12 @@ class HTTPSendMixin(EndpointBase):
             connection_reuse=cfg.connection_reuse,
         )
 
+    def _header_timeout_s(self) -> float | None:
+        """The header timeout applied (``config.header_timeout_s``): streamed requests only (a whole
+        answer's headers come with its last byte: ``timeout_s`` bounds it)."""
+        cfg: Any = self.config  # type: ignore[attr-defined]  # every endpoint using the mixin has a config
+        return getattr(cfg, "header_timeout_s", None) if cfg.stream else None
+
     def _client_settings(self) -> dict[str, Any]:
         """The HTTP client's settings as recorded in ``conditions.endpoint.client``."""
         self_: Any = self
@@ -494,6 +515,7 @@ class HTTPSendMixin(EndpointBase):
             "connect_timeout_s": cfg.connect_timeout_s,
             "request_timeout_s": cfg.timeout_s,
             "idle_timeout_s": getattr(cfg, "idle_timeout_s", None),  # no byte of a body this long: timeout
+            "header_timeout_s": self._header_timeout_s(),  # no response headers this long: header_timeout
             "retries": cfg.retry_429,  # only of 429s, only when asked (--retry-429)
             "redirects": "not followed",
             "verify_tls": cfg.verify_tls,
@@ -521,18 +543,20 @@ class HTTPSendMixin(EndpointBase):
             headers = {**headers, session_header: spec.session_id}
         body = orjson.dumps(self_.build_body(spec))
         read_ok = self_._read_stream if cfg.stream else self_._read_body
+        header_s = self._header_timeout_s()
         if gate is None:
             await http_attempt(self_._session, self_._url, body, headers, record, timeout_s=cfg.timeout_s,
-                               redact=self_.redactor, read_ok=read_ok)  # fmt: skip
+                               redact=self_.redactor, read_ok=read_ok, header_timeout_s=header_s)  # fmt: skip
             return
         for n in range(STALE_RESENDS_MAX + 1):
             payload = GatedPayload(body, gate, record, content_type="application/json")
             # prepared ahead: the total deadline runs from the scheduled time
-            timeout_s = cfg.timeout_s + max(record.scheduled_ns - now_ns(), 0) / 1e9
+            ahead_s = max(record.scheduled_ns - now_ns(), 0) / 1e9
             token = fresh_connection.set(n > 0)
             try:
-                await http_attempt(self_._session, self_._url, payload, headers, record, timeout_s=timeout_s,
-                                   redact=self_.redactor, read_ok=read_ok)  # fmt: skip
+                await http_attempt(self_._session, self_._url, payload, headers, record,
+                                   timeout_s=cfg.timeout_s + ahead_s, redact=self_.redactor, read_ok=read_ok,
+                                   header_timeout_s=header_s, ahead_s=ahead_s)  # fmt: skip
             finally:
                 fresh_connection.reset(token)
             if payload.wrote or not closed_before_send(record) or n == STALE_RESENDS_MAX:

@@ -31,6 +31,7 @@ import aiohttp
 import orjson
 
 from loadgen.clock import now_ns
+from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
 from loadgen.endpoints.http import ERROR_BODY_LIMIT, HTTPSendMixin, drain_after_end
 from loadgen.endpoints.openai_stream import OpenAIStreamParser, _error_text, apply_body, apply_stream_event
 from loadgen.endpoints.pool import network_baseline
@@ -78,6 +79,7 @@ class OpenAIConfig:
     accepted: dict[str, bool] | None = None  # optional fields known to be accepted (skips re-probing)
     max_event_bytes: int = 16 * 1024 * 1024  # also the largest whole (--no-stream) body read
     idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S  # no byte of a body this long: timeout (None: off)
+    header_timeout_s: float | None = DEFAULT_HEADER_TIMEOUT_S  # streamed: no headers this long: header_timeout
     # --- providers, quotas, network (see loadgen.endpoints.providers) ---
     provider: str = "openai-compatible"
     api_key_header: str | None = None  # send the key raw in this header (Azure: api-key), not as Bearer

@@ -62,6 +62,7 @@ _COMMON = (
     "request_id_prefix",
     "max_event_bytes",
     "idle_timeout_s",
+    "header_timeout_s",
     "ca_file",
     "connection_reuse",
     "network_baseline",

@@ -8,8 +8,7 @@ Every body the client reads is bounded: a server (or anything in between) that s
   event over its limit is); the connection is dropped, never read to its end.
 * :func:`idle_guard`: the idle (inter-chunk) timeout: no byte of the body for ``idle_s``
   after the headers or after the last read raises :class:`IdleTimeout` (the ``timeout`` kind).
-  The wait for the headers is bounded by the total deadline only (a queued request may wait
-  long for its answer to start).
+  The wait for the headers is the header timeout's (:mod:`loadgen.endpoints.header_wait`).
 * :func:`read_pushed`: a streamed body handed to a sans-IO reader as aiohttp's HTTP parser
   decodes it, inside the connection's ``data_received`` (the hot path of a streamed answer:
   no task wake-up, buffer and flow-control round per read).

@@ -48,6 +48,7 @@ import orjson
 
 from loadgen.clock import deadline_after, now_ns
 from loadgen.endpoints.base import EndpointBase
+from loadgen.endpoints.header_wait import HeaderDeadline
 from loadgen.endpoints.http import classify_exception, drain_after_end, fail, record_http_error
 from loadgen.endpoints.pool import TimedConnector, connect_error_text, side_timeout
 from loadgen.endpoints.triton_config import StreamProgress, TritonConfig, error_line
@@ -139,6 +140,7 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
                 "channels_opened": len(self._channels) if cfg.protocol == "grpc" else None,
                 "connect_timeout_s": cfg.connect_timeout_s,
                 "request_timeout_s": cfg.timeout_s,
+                "header_timeout_s": cfg.header_timeout_s,  # HTTP: no headers, gRPC: no first response
                 "retries": 0,
             },
             **({"accounting_fixed": dict(sorted(self.accounting.items()))} if self.accounting else {}),
@@ -295,8 +297,12 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
         started = False
         t_call = now_ns()
         try:
-            async with deadline_after(cfg.timeout_s):
+            async with (
+                deadline_after(cfg.timeout_s),
+                HeaderDeadline(cfg.header_timeout_s, total_s=cfg.timeout_s) as header_wait,
+            ):
                 async with self._session.post(url, data=payload, headers=headers, allow_redirects=False) as resp:
+                    header_wait.arrived()
                     started = True
                     record.sent_ns = t_call if record.sent_ns is None else record.sent_ns
                     if resp.status != 200:

@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
 from loadgen.endpoints.http import settle
 from loadgen.types import RequestRecord, TokenEvent
 
@@ -26,7 +27,8 @@ class TritonConfig:
     of the repository index). Tensor names are configurable (``None`` never sends
     that input). ``sampling_parameters`` are merged into the JSON sent on
     ``sampling_parameters_input``. ``cumulative_text``: the model streams the whole
-    text so far (old vLLM backends) instead of deltas.
+    text so far (old vLLM backends) instead of deltas. ``header_timeout_s``: no response
+    headers (gRPC: no first response) this long after the send is ``header_timeout``.
     """
 
     url: str
@@ -51,6 +53,7 @@ class TritonConfig:
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
+    header_timeout_s: float | None = DEFAULT_HEADER_TIMEOUT_S  # no headers (gRPC: first response): header_timeout
     pool_limit: int = 4096
     streams_per_channel: int = 100
     request_id_prefix: str | None = None

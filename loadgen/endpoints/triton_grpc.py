@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from loadgen.clock import deadline_after, now_ns
+from loadgen.endpoints.header_wait import HeaderDeadline
 from loadgen.endpoints.http import classify_exception, fail
 from loadgen.endpoints.triton_config import StreamProgress, TritonConfig, error_line
 from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
@@ -158,10 +159,15 @@ class TritonGRPCMixin:
 
         call = None
         try:
-            async with deadline_after(cfg.timeout_s):
+            async with (
+                deadline_after(cfg.timeout_s),
+                HeaderDeadline(cfg.header_timeout_s, total_s=cfg.timeout_s) as first_wait,  # no first response
+            ):
                 call = slot[1].ModelStreamInfer(requests(), metadata=self._grpc_metadata())
                 async for resp in call:
                     t = now_ns()
+                    if not started:
+                        first_wait.arrived()
                     started = True
                     if resp.error_message:
                         record.end_ns = t

@@ -1,7 +1,8 @@
 """The Locust client: one streamed OpenAI-compatible request over ``http.client`` on gevent sockets.
 
 A keep-alive pool that opens a connection rather than wait, a connect timeout, a
-total deadline, no retries, no redirects; headers and body in one write. The body
+header timeout (``header_timeout``, as ``loadgen run``'s), a total deadline, no retries,
+no redirects; headers and body in one write. The body
 comes from :class:`~loadgen.endpoints.openai.OpenAIEndpoint`, the stream is read
 by the sans-IO :class:`~loadgen.endpoints.openai.OpenAIStreamParser`, each read
 stamped with :func:`loadgen.clock.now_ns`; failures become the record's error kind.
@@ -25,12 +26,16 @@ from loadgen.clock import now_ns
 from loadgen.endpoints.http import ERROR_BODY_LIMIT, classify_exception, fail, fill_http_error
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint, OpenAIStreamParser
 from loadgen.endpoints.quota import parse_ratelimit_headers
-from loadgen.errors import ProtocolError
+from loadgen.errors import HeaderTimeout, ProtocolError
 from loadgen.types import RequestRecord, RequestSpec
 
 
 class _Deadline(Exception):
     """The total per-request deadline expired."""
+
+
+class _HeaderDeadline(Exception):
+    """No response headers within the header timeout."""
 
 
 class Prepared(tuple):
@@ -120,6 +125,8 @@ class GeventClient:
         self.path = urlsplit(self.ep.url_for_record).path or "/"
         self.prefix = request_id_prefix
         self.timeout_s = cfg["timeout_s"]
+        header_s = cfg.get("header_timeout_s")
+        self.header_timeout_s = header_s if header_s is not None and header_s < self.timeout_s else None
         self.max_event_bytes = ocfg.max_event_bytes
         self.pool = KeepAlivePool(
             self.ep._url, cfg["connect_timeout_s"], cfg["timeout_s"], cfg["verify_tls"], cfg["pool_limit"]
@@ -140,7 +147,8 @@ class GeventClient:
                 rec.connection_reused = rec.connect_ns == 0
                 rec.sent_ns = now_ns()
                 conn.request("POST", self.target, body=payload, headers=headers)  # one write
-                resp = conn.getresponse()
+                with gevent.Timeout(self.header_timeout_s, _HeaderDeadline):  # None: no timer
+                    resp = conn.getresponse()
                 rec.response_headers_ns = now_ns()
                 started = True
                 rec.ratelimit = parse_ratelimit_headers(resp.headers)
@@ -152,6 +160,8 @@ class GeventClient:
             fail(rec, "protocol", self.redact(str(exc)))
         except _Deadline:
             fail(rec, "timeout", f"no clean end within the {self.timeout_s:g} s request deadline")
+        except _HeaderDeadline:
+            fail(rec, "header_timeout", str(HeaderTimeout(self.header_timeout_s or 0.0)))
         except Exception as exc:  # transport errors become data, never escape
             kind = "timeout" if isinstance(exc, TimeoutError) else classify_exception(exc, response_started=started)
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -197,6 +207,7 @@ def client_settings(cfg: dict[str, Any]) -> dict[str, Any]:
         "idle_connections_kept": cfg["pool_limit"],
         "connect_timeout_s": cfg["connect_timeout_s"],
         "request_timeout_s": cfg["timeout_s"],
+        "header_timeout_s": cfg.get("header_timeout_s"),  # no response headers this long: header_timeout
         "retries": 0,
         "redirects": "not followed",
         "verify_tls": cfg["verify_tls"],

@@ -80,13 +80,14 @@ class LoadProcess:
         self.t0_ns = local_t0_ns(plan)
         self.ru0 = resource.getrusage(resource.RUSAGE_SELF)
         self.w0 = now_ns()
-        self.greenlets = [gevent.spawn(self._loop_monitor)]
-        self._rest: Iterator[tuple[int, int, Callable[[], RequestSpec]]] | None = None
         self.feed: SessionFeed | None = None
         self.session_stats = SessionStats()
         self.sessions_cut = 0  # sessions the test's stop cut short (neither completed nor failed)
-        if cfg["mode"] == "sessions":  # the plan's sessions, this process's share (loadgen.locust.sessions)
+        if cfg["mode"] == "sessions":  # the plan's sessions, this process's share (loadgen.locust.sessions);
+            # a bad source raises here, before any greenlet of this process starts
             self.feed = SessionFeed(cfg, plan["salt"], self.tokenizer, self.shard, self.shards)
+        self.greenlets = [gevent.spawn(self._loop_monitor)]
+        self._rest: Iterator[tuple[int, int, Callable[[], RequestSpec]]] | None = None
         if cfg["mode"] == "open":
             self.cap = gevent.lock.BoundedSemaphore(cfg["max_concurrency"])
             self.greenlets.append(gevent.spawn(self._dispatch))

@@ -182,7 +182,12 @@ def _on_start_message(environment: Any, msg: Any, **_: Any) -> None:
         _worker_quits(environment, f"loadgen: this worker cannot take part: {exc}")
         return
     gc_quiet(True)
-    S.process = LoadProcess(environment, plan, None)
+    try:  # a --sessions file this worker reads (its own copy) is checked whole here: a bad one is said once
+        S.process = LoadProcess(environment, plan, None)
+    except ConfigError as exc:
+        gc_quiet(False)
+        _worker_quits(environment, f"loadgen: this worker cannot take part: {exc}")
+        return
     refresh_loop_clock()
 
 

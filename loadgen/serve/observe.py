@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 
 from loadgen.clock import now_ns
+from loadgen.redact import redact_url
 from loadgen.serve import prom
 from loadgen.serve.nvml import NVML, EnergyMeter, NVMLUnavailable, gpus_for_pids
 from loadgen.serve.process import ServerProcess, group_members
@@ -46,7 +47,9 @@ class ServerObserver:
     """Scrapes one server around runs. ``kind``: "vllm", "triton", or "auto" (told by the first
     scrape's names: vLLM, Triton, else the gauges of :data:`~loadgen.serve.prom.GAUGE_NAMES`
     only); ``base_url``: the server's HTTP root; ``metrics_url``: its Prometheus page (vLLM: ``base_url/metrics``; Triton: the
-    metrics port, default ``:8002``); ``server``: the launched process, when loadgen started it.
+    metrics port, default ``:8002``); ``server``: the launched process, when loadgen started it. Both URLs
+    are used as given and recorded (conditions, the server section, scrape errors) through
+    :func:`~loadgen.redact.redact_url`: no userinfo, no credential-like query value.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class ServerObserver:
         self.kind = kind
         self.base_url = base_url.rstrip("/")
         self.metrics_url = metrics_url or self._default_metrics_url()
+        self._metrics_url_shown = redact_url(self.metrics_url)  # what records say (class docstring)
         self.model = model
         self.server = server
         self.sample_period_s = sample_period_s
@@ -116,7 +120,8 @@ class ServerObserver:
         if self.kind == "auto" and (s := await self.scrape()) is not None:
             self._detect(s)
         cond = await server_conditions(self.kind, self.base_url, server=self.server, model=self.model)
-        cond["metrics_url"] = self.metrics_url
+        cond["url"] = redact_url(self.base_url)
+        cond["metrics_url"] = self._metrics_url_shown
         return cond
 
     # -- scraping -------------------------------------------------------------------------
@@ -127,11 +132,11 @@ class ServerObserver:
             s = await self._http()
             async with s.get(self.metrics_url) as resp:
                 if resp.status != 200:
-                    self._note(f"HTTP {resp.status} from {self.metrics_url}")
+                    self._note(f"HTTP {resp.status} from {self._metrics_url_shown}")
                     return None
                 return prom.parse(await resp.text())
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            self._note(f"{type(exc).__name__} reading {self.metrics_url}")
+            self._note(f"{type(exc).__name__} reading {self._metrics_url_shown}")
             return None
 
     def _note(self, msg: str) -> None:
@@ -215,7 +220,7 @@ class ServerObserver:
         self._meter = None
         section: dict[str, Any] = {
             "kind": self.kind,
-            "metrics_url": self.metrics_url,
+            "metrics_url": self._metrics_url_shown,
             "window_s": round(window, 3),
             "scrapes": (self._before is not None) + (after is not None) + len(self._samples),
         }

@@ -91,7 +91,8 @@ from loadgen.validity import RATE_LIMIT_DOMINATED
 
 # Failures that are the server's whatever the generator's timing (not: connect, which a saturated
 # client can cause too; cancelled, the probe's own early stop; client_limit).
-_SERVER_ERRORS = ("timeout", "rate_limited", "http_error", "incomplete_stream", "stream_error", "protocol")
+_SERVER_ERRORS = ("timeout", "header_timeout", "rate_limited", "http_error", "incomplete_stream", "stream_error",
+                  "protocol")  # fmt: skip
 
 
 class ProbeJudge:

@@ -23,13 +23,18 @@ Instruments (GenAI semantic-convention names where one exists; ``loadgen.phase``
   ``loadgen.output_tokens``, ``loadgen.requests.unsent``; gauges
   ``loadgen.inflight_requests``, ``loadgen.schedule_lag.p99`` (s, last refresh period),
   ``loadgen.client.cpu_ratio``.
+
+The SDK's own log lines (an export that failed names the URL, query key included) go to stderr
+as logging's last resort writes them, but through the run's ``redact`` first.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +53,17 @@ HISTOGRAM_NAMES = (
 
 
 class OtlpPusher:
-    """The OTLP push of one run (a context manager). ``attach`` is a ``measure(runner_hook=...)``."""
+    """The OTLP push of one run (a context manager). ``attach`` is a ``measure(runner_hook=...)``;
+    ``redact``: the run's :class:`~loadgen.redact.Redactor`, for the SDK's log lines (module docstring)."""
 
-    def __init__(self, jsonl: Path, endpoint: str, interval_s: float = 5.0, refresh_s: float = REFRESH_S) -> None:
+    def __init__(
+        self,
+        jsonl: Path,
+        endpoint: str,
+        interval_s: float = 5.0,
+        refresh_s: float = REFRESH_S,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
         self.jsonl = jsonl
         self.endpoint = endpoint
         self.interval_s = interval_s
@@ -65,6 +78,7 @@ class OtlpPusher:
         self._cpu = (time.process_time(), time.perf_counter())
         self._unsent_seen = 0
         self._inst: dict[str, Any] = {}
+        self._log = _ScrubbedLog(redact) if redact is not None else None
 
     def attach(self, runner: Any) -> None:
         """Keep a read-only reference to the runner (in flight, unsent)."""
@@ -78,6 +92,8 @@ class OtlpPusher:
         from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
         from opentelemetry.sdk.resources import Resource
 
+        if self._log is not None:
+            self._log.install()
         bounds = [float(b) for b in BUCKET_BOUNDS_S]
         views = [
             View(instrument_name=n, aggregation=ExplicitBucketHistogramAggregation(bounds)) for n in HISTOGRAM_NAMES
@@ -125,6 +141,8 @@ class OtlpPusher:
         if self._provider is not None:
             self.refresh()  # the last records: final counts
             self._provider.shutdown()  # pushes once more, then stops
+        if self._log is not None:
+            self._log.remove()
 
     def _loop(self) -> None:
         refresh_until_stopped(self._stop, self.refresh_s, self.refresh)
@@ -167,3 +185,28 @@ class OtlpPusher:
         if unsent > self._unsent_seen:
             i["unsent"].add(unsent - self._unsent_seen)
             self._unsent_seen = unsent
+
+
+class _ScrubbedLog(logging.Handler):
+    """The ``opentelemetry`` loggers' lines on stderr, each through ``redact`` (installed for one push's life)."""
+
+    def __init__(self, redact: Callable[[str], str]) -> None:
+        super().__init__(logging.WARNING)  # the level of logging.lastResort, which wrote them before
+        self.redact = redact
+        self._propagate = True
+
+    def install(self) -> None:
+        log = logging.getLogger("opentelemetry")
+        log.addHandler(self)
+        self._propagate, log.propagate = log.propagate, False
+
+    def remove(self) -> None:
+        log = logging.getLogger("opentelemetry")
+        log.removeHandler(self)
+        log.propagate = self._propagate
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.redact(self.format(record)) + "\n")
+        except Exception:
+            self.handleError(record)

@@ -74,6 +74,10 @@ def _entries(text: str, path: str) -> list[tuple[int, Any]]:
             value, end = dec.raw_decode(text, i)
         except json.JSONDecodeError as exc:
             raise InputFileError(path, exc.lineno, "row", f"not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise InputFileError(path, line, "row", "nested too deeply (over the JSON parser's limit)") from None
+        except ValueError as exc:  # an integer of over 4,300 digits
+            raise InputFileError(path, line, "row", f"not valid JSON: {exc}") from None
         out.append((line, value))
         i = end
         expect_value = False

@@ -9,15 +9,18 @@ Synthetic options: ``turns`` (a length spec: ``10``, ``uniform:5,15``), ``input`
 tokens per turn, a length spec), ``output`` (reply tokens per turn, a length spec), ``delay``
 (mean delay between a reply and the next turn, a duration), ``delay_dist`` (``constant`` |
 ``exp``), ``system`` (tokens of a system prompt shared by every session).
-File options (every format): ``time_scale`` (delays and trace start times multiplied by it),
-``token_scale`` (every length multiplied by it, at least 1), ``max_turns`` (turns kept per
-session), ``max_sessions`` (sessions kept, in file order), ``format`` (skip detection).
-Both: ``idle_cap`` (a duration: no delay between turns is longer, as the AgentX runs cap idle
-gaps); ``salt`` (``on``: sessions share no prefix past the shared system prompt, the default;
-``off``: sessions with equal messages share them).
+File options (every format): ``time_scale`` (delays and trace start times multiplied by it, at
+most 1e6), ``token_scale`` (every length multiplied by it, at least 1), ``max_turns`` (turns kept
+per session), ``max_sessions`` (sessions kept, in file order), ``format`` (skip detection).
+Both: ``idle_cap`` (a duration, default 1 h: no wait of the run, between turns or between the
+source's own session starts, is longer; longer ones are shortened to it with a warning line, as
+the AgentX runs cap idle gaps); ``max_delay`` (a duration, default 1 day: a longer delay stated
+in the file, or a longer synthetic ``delay``, is refused); ``salt`` (``on``: sessions share no
+prefix past the shared system prompt, the default; ``off``: sessions with equal messages share them).
 
-File formats (detected from the first line; errors name the file, the 1-based line and the field,
-as the trace readers do, and nothing is sent from a file that failed validation):
+File formats (detected from the first line). A file is read and checked whole before any load
+(the rules, bounds and caps: :mod:`loadgen.workload.session_checks`); errors name the file, the
+1-based line and the field, as the trace readers do, and nothing is sent from a file that failed:
 
 * ``loadgen`` (loadgen's own JSONL, one session per line)::
 
@@ -28,9 +31,11 @@ as the trace readers do, and nothing is sent from a file that failed validation)
 
   ``session_id`` (a string, unique), ``turns`` (a non-empty list) and, per turn,
   ``output_tokens`` (>= 1) and one of ``new_tokens`` (>= 1) or ``text`` are required;
-  ``delay_s`` (>= 0, default 0, ignored on a first turn), ``start_s`` (>= 0: the session's start
-  from the first session, used with the trace's own arrivals), ``system_tokens``, ``role``
-  (``user`` | ``tool``), ``reply_text`` and ``hash_ids`` are optional.
+  ``delay_s`` (seconds from the end of the previous reply: >= 0, at most ``max_delay``, default 0,
+  ignored on a first turn), ``start_s`` (>= 0: the session's start from the first session, used
+  with the trace's own arrivals), ``system_tokens``, ``role`` (``user`` | ``tool``), ``reply_text``
+  and ``hash_ids`` are optional. A turn's ``timestamp`` (or another time key such as ``delay``,
+  ``delay_ms``, ``think_time``) is refused, never dropped: turns are causal, a send time is no delay.
 * ``weka`` (callanjfox/kv-cache-tester, the AgentX traces: one session per line with
   ``requests[]`` of ``in``/``out``/``think_time``/``hash_ids``): the session opens with a shared
   system prompt of ``tool_tokens + system_tokens``; turn ``k``'s new message is
@@ -38,13 +43,15 @@ as the trace readers do, and nothing is sent from a file that failed validation)
   at least 1: where the client kept less than the whole reply, e.g. dropped thinking blocks, the
   replayed prompt is longer than the trace's by at most that reply); a turn whose ``in`` is
   smaller than ``in[k-1]`` (the agent compacted its context) resets the history and sends
-  ``in[k]`` fresh (counted as resets); ``think_time`` is the delay. Sub-agent
-  entries are skipped and counted (their concurrency is not modelled yet).
+  ``in[k]`` fresh (counted as resets); ``think_time`` is the delay (at most ``max_delay``; the
+  request's ``t``, its time since the session started, is not used: it includes the replies).
+  Sub-agent entries are skipped and counted (their concurrency is not modelled yet).
 * ``tracelab`` (uw-syfi/TraceLab rounds, one round per line): rounds grouped by ``session_id`` in
-  ``round_index`` order; new tokens as for ``weka`` from ``input_tokens_total`` /
-  ``output_tokens``; the delay is the gap from a round's last ``timing_events`` timestamp to the
-  next round's first; the session starts at its first event (so ``start_s`` holds the trace's
-  own session starts).
+  ``round_index`` order (a repeated ``round_index`` is refused); new tokens as for ``weka`` from
+  ``input_tokens_total`` / ``output_tokens``; the delay is the gap from a round's last ``timing_events`` timestamp to the
+  next round's first (ISO-8601 ``timestamp``s; a recorded gap, so over ``max_delay`` it is capped,
+  not refused); the session starts at its first event (so ``start_s`` holds the trace's own
+  session starts).
 * ``sharegpt`` (a JSON list of ``{"conversations": [{"from", "value"}, ...]}``): every
   human/gpt pair is a turn (text replay: the recorded reply is the output length in words and,
   with ``replies=recorded``, the history).
@@ -53,7 +60,7 @@ as the trace readers do, and nothing is sent from a file that failed validation)
 from __future__ import annotations
 
 import datetime as dt
-import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -61,12 +68,23 @@ from typing import Any
 from loadgen.errors import ConfigError, InputFileError
 from loadgen.units import parse_duration_s
 from loadgen.workload.lengths import parse_length_spec
+from loadgen.workload.session_checks import (
+    MAX_START_S,
+    check_int,
+    check_secs,
+    idle_cap_s,
+    json_row,
+    max_delay_s,
+    refuse_time_keys,
+    span,
+)
 from loadgen.workload.sessions import Session, Turn, synthetic_sessions
 
 __all__ = ["SessionSource", "load_sessions", "parse_session_source"]
 
-_FILE_KEYS = {"idle_cap", "time_scale", "token_scale", "max_turns", "max_sessions", "format", "salt", "replies"}
-_SYNTH_KEYS = {"idle_cap", "turns", "input", "output", "delay", "delay_dist", "system", "salt"}
+_FILE_KEYS = {"idle_cap", "max_delay", "time_scale", "token_scale", "max_turns", "max_sessions", "format", "salt",
+              "replies"}  # fmt: skip
+_SYNTH_KEYS = {"idle_cap", "max_delay", "turns", "input", "output", "delay", "delay_dist", "system", "salt"}
 FORMATS = ("loadgen", "weka", "tracelab", "sharegpt")
 
 
@@ -122,6 +140,8 @@ def parse_session_source(text: str) -> SessionSource:
         raise ConfigError(f"--sessions {text!r}: replies is 'actual' or 'recorded'")
     if "format" in opts and opts["format"] not in FORMATS:
         raise ConfigError(f"--sessions {text!r}: format is one of {', '.join(FORMATS)}")
+    idle_cap_s(opts)  # a bad cap or bound is a ConfigError now, not when the file is read
+    max_delay_s(opts)
     return SessionSource(source, opts)
 
 
@@ -130,8 +150,8 @@ def _float(opts: dict[str, str], key: str, default: float) -> float:
         v = float(opts.get(key, default))
     except ValueError:
         raise ConfigError(f"--sessions: {key}={opts[key]!r} is not a number") from None
-    if not v > 0:
-        raise ConfigError(f"--sessions: {key} must be > 0")
+    if not 0 < v <= 1e6:
+        raise ConfigError(f"--sessions: {key} must be > 0 and at most 1e6")
     return v
 
 
@@ -149,10 +169,16 @@ def _count(opts: dict[str, str], key: str) -> int | None:
 
 def load_sessions(src: SessionSource, n: int | None = None, *, seed: int = 0) -> tuple[list[Session], dict[str, Any]]:
     """The sessions of ``src`` (``n``: how many a synthetic source makes; None: 1,000) and facts about
-    the read (``format``, ``skipped_subagents``, ``resets``). Raises ConfigError / InputFileError."""
+    the read (``format``, ``skipped_subagents``, ``resets``, ``max_delay_s``, ``warnings``: lines to
+    show before the run). The whole file is read and checked (:mod:`loadgen.workload.session_checks`);
+    delays are as the file states them (time-scaled): the idle cap is the plan's
+    (:func:`loadgen.session_plan.plan_sessions`). Raises ConfigError / InputFileError."""
     o = src.options
+    most = max_delay_s(o)
     if src.synthetic:
         delay = parse_duration_s(o.get("delay", "0s"), "--sessions delay") or 0.0
+        if delay > most:
+            raise ConfigError(f"--sessions delay={o['delay']}: over the maximum delay of {span(most)} (max_delay=...)")
         if o.get("delay_dist", "constant") not in ("constant", "exp"):
             raise ConfigError("--sessions: delay_dist is 'constant' or 'exp'")
         sessions = synthetic_sessions(
@@ -165,14 +191,14 @@ def load_sessions(src: SessionSource, n: int | None = None, *, seed: int = 0) ->
             system_tokens=int(o.get("system", "0")),
             seed=seed,
         )
-        return sessions, {"format": "synthetic"}
+        return sessions, {"format": "synthetic", "max_delay_s": most, "warnings": _synthetic_capped(o, delay)}
     path = src.source
     fmt = o.get("format") or detect_format(path)
-    facts: dict[str, Any] = {"format": fmt}
+    facts: dict[str, Any] = {"format": fmt, "max_delay_s": most, "warnings": []}
     if fmt == "loadgen":
-        sessions = read_loadgen(path)
+        sessions = read_loadgen(path, most)
     elif fmt == "weka":
-        sessions, facts["skipped_subagents"] = read_weka(path)
+        sessions, facts["skipped_subagents"] = read_weka(path, most)
     elif fmt == "tracelab":
         sessions = read_tracelab(path)
     else:
@@ -186,6 +212,18 @@ def load_sessions(src: SessionSource, n: int | None = None, *, seed: int = 0) ->
     )  # fmt: skip
     facts["resets"] = sum(t.reset for s in sessions for t in s.turns)
     return sessions, facts
+
+
+def _synthetic_capped(o: dict[str, str], delay: float) -> list[str]:
+    """The warning for synthetic delays over the idle cap (the share of them: every one when constant)."""
+    cap = idle_cap_s(o)
+    exp = o.get("delay_dist", "constant") == "exp"
+    share = 0.0 if delay <= 0 else math.exp(-cap / delay) if exp else float(delay > cap)
+    if share < 1e-6:
+        return []
+    which = f"about {share:.2g} of the delays (exp, mean {span(delay)})" if exp and share < 1 else "every delay"
+    return [f"--sessions synthetic: {which} longer than the idle cap of {span(cap)} shortened to it "
+            "(--sessions synthetic,idle_cap=DURATION moves the cap)"]  # fmt: skip
 
 
 def scale_sessions(
@@ -251,10 +289,7 @@ def _lines(path: str) -> list[tuple[int, dict[str, Any]]]:
             for i, raw in enumerate(fh, 1):
                 if not raw.strip():
                     continue
-                try:
-                    obj = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise InputFileError(path, i, "row", f"not valid JSON: {exc}") from None
+                obj = json_row(raw, path, i)
                 if not isinstance(obj, dict):
                     raise InputFileError(path, i, "row", "each line must be a JSON object")
                 out.append((i, obj))
@@ -265,37 +300,22 @@ def _lines(path: str) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-def _int(v: Any, path: str, line: int, fld: str, minimum: int) -> int:
-    if v is None:
-        raise InputFileError(path, line, fld, "missing value")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
-        raise InputFileError(path, line, fld, f"not an integer: {v!r}")
-    if v < minimum:
-        raise InputFileError(path, line, fld, f"must be >= {minimum}, got {v}")
-    return int(v)
+def _unique(seen: dict[str, int], sid: str, path: str, line: int, fld: str) -> None:
+    if sid in seen:
+        raise InputFileError(path, line, fld, f"duplicate session id {sid!r} (first on line {seen[sid]})")
+    seen[sid] = line
 
 
-def _secs(v: Any, path: str, line: int, fld: str) -> float:
-    if v is None:
-        return 0.0
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-        raise InputFileError(path, line, fld, f"not a number: {v!r}")
-    if v < 0:
-        raise InputFileError(path, line, fld, f"negative delay {v}")
-    return float(v)
-
-
-def read_loadgen(path: str) -> list[Session]:
-    """loadgen's own session JSONL (module doc)."""
+def read_loadgen(path: str, max_delay: float) -> list[Session]:
+    """loadgen's own session JSONL (module doc); a stated delay over ``max_delay`` (s) is refused."""
     sessions: list[Session] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for line, obj in _lines(path):
         sid = obj.get("session_id")
         if not isinstance(sid, str) or not sid:
             raise InputFileError(path, line, "session_id", "missing or not a non-empty string")
-        if sid in seen:
-            raise InputFileError(path, line, "session_id", f"duplicate session id {sid!r}")
-        seen.add(sid)
+        _unique(seen, sid, path, line, "session_id")
+        refuse_time_keys(obj, path, line)
         turns_raw = obj.get("turns")
         if not isinstance(turns_raw, list) or not turns_raw:
             raise InputFileError(path, line, "turns", "missing or not a non-empty list")
@@ -304,17 +324,19 @@ def read_loadgen(path: str) -> list[Session]:
             f = f"turns[{k}]"
             if not isinstance(t, dict):
                 raise InputFileError(path, line, f, "each turn must be an object")
-            out = _int(t.get("output_tokens"), path, line, f + ".output_tokens", 1)
+            refuse_time_keys(t, path, line, f)
+            out = check_int(t.get("output_tokens"), path, line, f + ".output_tokens", 1)
             text = t.get("text")
             if text is not None and not isinstance(text, str):
                 raise InputFileError(path, line, f + ".text", "not a string")
-            new = None if text is not None else _int(t.get("new_tokens"), path, line, f + ".new_tokens", 1)
+            new = None if text is not None else check_int(t.get("new_tokens"), path, line, f + ".new_tokens", 1)
             role = t.get("role", "user")
             if role not in ("user", "tool"):
                 raise InputFileError(path, line, f + ".role", f"'user' or 'tool', got {role!r}")
             hids = t.get("hash_ids")
             if hids is not None and not (isinstance(hids, list) and all(isinstance(h, int) for h in hids)):
                 raise InputFileError(path, line, f + ".hash_ids", "not a list of integers")
+            delay = check_secs(t.get("delay_s"), path, line, f + ".delay_s", max_delay)  # checked on a first turn too
             reply = t.get("reply_text")
             if reply is not None and not isinstance(reply, str):
                 raise InputFileError(path, line, f + ".reply_text", "not a string")
@@ -325,7 +347,7 @@ def read_loadgen(path: str) -> list[Session]:
                     text=text,
                     role=role,
                     reply_text=reply,
-                    delay_s=_secs(t.get("delay_s"), path, line, f + ".delay_s") if k else 0.0,
+                    delay_s=delay if k else 0.0,
                     hash_ids=tuple(hids) if hids is not None else None,
                 )  # fmt: skip
             )
@@ -335,8 +357,8 @@ def read_loadgen(path: str) -> list[Session]:
             Session(
                 sid,
                 tuple(turns),
-                start_s=None if start is None else _secs(start, path, line, "start_s"),
-                system_tokens=_int(sys_tokens, path, line, "system_tokens", 0),
+                start_s=None if start is None else check_secs(start, path, line, "start_s", MAX_START_S, ""),
+                system_tokens=check_int(sys_tokens, path, line, "system_tokens", 0),
             )  # fmt: skip
         )
     return sessions
@@ -351,18 +373,20 @@ def _grow(prev_in: int | None, prev_out: int | None, cur_in: int, base: int) -> 
     return max(cur_in - base, 1), True  # the prompt shrank (context compaction): history dropped
 
 
-def read_weka(path: str) -> tuple[list[Session], int]:
+def read_weka(path: str, max_delay: float) -> tuple[list[Session], int]:
     """kv-cache-tester / AgentX traces (module doc); returns (sessions, skipped sub-agent entries)."""
     sessions: list[Session] = []
     skipped = 0
+    seen: dict[str, int] = {}
     for line, obj in _lines(path):
         sid = obj.get("id")
         if not isinstance(sid, str):
             raise InputFileError(path, line, "id", "missing or not a string")
+        _unique(seen, sid, path, line, "id")
         reqs = obj.get("requests")
         if not isinstance(reqs, list) or not reqs:
             raise InputFileError(path, line, "requests", "missing or not a non-empty list")
-        base = _int(obj.get("tool_tokens", 0), path, line, "tool_tokens", 0) + _int(
+        base = check_int(obj.get("tool_tokens", 0), path, line, "tool_tokens", 0) + check_int(
             obj.get("system_tokens", 0), path, line, "system_tokens", 0
         )
         turns: list[Turn] = []
@@ -374,9 +398,9 @@ def read_weka(path: str) -> tuple[list[Session], int]:
             if r.get("type") == "subagent":
                 skipped += 1
                 continue
-            cur_in = _int(r.get("in"), path, line, f + ".in", 1)
-            out = _int(r.get("out"), path, line, f + ".out", 0)
-            delay = _secs(r.get("think_time"), path, line, f + ".think_time")
+            cur_in = check_int(r.get("in"), path, line, f + ".in", 1)
+            out = check_int(r.get("out"), path, line, f + ".out", 0)
+            delay = check_secs(r.get("think_time"), path, line, f + ".think_time", max_delay)
             new, reset = _grow(prev_in, prev_out, cur_in, base if cur_in > base else 0)
             types = r.get("input_types") or []
             hids = r.get("hash_ids")
@@ -403,18 +427,23 @@ def _ts_s(v: Any, path: str, line: int, fld: str) -> float:
         raise InputFileError(path, line, fld, "missing or not a timestamp string")
     try:
         return dt.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # the last two: a naive time past the platform's range
         raise InputFileError(path, line, fld, f"not an ISO-8601 timestamp: {v!r}") from None
 
 
 def read_tracelab(path: str) -> list[Session]:
     """TraceLab per-round JSONL (module doc)."""
     rounds: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
+    lines: dict[tuple[str, int], int] = {}
     for line, obj in _lines(path):
         sid = obj.get("session_id")
         if not isinstance(sid, str):
             raise InputFileError(path, line, "session_id", "missing or not a string")
-        idx = _int(obj.get("round_index"), path, line, "round_index", 0)
+        idx = check_int(obj.get("round_index"), path, line, "round_index", 0)
+        if (sid, idx) in lines:
+            raise InputFileError(path, line, "round_index", f"round {idx} of session {sid!r} repeated "
+                                 f"(first on line {lines[sid, idx]})")  # fmt: skip
+        lines[sid, idx] = line
         rounds.setdefault(sid, []).append((idx, line, obj))
     firsts: list[float] = []
     built: list[tuple[str, tuple[Turn, ...], float]] = []
@@ -430,8 +459,8 @@ def read_tracelab(path: str) -> list[Session]:
                 raise InputFileError(path, line, "timing_events", "missing or not a non-empty list of events")
             first = _ts_s(ev[0].get("timestamp"), path, line, "timing_events[0].timestamp")
             last = _ts_s(ev[-1].get("timestamp"), path, line, f"timing_events[{len(ev) - 1}].timestamp")
-            cur_in = _int(obj.get("input_tokens_total"), path, line, "input_tokens_total", 1)
-            out = _int(obj.get("output_tokens"), path, line, "output_tokens", 0)
+            cur_in = check_int(obj.get("input_tokens_total"), path, line, "input_tokens_total", 1)
+            out = check_int(obj.get("output_tokens"), path, line, "output_tokens", 0)
             if prev_last is None:
                 start, delay = first, 0.0
             else:

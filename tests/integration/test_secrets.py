@@ -46,7 +46,7 @@ def b64_cores(secret: str) -> list[str]:
 
 
 def leaks(text: str, secret: str) -> list[str]:
-    forms = {secret, quote(secret, safe=""), quote_plus(secret), *b64_cores(secret)}
+    forms = {secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1], *b64_cores(secret)}
     found = [f for f in forms if f and f in text]
     rand = secret.rsplit("-", 1)[-1]
     found += [rand[i : i + 10] for i in range(len(rand) - 9) if rand[i : i + 10] in text]
@@ -378,3 +378,36 @@ def test_no_process_loadgen_starts_shows_a_secret(tmp_path: Path) -> None:
     assert p.returncode in (0, 1), err
     assert len([r for r in srv.requests if r["method"] == "POST"]) >= 60
     assert all(r["headers"].get("x-api-key") == keys["header-env"] for r in srv.requests if r["method"] == "POST")
+
+
+def test_url_option_credentials_stay_out(tmp_path: Path, sim_url: str) -> None:
+    """Credentials in the URL options beside --endpoint (issue 33 item 2): ``--server-metrics`` and
+    ``--otlp-endpoint`` each with a userinfo key and a query key. Both are used whole (the scrapes and the
+    OTLP pushes carry them) and recorded redacted: none in any file of the run (result.json, report.html,
+    config.used.toml, requests.jsonl, ...), stdout or stderr."""
+    keys = {n: new_key() for n in ("metrics-userinfo", "metrics-query", "otlp-userinfo", "otlp-query")}
+    host = sim_url.split("://", 1)[1]
+    metrics = f"http://bob:{keys['metrics-userinfo']}@{host}/metrics?api_key={keys['metrics-query']}"
+    with RecordingServer(lambda n, r: http("200 OK", b"", "application/x-protobuf")) as otlp:
+        out = tmp_path / "out"
+        otlp_url = f"http://bob:{keys['otlp-userinfo']}@127.0.0.1:{otlp.port}/v1/metrics?token={keys['otlp-query']}"
+        args = ["--endpoint", sim_url, "--rate", "20", "--requests", "20", "--output-tokens", "3",
+                "--server-metrics", metrics, "--server-metrics-interval", "0.2s",
+                "--otlp-endpoint", otlp_url, "--otlp-interval", "1s", "--out", str(out)]  # fmt: skip
+        proc = run_cli(args, {})
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Traceback" not in proc.stderr
+    # used whole: the OTLP receiver got the userinfo as HTTP Basic and the query key
+    basic = "Basic " + base64.b64encode(f"bob:{keys['otlp-userinfo']}".encode()).decode()
+    assert otlp.requests and all(r["headers"].get("authorization") == basic for r in otlp.requests)
+    assert all(r["target"] == f"/v1/metrics?token={keys['otlp-query']}" for r in otlp.requests)
+    res, _ = load(out)
+    assert res["server"]["scrapes"] >= 2 and res["server"]["series"]["t_s"]  # the scrapes were answered
+    shown = f"http://{host}/metrics?api_key=***"
+    assert res["server"]["metrics_url"] == res["conditions"]["server"]["metrics_url"] == shown
+    assert res["config"]["server_metrics"] == shown
+    assert res["config"]["otlp_endpoint"] == f"http://127.0.0.1:{otlp.port}/v1/metrics?token=***"
+    used = (out / "config.used.toml").read_text()
+    assert f'server-metrics = "{shown}"' in used and "# otlp-endpoint: credentials in the URL not written" in used
+    assert {"report.html", "config.used.toml"} <= {p.name for p in out.iterdir()}
+    assert_no_leaks(out, proc, keys)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import base64
+import logging
+from pathlib import Path
 from urllib.parse import quote
+
+import pytest
 
 from loadgen.redact import Redactor, find_body_secrets, redact_body, redact_headers, redact_url, split_url_secrets
 
@@ -62,3 +66,33 @@ def test_scrub_reaches_every_string_of_a_result() -> None:
     assert clean["conditions"]["server_version"] == "0.1 (headers: Authorization: Bearer ***)"
     assert clean["n"] == [1, "x***"]
     assert Redactor().scrub(result) is result  # nothing to scrub: the same object
+
+
+def test_url_options_are_declared_by_their_type() -> None:
+    """The URL options of each command (their credentials recorded redacted, loadgen.cli.url_options)."""
+    from loadgen.cli.run import run_cmd
+    from loadgen.cli.sweep import sweep_cmd
+    from loadgen.cli.url_options import record_urls, url_option_names, url_secrets
+
+    assert url_option_names(run_cmd) == {"endpoint", "cluster", "otlp_endpoint", "server_metrics"}
+    assert url_option_names(sweep_cmd) == {"endpoint", "cluster"}
+    url = f"http://bob:{KEY}@127.0.0.1:9/metrics?api_key={KEY}x"
+    assert record_urls(url) == ("http://127.0.0.1:9/metrics?api_key=***", True)
+    assert record_urls(["http://h:1/a?b=c"]) == (["http://h:1/a?b=c"], False)  # kept exactly
+    assert url_secrets({"server_metrics": url, "otlp_endpoint": None, "rate": 1}, run_cmd) == ["bob", KEY, KEY + "x"]
+
+
+def test_otlp_exporter_log_lines_pass_the_redactor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The OpenTelemetry SDK logs a failed export with its URL, query key included: on stderr it is redacted."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    from loadgen.telemetry.otlp import OtlpPusher
+    from tests.fixtures.recording_server import RecordingServer, http
+
+    with RecordingServer(lambda n, r: http("200 OK", b"", "application/x-protobuf")) as rx:
+        url = f"http://127.0.0.1:{rx.port}/v1/metrics?token={KEY}"
+        with OtlpPusher(tmp_path / "requests.jsonl", url, interval_s=60, redact=Redactor([KEY])):
+            sdk = logging.getLogger("opentelemetry.exporter.otlp.proto.http.metric_exporter")
+            sdk.warning("Transient error %s encountered while exporting metrics batch", f"url: {url}")
+    err = capsys.readouterr().err
+    assert "Transient error url: " in err and "token=***" in err and KEY not in err
+    assert logging.getLogger("opentelemetry").propagate  # the handler is gone with the push

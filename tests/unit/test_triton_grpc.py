@@ -195,6 +195,18 @@ def test_many_streams_multiplexed_over_channels() -> None:
     assert len(fake.requests) == 60
 
 
+def test_no_first_response_within_the_header_timeout_is_header_timeout() -> None:
+    """A model that accepts the stream and sends nothing (gRPC sends no headers before the first
+    response) ends at ``header_timeout_s`` as ``header_timeout``, not at the total deadline; a first
+    response in time stops the timer for the rest of the stream."""
+    rec = asyncio.run(_with_server(FakeTriton(ttft_s=10.0), _send, model="m", header_timeout_s=0.3, timeout_s=30))
+    assert rec.error_kind == "header_timeout", (rec.error_kind, rec.error_detail)
+    assert "no response headers within 0.3 s" in (rec.error_detail or "")
+    assert rec.sent_ns is not None and rec.end_ns is not None and rec.end_ns - rec.sent_ns < 10e9
+    slow = asyncio.run(_with_server(FakeTriton(gap_s=0.1), _send, model="m", header_timeout_s=0.3))
+    assert slow.ok, slow.error_detail  # 0.5 s of stream after a first response in time
+
+
 def test_unreachable_and_unknown_model() -> None:
     from loadgen.errors import EndpointUnreachable
 
