@@ -18,8 +18,8 @@ as it asks for (so a session's history, which carries the actual replies, is fix
 The committed list of deterministic fields (``RESULT_FIELDS``, ``RECORD_FIELDS``): the run's
 configuration (less its output path), its counts and token totals, and per request its index,
 phase, scheduled time (to the microsecond; not where a reply's end sets it: closed-loop sends and
-session turns after the first), requested lengths, status and session position; and the multiset of request bodies the server received (SHA-1 of each canonical JSON body). Timing
-figures are not compared: they are measurements, not outputs of the engine's rules.
+session turns after the first), requested lengths, status and session position; and the multiset of request bodies the server received (SHA-1 of each canonical JSON body). A field
+that only the new output has is listed as added, not failed. Timing figures are not compared: they are measurements, not outputs of the engine's rules.
 """
 
 from __future__ import annotations
@@ -203,11 +203,18 @@ def capture() -> dict[str, Any]:
         return {name: capture_case(name, Path(tmp)) for name in CASES}
 
 
+ADDED = "added "
+
+
 def diff(a: Any, b: Any, path: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out: list[str] = []
         for k in sorted(set(a) | set(b), key=str):
-            out += diff(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+            where = f"{path}.{k}" if path else str(k)
+            if k not in a:  # a field the redesign (or a later issue) added: an addition, not a change
+                out.append(f"{ADDED}{where}: {b[k]!r}")
+                continue
+            out += diff(a.get(k), b.get(k), where)
         return out
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
@@ -229,7 +236,11 @@ def main(argv: list[str]) -> int:
         print(f"captured {len(now)} cases into {argv[1]}")
         return 0
     before = json.loads(Path(argv[1]).read_text())
-    problems = diff(before, now)
+    found = diff(before, now)
+    problems = [p for p in found if not p.startswith(ADDED)]
+    for p in found:
+        if p.startswith(ADDED):
+            print("  " + p)
     for case in CASES:
         n = len(now.get(case, {}).get("records", []))
         bad = [p for p in problems if p.startswith(case + ".")]
