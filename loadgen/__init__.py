@@ -33,20 +33,20 @@ from loadgen.version import __version__
 # public name -> the module that defines it
 _EXPORTS = {
     "Endpoint": "loadgen.endpoints.base",
-    "LoadConfig": "loadgen.runplan",
-    "LoadgenError": "loadgen.errors",
+    "LoadConfig": "loadgen.engine.runplan",
+    "LoadgenError": "loadgen.core.errors",
     "MeasuredRun": "loadgen.measurement",
-    "RequestRecord": "loadgen.types",
-    "RequestSpec": "loadgen.types",
-    "SLOTarget": "loadgen.slo",
+    "RequestRecord": "loadgen.core.types",
+    "RequestSpec": "loadgen.core.types",
+    "SLOTarget": "loadgen.core.slo",
     "Sweep": "loadgen.sweep",
     "SweepConfig": "loadgen.sweep",
     "SweepOutcome": "loadgen.sweep",
-    "ValidityBounds": "loadgen.validity",
+    "ValidityBounds": "loadgen.engine.validity",
     "WorkloadOptions": "loadgen.workload.spec",
     "make_endpoint": "loadgen.endpoints.providers",
     "measure": "loadgen.measurement",
-    "parse_slo": "loadgen.slo",
+    "parse_slo": "loadgen.core.slo",
 }
 
 __all__ = [
@@ -69,15 +69,15 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from loadgen.core.errors import LoadgenError
+    from loadgen.core.slo import SLOTarget, parse_slo
+    from loadgen.core.types import RequestRecord, RequestSpec
     from loadgen.endpoints.base import Endpoint
     from loadgen.endpoints.providers import make_endpoint
-    from loadgen.errors import LoadgenError
+    from loadgen.engine.runplan import LoadConfig
+    from loadgen.engine.validity import ValidityBounds
     from loadgen.measurement import MeasuredRun, measure
-    from loadgen.runplan import LoadConfig
-    from loadgen.slo import SLOTarget, parse_slo
     from loadgen.sweep import Sweep, SweepConfig, SweepOutcome
-    from loadgen.types import RequestRecord, RequestSpec
-    from loadgen.validity import ValidityBounds
     from loadgen.workload.spec import WorkloadOptions
 
 

@@ -49,9 +49,9 @@ its sha256), ``token_ids`` (whether the server returned them), ``outputs`` (per 
 ``errors_by_kind``, ``accuracy``), ``agreement`` (vs the ``reference``) or null.
 
 Failures before the check: an endpoint that cannot be reached (refused, DNS, TLS, connect
-timeout) raises :class:`~loadgen.errors.EndpointUnreachable` naming the cause, whether it shows
+timeout) raises :class:`~loadgen.core.errors.EndpointUnreachable` naming the cause, whether it shows
 on ``/v1/models`` or on the first prompt (sent alone first); a 4xx other than 429 on either
-(wrong model, not OpenAI-compatible) raises :class:`~loadgen.errors.ConfigError` with the
+(wrong model, not OpenAI-compatible) raises :class:`~loadgen.core.errors.ConfigError` with the
 status and the server's own message. Later failures are data, each with its kind and cause.
 """
 
@@ -68,7 +68,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.errors import InputFileError
+from loadgen.core.errors import InputFileError
 
 CHECK_SCHEMA_VERSION = 1
 DEFAULT_PROMPTS = Path(__file__).parent / "data" / "check_questions.jsonl"
@@ -159,7 +159,7 @@ def _server_message(body: bytes) -> str:
 
 
 def failure(exc: BaseException, timeout_s: float) -> tuple[str, str]:
-    """``(error kind, one-line cause)`` of a failed check request; kinds as ``loadgen.types.ERROR_KINDS``.
+    """``(error kind, one-line cause)`` of a failed check request; kinds as ``loadgen.core.types.ERROR_KINDS``.
 
     The cause names what went wrong in the user's terms: connection refused, DNS, TLS, a connect
     timeout, no answer within ``timeout_s``, or the HTTP status with the server's message.
@@ -233,9 +233,9 @@ async def collect(
     path = url + ("/chat/completions" if settings.api == "chat" else "/completions")
     timeout = aiohttp.ClientTimeout(total=settings.timeout_s, connect=10.0)
     use_ids = settings.token_ids
+    from loadgen.core.errors import ConfigError, EndpointUnreachable, ProtocolError
+    from loadgen.core.redact import Redactor, redact_url, split_url_secrets
     from loadgen.endpoints.reads import DEFAULT_MAX_BODY_BYTES, MODELS_BODY_LIMIT, read_bounded
-    from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
-    from loadgen.redact import Redactor, redact_url, split_url_secrets
 
     redact = Redactor(
         [
@@ -450,7 +450,7 @@ def check_document(
     *, answers: bool,
 ) -> dict[str, Any]:  # fmt: skip
     """The ``check.json`` body (schema in the module docstring); ``agreement`` filled later."""
-    from loadgen.redact import redact_url
+    from loadgen.core.redact import redact_url
     from loadgen.version import __version__
 
     outputs = collected["outputs"]
@@ -558,7 +558,7 @@ def run_check(
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "reference-check.json").write_bytes(orjson.dumps(ref_doc, option=orjson.OPT_INDENT_2))
-        from loadgen.redact import redact_url
+        from loadgen.core.redact import redact_url
 
         ref_source = redact_url(reference)
     elif reference is not None:

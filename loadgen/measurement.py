@@ -16,20 +16,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from loadgen.clock import now_ns
-from loadgen.conditions import client_conditions
+from loadgen.core.clock import now_ns
+from loadgen.core.conditions import client_conditions
+from loadgen.core.errors import ConfigError, OutputError
+from loadgen.core.metrics import RequestMetrics, TokenCounter, compute
+from loadgen.core.redact import Redactor
+from loadgen.core.types import RequestRecord
 from loadgen.endpoints import Endpoint
-from loadgen.errors import ConfigError, OutputError
-from loadgen.metrics import RequestMetrics, TokenCounter, compute
-from loadgen.recordlog import RecordWriter, write_hlog, write_json
-from loadgen.redact import Redactor
-from loadgen.results import Aggregator
-from loadgen.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan, warm_record_path
-from loadgen.runplan import LoadConfig, build_plan, build_workload
-from loadgen.types import RequestRecord
-from loadgen.validity import validity as run_validity
+from loadgen.engine.recordlog import RecordWriter, write_hlog, write_json
+from loadgen.engine.results import Aggregator
+from loadgen.engine.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan, warm_record_path
+from loadgen.engine.runplan import LoadConfig, build_plan, build_workload
+from loadgen.engine.validity import validity as run_validity
+from loadgen.spread.workers import run_workers
 from loadgen.version import __version__
-from loadgen.workers import run_workers
 from loadgen.workload.prompts import new_salt
 
 SCHEMA_VERSION = 1
@@ -74,10 +74,10 @@ async def measure(
 ) -> MeasuredRun:
     """Run ``cfg`` against an opened ``endpoint``; write files to ``out_dir``; return the result.
 
-    With ``workers > 1`` the run is spread over worker processes (:mod:`loadgen.workers`):
+    With ``workers > 1`` the run is spread over worker processes (:mod:`loadgen.spread.workers`):
     ``on_record`` is then called with ``(None, None)`` per request (progress only) and
-    ``on_summary`` with each request's :class:`~loadgen.results.RequestSummary`.
-    With ``cluster`` (a connected :class:`loadgen.cluster.Cluster`) the ``workers`` shards
+    ``on_summary`` with each request's :class:`~loadgen.engine.results.RequestSummary`.
+    With ``cluster`` (a connected :class:`loadgen.spread.cluster.Cluster`) the ``workers`` shards
     run as actors of that Ray cluster instead, with the same callbacks.
 
     ``config_record`` is the resolved configuration as it should appear in
@@ -140,16 +140,16 @@ async def measure(
         energy = (result.get("server") or {}).get("energy") or {}
         if energy.get("energy_j"):
             result["energy"] = {"joules": energy["energy_j"], **energy}
-    from loadgen.timeseries import series  # per-interval throughput and latency (sustained behaviour)
+    from loadgen.engine.timeseries import series  # per-interval throughput and latency (sustained behaviour)
 
     result["timeseries"] = series(
         out_dir / "requests.jsonl", cfg.latency_origin, window=result["window"], server=result.get("server")
     )
-    from loadgen.why import why_of_dirs  # the cause of each SLO miss, from the same records
+    from loadgen.engine.why import why_of_dirs  # the cause of each SLO miss, from the same records
 
     result["why"] = why_of_dirs([out_dir], cfg.slos, origin=cfg.latency_origin)
-    if cfg.max_throughput:  # --rate inf: the batch scorecard (loadgen.throughput)
-        from loadgen.throughput import scorecard as batch_scorecard
+    if cfg.max_throughput:  # --rate inf: the batch scorecard (loadgen.engine.throughput)
+        from loadgen.engine.throughput import scorecard as batch_scorecard
 
         result["max_throughput"] = batch_scorecard(result, agg.win.tokens, cfg, out_dir / "requests.jsonl")
     result = redactor.scrub(result)  # server-supplied text (/version, messages), by value
@@ -230,7 +230,7 @@ def build_result(
 ) -> dict[str, Any]:
     """The ``result.json`` body (schema_version 1).
 
-    ``window`` is the measurement window (:mod:`loadgen.window`; times in seconds from t0)
+    ``window`` is the measurement window (:mod:`loadgen.core.window`; times in seconds from t0)
     and every rate in ``throughput`` is over it, except the ``*_incl_drain`` figures;
     ``duration_s`` is the run's whole span (first measured scheduled send to last
     completion, drain included)."""
@@ -265,7 +265,7 @@ def build_result(
         result["slo"] = slo
     result.update(agg.provider_result(outcome.t0_ns))  # rate_limit, client_rate_cap, network_ms (when observed)
     if cfg.prices is not None:
-        from loadgen.pricing import run_cost
+        from loadgen.core.pricing import run_cost
 
         result["cost"] = run_cost(
             cfg.prices, result["tokens"], completed=agg.completed, conforming=agg.conforming if agg.slos else None

@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT))
 
 from loadgen.capacity import capacity_interval, load_sweep  # noqa: E402
 from loadgen.capacity.confidence import replicated_interval  # noqa: E402
+from loadgen.core.slo import parse_slo  # noqa: E402
 from loadgen.sim.model import SimParams  # noqa: E402
 from loadgen.sim.reference import reference_max_rate  # noqa: E402
-from loadgen.slo import parse_slo  # noqa: E402
 from scripts.capacity_virtual import VirtualSweep  # noqa: E402
 
 SLO = "ttft:p99<=200ms"

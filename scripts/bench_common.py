@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
+from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import MeasuredRun, measure
-from loadgen.runplan import LoadConfig
 from loadgen.sim.launch import SimProcess
 
 

@@ -39,13 +39,13 @@ import sys, time, json, io, tempfile, orjson
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 tokens, requests = int(sys.argv[2]), int(sys.argv[3])
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
 from loadgen.endpoints.openai_stream import OpenAIStreamParser
-from loadgen.metrics import compute
-from loadgen.redact import Redactor
-from loadgen.results import Aggregator
-from loadgen.recordlog import record_line
-from loadgen.types import RequestRecord
+from loadgen.core.metrics import compute
+from loadgen.core.redact import Redactor
+from loadgen.engine.results import Aggregator
+from loadgen.engine.recordlog import record_line
+from loadgen.core.types import RequestRecord
 EVENT = sys.stdin.read()
 reads = [(EVENT.format(fr='"length"' if k == tokens else "null", k=k, t=k + 16)).encode() for k in range(1, tokens + 1)]
 reads.append(b'data: {"choices":[],"usage":{"prompt_tokens":16,"completion_tokens":%d,"total_tokens":%d}}\n\n' % (tokens, tokens + 16))

@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import SimProcess, cpu_split
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.redact import Redactor
+from loadgen.core.types import RequestRecord
 from loadgen.endpoints.openai_stream import OpenAIStreamParser
 from loadgen.endpoints.reads import read_pushed
-from loadgen.redact import Redactor
-from loadgen.types import RequestRecord
 
 RED = Redactor([])
 
@@ -220,7 +220,7 @@ def main() -> int:
     with SimProcess(["--fast", "--ttft-ms", "1", "--itl-ms", str(a.itl_ms), *sim_cpus]) as sim:
         url = (sim.url or "") + "/v1/completions"
         if client_cpus:  # after the server started: a child inherits its parent's CPUs
-            from loadgen.affinity import parse_cpus, pin_process
+            from loadgen.core.affinity import parse_cpus, pin_process
 
             pin_process(parse_cpus(client_cpus[1]))
         for _ in range(a.rounds):

@@ -157,7 +157,7 @@ def gil_probe(variant: str, seconds: float, rate: float) -> tuple[list[float], l
     from rich.console import Console
 
     from loadgen.cli.live import LiveView
-    from loadgen.clock import now_ns, sleep_until
+    from loadgen.core.clock import now_ns, sleep_until
     from loadgen.report.live_view import LiveFigures
 
     d = tmpdir("bench-live-gil-")

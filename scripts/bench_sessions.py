@@ -140,9 +140,9 @@ def search(a: argparse.Namespace, d: Path) -> bool:
     """Must-show 3 (``loadgen sweep --sessions``, open loop): the session-capacity search against the
     virtual-clock reference, salted (no cross-session reuse) and unsalted (sessions share their
     prefixes): the answer rises, and the report says why (its salting line and hit rates)."""
+    from loadgen.core.slo import parse_slo
     from loadgen.sim.model import SimParams
     from loadgen.sim.session_reference import session_capacity
-    from loadgen.slo import parse_slo
     from loadgen.workload.session_sources import load_sessions, parse_session_source
 
     params = SimParams(slots=16, ttft_ms=2, prefill_per_token_ms=0.25, itl_ms=2)

@@ -53,10 +53,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import LoadConfig, SimProcess, pct, read_jsonl, run_against, tmpdir
 
+from loadgen.core.slo import SLOTarget, parse_slo
+from loadgen.core.stats import min_requests
 from loadgen.sim.model import SimParams, capacity_rps
 from loadgen.sim.reference import percentile_at
-from loadgen.slo import SLOTarget, parse_slo
-from loadgen.stats import min_requests
 
 ROOT = Path(__file__).resolve().parents[1]
 

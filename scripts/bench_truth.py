@@ -83,7 +83,7 @@ def truth_errors(run_dir: Path, truth_log: Path) -> dict[str, float]:
 def true_stamp_lateness_ms(run_dir: Path, truth_log: Path) -> np.ndarray:
     """Every paired token's true stamp lateness in ms: the client's stamp (latency origin + TTFT, then
     + each ITL) - the server's write of that token (its truth-log chunk time; loopback delivery, tens of
-    µs, included). Token-weighted, as :mod:`loadgen.stamp_lateness` estimates it."""
+    µs, included). Token-weighted, as :mod:`loadgen.engine.stamp_lateness` estimates it."""
     res = json.loads((run_dir / "result.json").read_text())
     t0 = res["conditions"]["t0_monotonic_ns"]
     sent_origin = res["conditions"].get("latency_origin") == "sent"

@@ -7,7 +7,7 @@ calibrated capacity, double to the first FAIL, geometric bisection to ``--precis
 the counts and the dependence rule (:class:`loadgen.sweep.evidence.DependenceLog`,
 :func:`~loadgen.sweep.evidence.dependent_verdict`, :func:`loadgen.sweep.verdict.target_verdict`),
 the stability test (:func:`loadgen.sweep.stability.backlog_trend`), the early stop
-(:func:`loadgen.slo.fail_count` over the largest possible probe) and the extension rule
+(:func:`loadgen.core.slo.fail_count` over the largest possible probe) and the extension rule
 (:func:`~loadgen.sweep.evidence.extension_verdict`: extended while undecided, up to
 ``max_extensions`` segments of the first one's size, each after the previous one drained). Left out: the client's timing (no INVALID), the tail-length rule
 (E2E here is under 1 s against windows of 10 s and more) and the calibration run (the model's
@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.core.slo import SLOTarget, TargetJudge, fail_count, judge_counts
+from loadgen.core.stats import min_requests
 from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams, capacity_rps, simulate
-from loadgen.slo import SLOTarget, TargetJudge, fail_count, judge_counts
-from loadgen.stats import min_requests
 from loadgen.sweep.evidence import DependenceLog, dependent_verdict, extension_verdict
 from loadgen.sweep.stability import backlog_trend
 from loadgen.sweep.verdict import target_verdict

@@ -93,8 +93,8 @@ async def soak(
 ) -> dict[str, Any]:
     """Run the soak and return its figures (see the module docstring)."""
     from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
+    from loadgen.engine.runplan import LoadConfig
     from loadgen.measurement import measure
-    from loadgen.runplan import LoadConfig
     from loadgen.sim.launch import SimProcess
 
     total_s = minutes * 60.0

@@ -12,8 +12,8 @@ nothing is re-measured. Definitions:
   Clopper-Pearson upper bound of k_j / n_j at confidence 1 - a / (2 m) is <= q_j, and *fails
   at level a* when for some target the lower bound at 1 - a / (2 m) is > q_j, with
   m the number of per-request targets (Bonferroni over targets) and a = 1 - ``confidence``.
-  The bounds are :func:`loadgen.stats.upper_bound` / :func:`~loadgen.stats.lower_bound`, the
-  same Clopper-Pearson bounds the sweep's verdicts use (:func:`loadgen.slo.judge_counts`),
+  The bounds are :func:`loadgen.core.stats.upper_bound` / :func:`~loadgen.core.stats.lower_bound`, the
+  same Clopper-Pearson bounds the sweep's verdicts use (:func:`loadgen.core.slo.judge_counts`),
   only at the two-sided level.
 * The default level is the one the sweep's own probes were sized for: a sweep at
   ``--confidence`` 95 % (one-sided) gives a 90 % interval (:func:`default_confidence`).
@@ -57,9 +57,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.capacity.source import ProbeEvidence, SweepCapacity
-from loadgen.errors import ConfigError
-from loadgen.slo import SLOTarget, allowed_fraction, judged_per_request
-from loadgen.stats import lower_bound, upper_bound
+from loadgen.core.errors import ConfigError
+from loadgen.core.slo import SLOTarget, allowed_fraction, judged_per_request
+from loadgen.core.stats import lower_bound, upper_bound
 
 __all__ = [
     "CapacityInterval",

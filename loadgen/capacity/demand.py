@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.errors import ConfigError, InputFileError
+from loadgen.core.errors import ConfigError, InputFileError
 from loadgen.workload.traces import read_trace, resolve_trace_path
 
 __all__ = ["Demand", "DemandInterval", "read_demand"]

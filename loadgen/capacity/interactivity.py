@@ -13,7 +13,7 @@ is monotone: x falls as y rises, so the interpolation is monotone too); outside 
 range there is no answer (None), never an extrapolation. At that throughput x_t:
 
 * cost per million output tokens = hourly price per accelerator / (x_t x 3600) x 1e6
-  (:func:`loadgen.pricing.hourly_cost_per_million_tokens_usd`);
+  (:func:`loadgen.core.pricing.hourly_cost_per_million_tokens_usd`);
 * output tokens per joule = x_t / W per accelerator, W interpolated the same way between the
   two points' measured power (energy J / window s / accelerators), or a stated power.
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.capacity.source import load_result
-from loadgen.errors import InputFileError
-from loadgen.pricing import hourly_cost_per_million_tokens_usd
+from loadgen.core.errors import InputFileError
+from loadgen.core.pricing import hourly_cost_per_million_tokens_usd
 
 __all__ = ["InteractivityPoint", "at_target", "pareto_front", "points_of"]
 

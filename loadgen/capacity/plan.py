@@ -52,7 +52,7 @@ from typing import Any
 from loadgen.capacity.demand import Demand
 from loadgen.capacity.prices import Prices
 from loadgen.capacity.source import SweepCapacity
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 
 __all__ = ["CapacityPlan", "make_plan", "replicas_needed"]
 

@@ -25,7 +25,7 @@ Format (USD; every key optional unless said; at least one of ``[cloud]`` / ``[on
     ops_hour_usd = 120
 
 Unknown keys and tables are refused (a typo would silently drop a cost), as are negative
-or non-numeric values; :class:`loadgen.errors.InputFileError` names the file, the line of the
+or non-numeric values; :class:`loadgen.core.errors.InputFileError` names the file, the line of the
 key and the field (``on_prem.pue``). TOML syntax errors keep tomllib's line.
 """
 
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.errors import InputFileError
+from loadgen.core.errors import InputFileError
 
 __all__ = ["HOURS_PER_YEAR", "CloudPrices", "OnPremPrices", "Prices", "load_prices"]
 

@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from loadgen.recordlog import write_json
+from loadgen.engine.recordlog import write_json
 from loadgen.report.plotting import figure_svg, pyplot, readable_axis
 
 __all__ = ["pareto_html", "write_pareto", "write_plan"]

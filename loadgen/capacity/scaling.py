@@ -26,7 +26,7 @@ from typing import Any
 
 from loadgen.capacity.confidence import capacity_interval
 from loadgen.capacity.source import SweepCapacity
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 
 __all__ = ["EFFICIENCY_RULE", "scaling_document", "scaling_table"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from loadgen.errors import InputFileError
-from loadgen.slo import SLOTarget, parse_slo
+from loadgen.core.errors import InputFileError
+from loadgen.core.slo import SLOTarget, parse_slo
 
 _REASON = re.compile(r"^(\S+): (\d+) of (\d+) over")
 

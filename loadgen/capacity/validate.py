@@ -18,8 +18,8 @@ most replicas the plan provisions in any interval of the slice (the replay does 
 inside the slice), or a stated N. Replicas are the capacity sweep's simulated endpoint profile
 (its ``--sim-args``, started by the command) or real endpoints given by the user.
 
-**The verdict** (the run's own rules: :func:`loadgen.slo.run_target_verdict` per target over every
-measured request, failures as misses; the client's validity from :mod:`loadgen.validity`):
+**The verdict** (the run's own rules: :func:`loadgen.core.slo.run_target_verdict` per target over every
+measured request, failures as misses; the client's validity from :mod:`loadgen.engine.validity`):
 
 * ``held``: every target met and the client kept its schedule (VALID);
 * ``not held``: a target missed in a VALID run; or, in a run the client could not keep (INVALID),
@@ -44,7 +44,7 @@ import numpy as np
 import orjson
 
 from loadgen.capacity.source import SweepCapacity
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 
 __all__ = ["ReplaySlice", "judge_replay", "replay_load", "replay_slice", "sim_profile"]
 
@@ -166,10 +166,10 @@ def _lengths(spec: Any, mean: float | None, n: int, rng: np.random.Generator, wh
 
 def replay_load(cap: SweepCapacity, sl: ReplaySlice, trace_path: Path, *, seed: int = DEFAULT_SEED) -> Any:
     """Write the slice's requests to ``trace_path`` (loadgen JSONL trace) and return the
-    :class:`~loadgen.runplan.LoadConfig` that replays it under the sweep's SLO and client bounds."""
-    from loadgen.runplan import LoadConfig, WorkloadOptions
-    from loadgen.units import parse_duration_s
-    from loadgen.validity import ValidityBounds
+    :class:`~loadgen.engine.runplan.LoadConfig` that replays it under the sweep's SLO and client bounds."""
+    from loadgen.core.units import parse_duration_s
+    from loadgen.engine.runplan import LoadConfig, WorkloadOptions
+    from loadgen.engine.validity import ValidityBounds
     from loadgen.workload.arrivals import arrival_offsets_array
 
     cfg = cap.doc.get("config") or {}
@@ -228,7 +228,7 @@ def _lag_free_values(requests_jsonl: Path, metric: str) -> np.ndarray:
 def judge_replay(result: dict[str, Any], run_dir: Path, cap: SweepCapacity) -> dict[str, Any]:
     """The replay's verdict (module docstring): ``{"verdict": "held"|"not held"|"invalid", "text",
     "valid", "targets"}``, targets as the run's ``slo.targets``."""
-    from loadgen.slo import run_target_verdict
+    from loadgen.core.slo import run_target_verdict
 
     slo = result.get("slo") or {}
     valid = bool((result.get("validity") or {}).get("valid"))

@@ -10,7 +10,7 @@ is only a lower bound (client limited), 6 every measured request of a run failed
 Each command (``run.py``, ``sweep.py``, ``compare.py``, ``check.py``, ``locust.py``,
 ``loadgen serve`` in :mod:`loadgen.serve.command`) returns what happened or raises;
 :func:`_mapped` wraps its callback so that the outcome goes through its ``*_exit_code``
-function here and a raised :class:`~loadgen.errors.LoadgenError` through :func:`_error_exit`.
+function here and a raised :class:`~loadgen.core.errors.LoadgenError` through :func:`_error_exit`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from loadgen.cli.locust import LocustOutcome, locust_command
 from loadgen.cli.plan import capacity_group, plan_cmd
 from loadgen.cli.run import run_cmd
 from loadgen.cli.sweep import sweep_cmd
-from loadgen.errors import ConfigError, EndpointUnreachable, LoadgenError, OutputError
+from loadgen.core.errors import ConfigError, EndpointUnreachable, LoadgenError, OutputError
 from loadgen.serve import ServerStartError
 from loadgen.serve.command import ServeOutcome, report_start_error, serve_group
 from loadgen.sim.command import sim_command

@@ -15,7 +15,7 @@ from rich.console import Console
 from loadgen.cli.helpfmt import api_help
 from loadgen.cli.options import positive_duration_s
 from loadgen.cli.url_options import URL
-from loadgen.recordlog import default_out_dir
+from loadgen.engine.recordlog import default_out_dir
 
 __all__ = ["check_command"]
 

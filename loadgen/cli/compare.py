@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from loadgen.recordlog import default_out_dir
+from loadgen.engine.recordlog import default_out_dir
 
 __all__ = ["compare_cmd"]
 

@@ -1,6 +1,6 @@
 """Options -> configuration: what ``run`` and ``sweep`` load, what a result records, what it may cost.
 
-:func:`build_load_config` / :func:`base_load_config` give a :class:`~loadgen.runplan.LoadConfig`,
+:func:`build_load_config` / :func:`base_load_config` give a :class:`~loadgen.engine.runplan.LoadConfig`,
 :func:`build_sweep_config` a :class:`~loadgen.sweep.SweepConfig`; :func:`config_record` the
 configuration as ``result.json`` records it (no secret values); :func:`prices` and the
 estimates shown before sending to a non-loopback endpoint.
@@ -14,12 +14,12 @@ import click
 
 from loadgen.cli.options import duration_s, parse_extra_body, parse_headers, parse_ratio, parse_workers, usage_errors
 from loadgen.cli.url_options import record_urls, url_option_names
-from loadgen.redact import redact_body, redact_url
-from loadgen.slo import parse_slo
+from loadgen.core.redact import redact_body, redact_url
+from loadgen.core.slo import parse_slo
 
 if TYPE_CHECKING:
-    from loadgen.pricing import RunEstimate, TokenPrices
-    from loadgen.runplan import LoadConfig
+    from loadgen.core.pricing import RunEstimate, TokenPrices
+    from loadgen.engine.runplan import LoadConfig
     from loadgen.sweep import SweepConfig
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
 
 
 def build_load_config(kw: dict[str, Any]) -> LoadConfig:
-    """``loadgen run``'s options as a :class:`~loadgen.runplan.LoadConfig` (usage errors for bad ones)."""
+    """``loadgen run``'s options as a :class:`~loadgen.engine.runplan.LoadConfig` (usage errors for bad ones)."""
     if kw.get("profile") == "throughput":  # GuideLLM's name for max-throughput mode: --rate inf
         if kw["rate"] is not None and kw["rate"] != float("inf"):
             raise click.UsageError("--profile throughput is --rate inf: it clashes with --rate R")
@@ -49,7 +49,7 @@ def build_load_config(kw: dict[str, Any]) -> LoadConfig:
         raise click.UsageError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
     if kw["rate"] is not None and not kw["rate"] > 0:  # NaN too
         raise click.UsageError("--rate must be > 0")
-    inf = kw["rate"] == float("inf")  # max-throughput mode (loadgen.throughput)
+    inf = kw["rate"] == float("inf")  # max-throughput mode (loadgen.engine.throughput)
     if not inf and (kw.get("cost_per_hour") is not None or kw.get("power_w") is not None):
         raise click.UsageError("--cost-per-hour and --power-w price the max-throughput scorecard: give --rate inf")
     if inf and click.get_current_context().get_parameter_source("latency_origin") == click.core.ParameterSource.DEFAULT:
@@ -90,7 +90,7 @@ def build_load_config(kw: dict[str, Any]) -> LoadConfig:
 def base_load_config(kw: dict[str, Any]) -> LoadConfig:
     """The workload part of the options shared by run and sweep."""
     from loadgen.cli.target import adopt_endpoint_path
-    from loadgen.runplan import LoadConfig
+    from loadgen.engine.runplan import LoadConfig
     from loadgen.workload.spec import WorkloadOptions
 
     adopt_endpoint_path(kw)  # before the workload: the API it names shapes the prompts
@@ -121,7 +121,7 @@ def base_load_config(kw: dict[str, Any]) -> LoadConfig:
         shared_prefix_tokens=kw["shared_prefix_tokens"],
         prefix_groups=kw["prefix_groups"],
     )
-    from loadgen.validity import ValidityBounds
+    from loadgen.engine.validity import ValidityBounds
 
     bounds = ValidityBounds(
         max_schedule_lag_p99_ms=(duration_s(kw["max_schedule_lag"], "--max-schedule-lag") or 0.0) * 1e3,
@@ -166,7 +166,7 @@ def config_record(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> dict
 
 def prices(kw: dict[str, Any]) -> TokenPrices | None:
     """``--price-*-per-million`` as token prices (None when none is given)."""
-    from loadgen.pricing import token_prices
+    from loadgen.core.pricing import token_prices
 
     with usage_errors():
         return token_prices(
@@ -181,7 +181,7 @@ def _length_or_none(value: Any) -> int | None:
 
 def run_estimate(kw: dict[str, Any], load: LoadConfig) -> RunEstimate:
     """What a run will send (requests, tokens, cost), shown before sending to a non-loopback endpoint."""
-    from loadgen.pricing import estimate_run
+    from loadgen.core.pricing import estimate_run
 
     n = None
     if load.requests is not None:
@@ -198,7 +198,7 @@ def sweep_estimate(kw: dict[str, Any], scfg: SweepConfig) -> RunEstimate:
     """What a sweep will send, at most (an upper bound only with --max-rate)."""
     import math
 
-    from loadgen.pricing import estimate_run
+    from loadgen.core.pricing import estimate_run
 
     per_probe = scfg.needed_requests()
     if scfg.max_rate_rps:

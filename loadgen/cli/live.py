@@ -33,12 +33,12 @@ from rich.console import Console
 
 from loadgen.cli.options import usage_errors
 from loadgen.cli.url_options import URL
-from loadgen.redact import redact_url
+from loadgen.core.redact import redact_url
+from loadgen.core.units import parse_duration_ns
 from loadgen.report.live_view import INTERVAL_S, LiveFigures, LiveStats, inflight_count, schedule_offsets
-from loadgen.units import parse_duration_ns
 
 if TYPE_CHECKING:
-    from loadgen.slo import SLOTarget
+    from loadgen.core.slo import SLOTarget
 
 __all__ = [
     "LiveStats",
@@ -292,7 +292,7 @@ def telemetry_from_options(
     kw: dict[str, Any], jsonl: Path, err: Console, redact: Callable[[str], str]
 ) -> Iterator[Any]:
     """The live exporters of ``--metrics-port`` and ``--otlp-endpoint`` around a run (:mod:`loadgen.telemetry`);
-    ``redact``: the run's :class:`~loadgen.redact.Redactor` (the OTLP exporter's log lines name its URL)."""
+    ``redact``: the run's :class:`~loadgen.core.redact.Redactor` (the OTLP exporter's log lines name its URL)."""
     out = _Exporters()
     with contextlib.ExitStack() as stack:
         port = kw.get("metrics_port")

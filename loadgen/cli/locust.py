@@ -149,7 +149,7 @@ def locust_cmdline(args: list[str], endpoint_shown: str | None) -> list[str]:
 
     A ``-H`` given here is only the UI's label (``--endpoint`` fixes the target): its
     secrets are removed, as the command line is visible to every local user."""
-    from loadgen.redact import redact_url
+    from loadgen.core.redact import redact_url
 
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
     args = [redact_url(a) if "://" in a else a for a in args]
@@ -196,7 +196,7 @@ def build_config(
     kw: dict[str, Any], endpoint: Any, endpoint_url: str, embedded: bool, locust_args: list[str]
 ) -> dict[str, Any]:
     """The JSON configuration the Locust process runs with (no secret values recorded)."""
-    from loadgen.redact import redact_url
+    from loadgen.core.redact import redact_url
 
     mode = "sessions" if kw["sessions"] else "open" if (kw["rate"] is not None or kw["trace"]) else "closed"
     mine = ("web_token_env", "master_token_env", "allow_remote_workers", "config_file")
@@ -262,7 +262,7 @@ def workload_dict(kw: dict[str, Any]) -> dict[str, Any]:
 
 def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
     """Option checks that need no endpoint; raises UsageError."""
-    from loadgen.slo import parse_slo
+    from loadgen.core.slo import parse_slo
     from loadgen.workload.spec import Workload, WorkloadOptions
 
     if kw["rate"] is not None and kw["rate"] <= 0:
@@ -277,7 +277,7 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
                     f"{flag} with --sessions: a Locust user is a session (closed loop): -u N runs N sessions at "
                     "once, each replaced when it ends, until -t or the stop button"
                 )
-        from loadgen.session_plan import check_sessions
+        from loadgen.sessions.planning import check_sessions
 
         # the whole source checked once, before any user starts: a bad one fails here, naming its file, line and
         # field (issue 32); the waits its sessions will have capped are said once
@@ -305,7 +305,7 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
 
 def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
     """Discover the served model and the accepted optional fields, with ``loadgen run``'s code."""
-    from loadgen.redact import Redactor
+    from loadgen.core.redact import Redactor
 
     endpoint = endpoint_from_options({**kw, "no_stream": False}, endpoint_url, embedded, Redactor())
 
@@ -453,7 +453,7 @@ def locust_command(ctx: click.Context, **kw: Any) -> LocustOutcome:
         return LocustOutcome(_run_child(locust_cmdline(args, None), _child_env(extra_env)), worker=True)
     args = master_args(web_args(args, token_env), kw["master_token_env"], kw["allow_remote_workers"])
     validate(kw, args)
-    from loadgen.recordlog import default_out_dir
+    from loadgen.engine.recordlog import default_out_dir
 
     kw["out_dir"] = kw["out_dir"] or str(default_out_dir("locust"))
     sim = None

@@ -2,7 +2,7 @@
 
 ``common_endpoint_options`` (what to send to and how), ``run_only_options`` (``loadgen run``),
 ``workload_options`` (what is sent, shared by ``run`` and ``sweep``); parsers for headers,
-``--extra-body``, ``--cpus``, ``--workers``, durations and percentages (:mod:`loadgen.units`).
+``--extra-body``, ``--cpus``, ``--workers``, durations and percentages (:mod:`loadgen.core.units`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import click
 from loadgen.cli.helpfmt import OPTION_HELP, AliasOption, api_help
 from loadgen.cli.runfile import config_file_option, label_option, merge_file_headers
 from loadgen.cli.url_options import URL
-from loadgen.errors import ConfigError
-from loadgen.units import parse_duration_s, parse_percent
+from loadgen.core.errors import ConfigError
+from loadgen.core.units import parse_duration_s, parse_percent
 from loadgen.workload.traces import BUILTIN_TRACES
 
 __all__ = [
@@ -47,7 +47,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @contextmanager
 def usage_errors(prefix: str = "") -> Iterator[None]:
-    """Turn a :class:`~loadgen.errors.ConfigError` raised inside into a ``click.UsageError`` (exit 2).
+    """Turn a :class:`~loadgen.core.errors.ConfigError` raised inside into a ``click.UsageError`` (exit 2).
 
     The one helper that does: an option value the library refuses is a usage error,
     its message optionally prefixed with the flag (``"--slo: "``).
@@ -59,7 +59,7 @@ def usage_errors(prefix: str = "") -> Iterator[None]:
 
 
 def duration_s(value: str | None, what: str) -> float | None:
-    """A duration flag in seconds (:func:`loadgen.units.parse_duration_s`); None stays None."""
+    """A duration flag in seconds (:func:`loadgen.core.units.parse_duration_s`); None stays None."""
     with usage_errors():
         return parse_duration_s(value, what)
 
@@ -96,7 +96,7 @@ def parse_workers(text: str, cluster: Any = None) -> int:
     if text == "auto":
         if cluster is not None:
             return cluster.auto_workers()
-        from loadgen.workers import auto_workers
+        from loadgen.spread.workers import auto_workers
 
         return auto_workers()
     if not text.isdigit() or int(text) < 1:
@@ -181,7 +181,7 @@ def cpus_option(kw: dict[str, Any]) -> set[int] | None:
     """``--cpus`` parsed (checked before anything starts)."""
     if kw.get("cpus") is None:
         return None
-    from loadgen.affinity import check_cpus, parse_cpus
+    from loadgen.core.affinity import check_cpus, parse_cpus
 
     cpus = parse_cpus(kw["cpus"])
     check_cpus(cpus)
@@ -191,7 +191,7 @@ def cpus_option(kw: dict[str, Any]) -> set[int] | None:
 def pin_client(cpus: set[int] | None) -> None:
     """``--cpus``: restrict this process (and the workers it starts) to those CPUs."""
     if cpus is not None:
-        from loadgen.affinity import pin_process
+        from loadgen.core.affinity import pin_process
 
         pin_process(cpus)
 

@@ -18,8 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from loadgen.cli.plan_validate import validate_options
-from loadgen.recordlog import default_out_dir
-from loadgen.units import parse_percent
+from loadgen.core.units import parse_percent
+from loadgen.engine.recordlog import default_out_dir
 
 __all__ = ["capacity_group", "plan_cmd", "refuse_session_sweep"]
 
@@ -76,8 +76,8 @@ def plan_cmd(capacities: tuple[str, ...], labels: tuple[str, ...], demand: str, 
     """Replicas per interval of a demand at the measured capacity, and their cost (--validate: replayed)."""
     from loadgen.capacity import load_prices, load_sweep, plan_document, read_demand
     from loadgen.capacity.render import write_plan
-    from loadgen.errors import ConfigError
-    from loadgen.slo import parse_slo
+    from loadgen.core.errors import ConfigError
+    from loadgen.core.slo import parse_slo
 
     if labels and len(labels) != len(capacities):
         raise click.UsageError(f"--label given {len(labels)} times for {len(capacities)} --capacity")
@@ -215,7 +215,7 @@ def gate_cmd(
 ) -> dict[str, Any]:
     """A regression gate on the max SLO load: exit 1 only when the drop is significant."""
     from loadgen.capacity import load_sweep, regression_gate
-    from loadgen.recordlog import write_json
+    from loadgen.engine.recordlog import write_json
 
     g = regression_gate([load_sweep(b, "baseline") for b in baseline], [load_sweep(c, "candidate") for c in candidate],
                         _fraction(tolerance, "--fail-if-regress"), confidence)  # fmt: skip
@@ -286,7 +286,7 @@ def pareto_cmd(results: tuple[str, ...], labels: tuple[str, ...], accels: tuple[
 def scaling_cmd(sized: tuple[str, ...], confidence: float | None, json_out: str | None) -> list[dict[str, Any]]:
     """Scaling efficiency: capacity(N) / (N x capacity(1)) from one sweep per accelerator count (N=DIR)."""
     from loadgen.capacity import load_sweep, scaling_table
-    from loadgen.recordlog import write_json
+    from loadgen.engine.recordlog import write_json
 
     pairs = []
     for s in sized:

@@ -72,8 +72,8 @@ def run_validation(kw: dict[str, Any], cap: Any, plan: dict[str, Any], out_dir: 
     EndpointUnreachable when a replica cannot be reached."""
     from loadgen.capacity.validate import judge_replay, replay_load, replay_slice, sim_profile
     from loadgen.cli.target import balanced_endpoint, confirm_remote, endpoint_from_options
+    from loadgen.core.redact import Redactor, redact_url
     from loadgen.measurement import measure
-    from loadgen.redact import Redactor, redact_url
     from loadgen.sim.launch import SimProcess
 
     seconds = duration_s(kw["validate_seconds"], "--validate-seconds") or 0.0

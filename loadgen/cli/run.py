@@ -28,12 +28,12 @@ from loadgen.cli.options import (
 )
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
 from loadgen.cli.url_options import url_secrets
-from loadgen.recordlog import default_out_dir
-from loadgen.redact import Redactor
+from loadgen.core.redact import Redactor
+from loadgen.engine.recordlog import default_out_dir
 
 if TYPE_CHECKING:
+    from loadgen.engine.runplan import LoadConfig
     from loadgen.measurement import MeasuredRun
-    from loadgen.runplan import LoadConfig
 
 __all__ = ["run_cmd"]
 
@@ -56,12 +56,12 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
 
     refuse_brace_list(kw, "run")  # a brace list in --sim-args/--serve-args is a scaling sweep (loadgen sweep)
     load = build_load_config(kw)
-    load.sessions = session_source(kw)  # issue 17: multi-turn sessions (loadgen.session_run)
+    load.sessions = session_source(kw)  # issue 17: multi-turn sessions (loadgen.sessions.measured)
     load.validate()
     if load.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before anything
         from rich.markup import escape
 
-        from loadgen.session_plan import check_sessions
+        from loadgen.sessions.planning import check_sessions
 
         own = load.rate_rps is None and load.concurrency is None  # the source's own session starts
         for line in check_sessions(load.sessions, seed=load.seed, own_starts=own):
@@ -69,7 +69,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir()
     if kw["dry_run"] and load.sessions is not None:
-        from loadgen.session_run import write_session_schedule
+        from loadgen.sessions.measured import write_session_schedule
 
         make_out_dir(out_dir)
         n, turns = write_session_schedule(load, load.sessions, out_dir / "schedule.jsonl")
@@ -99,7 +99,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                     total=total, rate_rps=None if load.max_throughput else load.rate_rps,
                 )  # fmt: skip
                 if load.sessions is not None:
-                    from loadgen.session_run import measure_sessions
+                    from loadgen.sessions.measured import measure_sessions
 
                     cfg_rec = config_record(kw, target.url, target.embedded)
                     return await measure_sessions(
@@ -111,7 +111,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                         redactor=redactor,
                         server_observer=observer,
                         conditions_extra=extra,
-                        workers=parse_workers(kw["workers"]),  # whole sessions per process (loadgen.session_workers)
+                        workers=parse_workers(kw["workers"]),  # whole sessions per process (loadgen.sessions.spread)
                     )
                 with live, telemetry_from_options(kw, out_dir / "requests.jsonl", err, redactor) as tele:
 
@@ -137,7 +137,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                     await observer.close()
 
         run = asyncio.run(go())
-    from loadgen.recordlog import write_requests_csv
+    from loadgen.engine.recordlog import write_requests_csv
 
     write_requests_csv(out_dir / "requests.jsonl", out_dir / "requests.csv")
     render_run(run.result, console, str(out_dir))
@@ -160,7 +160,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
 def _dry_run(load: LoadConfig, out_dir: Path, console: Console) -> None:
     from dataclasses import replace as _replace
 
-    from loadgen.runplan import build_plan, build_workload
+    from loadgen.engine.runplan import build_plan, build_workload
     from loadgen.workload.prompts import new_salt
     from loadgen.workload.spec import write_schedule
 

@@ -12,7 +12,7 @@ line joins the file's (replacing one of the same name), so a secret header left 
 the run was given (on the command line or from a file) as a key, and every other option as a
 comment with its default, so ``loadgen run --config config.used.toml`` repeats the run with the
 same loadgen version. Secrets are not written: a header whose name is credential-like
-(:func:`loadgen.redact.is_sensitive_name`) is left out, credential-like fields of ``--extra-body``
+(:func:`loadgen.core.redact.is_sensitive_name`) is left out, credential-like fields of ``--extra-body``
 and credential-like query values of every URL option (``--endpoint``, ``--server-metrics``, ...:
 :mod:`loadgen.cli.url_options`) are written as ``***`` and the URL's userinfo dropped, each with a
 comment (a re-run then fails loudly at the pre-flight instead of measuring something else); API
@@ -32,7 +32,7 @@ from typing import Any
 import click
 
 from loadgen.cli.url_options import is_url_option, record_urls, url_option_names
-from loadgen.redact import is_sensitive_name, redact_body
+from loadgen.core.redact import is_sensitive_name, redact_body
 from loadgen.version import __version__
 
 __all__ = [
@@ -127,7 +127,7 @@ def _refuse_readable_secrets(path: Path, options: dict[str, Any], urls: frozense
     import json
     import stat
 
-    from loadgen.redact import REDACTED, find_body_secrets, is_sensitive_name, split_url_secrets
+    from loadgen.core.redact import REDACTED, find_body_secrets, is_sensitive_name, split_url_secrets
 
     def real(values: list[str]) -> bool:  # a config.used.toml holds *** where a secret was
         return any(v.strip() and v.strip() != REDACTED for v in values)

@@ -33,7 +33,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from loadgen.errors import LoadgenError
+from loadgen.core.errors import LoadgenError
 
 __all__ = [
     "BRACE_LIST",
@@ -187,7 +187,7 @@ def scaled_sweep(
     table; ``err``: progress. Raises the first size's LoadgenError (after the table of the others).
     """
     from loadgen.cli.options import make_out_dir
-    from loadgen.recordlog import default_out_dir
+    from loadgen.engine.recordlog import default_out_dir
 
     out = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
     make_out_dir(out)
@@ -233,7 +233,7 @@ def write_scaling(
     """``scaling.json`` and the scorecard of the sizes run (``scorecard/``); prints the table."""
     from loadgen.capacity.scaling import scaling_document
     from loadgen.capacity.source import load_sweep
-    from loadgen.recordlog import write_json
+    from loadgen.engine.recordlog import write_json
     from loadgen.report.compare import load_system, scorecard, write_outputs
 
     doc = scaling_document([(s.accelerators, load_sweep(str(d), s.label)) for s, d in ran])

@@ -27,8 +27,8 @@ from loadgen.cli.options import (
 )
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
 from loadgen.cli.url_options import URL, url_secrets
-from loadgen.recordlog import default_out_dir
-from loadgen.redact import Redactor
+from loadgen.core.redact import Redactor
+from loadgen.engine.recordlog import default_out_dir
 
 if TYPE_CHECKING:
     from loadgen.cli.scale import ScaledOutcome
@@ -131,7 +131,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     """The sweep, written and shown (its answer goes to :func:`loadgen.cli.sweep_exit_code`)."""
     import signal
 
-    from loadgen.recordlog import write_json
+    from loadgen.engine.recordlog import write_json
     from loadgen.report.sweep_report import render_sweep, write_report
     from loadgen.sweep import Sweep
 
@@ -141,7 +141,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     if base.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before any probe
         from rich.markup import escape
 
-        from loadgen.session_plan import check_sessions
+        from loadgen.sessions.planning import check_sessions
 
         for line in check_sessions(base.sessions, seed=base.seed):
             err.print(f"[yellow]warning:[/] {escape(line)}")
@@ -185,7 +185,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
                     out = await sweep.concurrency_sweep()
                 else:
                     out = await sweep.search()
-                from loadgen.conditions import client_conditions
+                from loadgen.core.conditions import client_conditions
 
                 cond = client_conditions()
                 cond["endpoint"] = endpoint.describe()
@@ -208,7 +208,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
 
         with live:
             out = asyncio.run(go())
-    from loadgen.why import sweep_why  # each probe's SLO misses by cause
+    from loadgen.engine.why import sweep_why  # each probe's SLO misses by cause
 
     sweep_why(out.result, out_dir, scfg.slos, base.latency_origin)
     if base.sessions is not None:

@@ -24,7 +24,7 @@ from loadgen.cli.options import (
     resolve_headers,
     usage_errors,
 )
-from loadgen.redact import Redactor, find_body_secrets, is_sensitive_name, redact_url, split_url_secrets
+from loadgen.core.redact import Redactor, find_body_secrets, is_sensitive_name, redact_url, split_url_secrets
 
 if TYPE_CHECKING:
     from loadgen.endpoints import Endpoint
@@ -77,12 +77,12 @@ def _start_sim(sim_args: str) -> SimProcess:
 
 
 class ClusterOption:
-    """``--cluster ADDRESS``: a connected :class:`loadgen.cluster.Cluster` for the command's life (or None)."""
+    """``--cluster ADDRESS``: a connected :class:`loadgen.spread.cluster.Cluster` for the command's life (or None)."""
 
     def __init__(self, address: str | None, err: Console) -> None:
         self.cluster: Any = None
         if address:
-            from loadgen.cluster import Cluster
+            from loadgen.spread.cluster import Cluster
 
             self.cluster = Cluster(address, progress=err.print)
             err.print(f"--cluster: connected to the Ray cluster at {address} ({self.cluster.cpus()} CPUs)")
@@ -186,8 +186,8 @@ def header_timeout_s(kw: dict[str, Any]) -> float | None:
     (``--slo``, or ``--slo-p99`` of ``--slo-metric``) targets TTFT, else 60 s (the rule of
     :func:`loadgen.endpoints.header_wait.default_header_timeout_s`). None (off) with ``--no-stream``: a
     whole answer's headers come with its last byte (``--timeout`` bounds it); giving both is a usage error."""
+    from loadgen.core.slo import parse_slo
     from loadgen.endpoints.header_wait import default_header_timeout_s
-    from loadgen.slo import parse_slo
 
     given = kw.get("header_timeout")
     if kw.get("no_stream"):
@@ -213,7 +213,7 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
     """The endpoint for parsed options (other front ends, e.g. ``loadgen locust``, pass a subset)."""
     kw = {**_ENDPOINT_DEFAULTS, **kw}
     from loadgen.endpoints.providers import DEFAULT_KEY_ENV, is_loopback_url, make_endpoint
-    from loadgen.recordlog import new_run_id
+    from loadgen.engine.recordlog import new_run_id
 
     if kw["api"].startswith("triton"):
         if kw["provider"] != "openai-compatible":
@@ -296,7 +296,7 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
 
 def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor) -> TritonEndpoint:
     from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
-    from loadgen.recordlog import new_run_id
+    from loadgen.engine.recordlog import new_run_id
 
     headers, env_secrets = resolve_headers(kw)
     for v in env_secrets:

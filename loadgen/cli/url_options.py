@@ -1,11 +1,11 @@
 """Options whose value is a URL: declared ``type=URL``, recorded only redacted, their secrets scrubbed.
 
 A URL may carry credentials: userinfo (``http://user:pass@host``) or a credential-like query value
-(``?api_key=...``, :func:`loadgen.redact.split_url_secrets`). Every option whose value is a URL
+(``?api_key=...``, :func:`loadgen.core.redact.split_url_secrets`). Every option whose value is a URL
 (``--endpoint``, ``--server-metrics``, ``--otlp-endpoint``, ``--cluster``, ...) is declared with the
 parameter type :data:`URL`, and whatever writes options finds them by that type, never by a list of
 names: :func:`record_urls` gives a value as ``result.json`` and ``config.used.toml`` record it, and
-:func:`url_secrets` the secret values that a run's :class:`~loadgen.redact.Redactor` scrubs from any
+:func:`url_secrets` the secret values that a run's :class:`~loadgen.core.redact.Redactor` scrubs from any
 text it writes (error details, logs, pages). The value itself is kept whole: the run uses it.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from loadgen.redact import split_url_secrets
+from loadgen.core.redact import split_url_secrets
 
 __all__ = ["URL", "UrlType", "is_url_option", "record_urls", "url_option_names", "url_secrets"]
 

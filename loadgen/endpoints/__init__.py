@@ -1,7 +1,7 @@
 """Endpoints: the only modules that touch the network.
 
-An endpoint turns a :class:`loadgen.types.RequestSpec` into a filled
-:class:`loadgen.types.RequestRecord`; transport and protocol errors become the
+An endpoint turns a :class:`loadgen.core.types.RequestSpec` into a filled
+:class:`loadgen.core.types.RequestRecord`; transport and protocol errors become the
 record's ``error_kind`` here and never escape. :func:`make_endpoint` builds the
 one a provider needs (OpenAI-compatible, OpenAI, Azure OpenAI, Anthropic);
 :func:`from_config` builds one from its configuration (OpenAI, Anthropic, Triton).

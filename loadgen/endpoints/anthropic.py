@@ -29,17 +29,17 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import orjson
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.errors import EndpointUnreachable, ProtocolError
+from loadgen.core.redact import Redactor, redact_headers, split_url_secrets
+from loadgen.core.sse import SSEDecoder
+from loadgen.core.types import RequestRecord, RequestSpec, TokenEvent
 from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
 from loadgen.endpoints.http import HTTPSendMixin, drain_after_end, fail, settle
 from loadgen.endpoints.pool import network_baseline
 from loadgen.endpoints.quota import ClientRateCap
 from loadgen.endpoints.reads import DEFAULT_IDLE_TIMEOUT_S, MODELS_BODY_LIMIT, idle_guard, read_bounded
 from loadgen.endpoints.side import SideFailure, side_request
-from loadgen.errors import EndpointUnreachable, ProtocolError
-from loadgen.redact import Redactor, redact_headers, split_url_secrets
-from loadgen.sse import SSEDecoder
-from loadgen.types import RequestRecord, RequestSpec, TokenEvent
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_BASE_URL = "https://api.anthropic.com"

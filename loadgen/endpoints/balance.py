@@ -19,8 +19,8 @@ previous ``describe()`` (``measure`` describes the endpoint once per run, at its
 ``result.json`` holds that run's counts, warm-up apart) and in all.
 
 ``open`` opens every replica at once: each passes its own discovery and pre-flight, and all must
-serve the same model. A replica that fails is named in one line (:class:`~loadgen.errors.ConfigError`
-or :class:`~loadgen.errors.EndpointUnreachable`, as the replica's own failure): no load is sent
+serve the same model. A replica that fails is named in one line (:class:`~loadgen.core.errors.ConfigError`
+or :class:`~loadgen.core.errors.EndpointUnreachable`, as the replica's own failure): no load is sent
 unless every replica is ready.
 """
 
@@ -30,10 +30,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from loadgen.core.errors import ConfigError, EndpointUnreachable
+from loadgen.core.redact import split_url_secrets
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import Endpoint, EndpointBase
-from loadgen.errors import ConfigError, EndpointUnreachable
-from loadgen.redact import split_url_secrets
-from loadgen.types import RequestRecord, RequestSpec
 
 __all__ = ["BALANCE_POLICIES", "BalancedEndpoint"]
 

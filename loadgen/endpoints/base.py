@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from loadgen.types import RequestRecord, RequestSpec
+from loadgen.core.types import RequestRecord, RequestSpec
 
 
 class Endpoint(Protocol):

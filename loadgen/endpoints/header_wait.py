@@ -4,7 +4,7 @@ A server that accepts a request and never begins its answer (a hung replica, a s
 whose socket still accepts) would hold each such request for the whole total deadline
 (``--timeout``, 600 s): ``--idle-timeout`` bounds the quiet between body bytes only, once the
 headers are in. :class:`HeaderDeadline` ends the wait for the headers sooner; the request then
-fails with :class:`~loadgen.errors.HeaderTimeout`, the ``header_timeout`` error kind: a failure
+fails with :class:`~loadgen.core.errors.HeaderTimeout`, the ``header_timeout`` error kind: a failure
 the server caused (it was sent and not answered), never the client's limit.
 
 * :func:`default_header_timeout_s`: the default rule, max(30 s, 10x the TTFT target) when an SLO
@@ -23,11 +23,11 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from loadgen.clock import timer_slack_ns
-from loadgen.errors import HeaderTimeout
+from loadgen.core.clock import timer_slack_ns
+from loadgen.core.errors import HeaderTimeout
 
 if TYPE_CHECKING:
-    from loadgen.slo import SLOTarget
+    from loadgen.core.slo import SLOTarget
 
 __all__ = [
     "DEFAULT_HEADER_TIMEOUT_S",
@@ -67,11 +67,11 @@ class HeaderDeadline:
     around the exchange, :meth:`arrived` when the headers are in.
 
     Expiring before :meth:`arrived` cancels the request (as :func:`asyncio.timeout` does) and raises
-    :class:`~loadgen.errors.HeaderTimeout` at the exit. Off when ``header_s`` is None or not shorter
+    :class:`~loadgen.core.errors.HeaderTimeout` at the exit. Off when ``header_s`` is None or not shorter
     than ``total_s`` (the total deadline ends the request first: a ``timeout``). ``ahead_s``: a
     request prepared ahead of its scheduled time waits that much longer (its wait counts from the
     scheduled time, as its total deadline does). Never expires before ``header_s`` (the loop's timer
-    slack is added, as :func:`loadgen.clock.deadline_after` adds it).
+    slack is added, as :func:`loadgen.core.clock.deadline_after` adds it).
     """
 
     __slots__ = ("header_s", "_ahead_s", "_timeout")

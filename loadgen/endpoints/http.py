@@ -26,7 +26,10 @@ from typing import Any
 import aiohttp
 import orjson
 
-from loadgen.clock import deadline_after, now_ns, sleep_until
+from loadgen.core.clock import deadline_after, now_ns, sleep_until
+from loadgen.core.errors import HeaderTimeout, ProtocolError
+from loadgen.core.metrics import stream_buffered
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import EndpointBase
 from loadgen.endpoints.header_wait import HeaderDeadline
 from loadgen.endpoints.pool import connect_error_text, current_record, fresh_connection, open_session, peer_closed
@@ -38,9 +41,6 @@ from loadgen.endpoints.quota import (
     retry_after_from_headers,
 )
 from loadgen.endpoints.reads import IdleTimeout
-from loadgen.errors import HeaderTimeout, ProtocolError
-from loadgen.metrics import stream_buffered
-from loadgen.types import RequestRecord, RequestSpec
 
 _CLIENT_LIMIT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.EADDRNOTAVAIL}
 
@@ -72,12 +72,12 @@ def _malformed_http(exc: BaseException) -> bool:
 
 
 def classify_exception(exc: BaseException, *, response_started: bool) -> str:
-    """Map a transport exception to an error kind from ``loadgen.types.ERROR_KINDS``.
+    """Map a transport exception to an error kind from ``loadgen.core.types.ERROR_KINDS``.
 
     ``response_started``: the response headers had arrived (errors after that are
     an ``incomplete_stream``, before that a ``connect`` failure). A response that is
     not valid HTTP is ``protocol`` either way; no headers within the header timeout is
-    ``header_timeout`` (:class:`~loadgen.errors.HeaderTimeout`).
+    ``header_timeout`` (:class:`~loadgen.core.errors.HeaderTimeout`).
     """
     if isinstance(exc, HeaderTimeout):
         return "header_timeout"
@@ -112,7 +112,7 @@ def settle(record: RequestRecord, *, streamed: bool = True) -> None:
     A filtered request is not a success: it never enters the success latencies or goodput and
     is counted under its kind (``errors_by_kind.filtered``); its end stays where the stream
     ended. A streamed ``ok`` record is marked ``buffered`` when its tokens came in one burst
-    (:func:`loadgen.metrics.stream_buffered`)."""
+    (:func:`loadgen.core.metrics.stream_buffered`)."""
     why = FILTERED_FINISH_REASONS.get(record.finish_reason or "")
     if why is not None:
         fail(record, "filtered", f"{why}: the provider's content filter stopped the output")
@@ -291,7 +291,7 @@ async def http_attempt(
     :mod:`loadgen.endpoints.reads`); other statuses go to
     :func:`record_http_error`. Redirects are never followed (credentials never
     reach another origin). Transport errors are classified by
-    :func:`classify_exception`; a :class:`~loadgen.errors.ProtocolError` is ``protocol``.
+    :func:`classify_exception`; a :class:`~loadgen.core.errors.ProtocolError` is ``protocol``.
     """
     response_started = False
     t_call = now_ns()

@@ -30,7 +30,10 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import aiohttp
 import orjson
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.errors import ConfigError, EndpointUnreachable, ProtocolError
+from loadgen.core.redact import Redactor, redact_headers, split_url_secrets
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
 from loadgen.endpoints.http import ERROR_BODY_LIMIT, HTTPSendMixin, drain_after_end
 from loadgen.endpoints.openai_stream import OpenAIStreamParser, _error_text, apply_body, apply_stream_event
@@ -44,9 +47,6 @@ from loadgen.endpoints.reads import (
     read_pushed,
 )
 from loadgen.endpoints.side import SideAnswer, SideFailure, side_request
-from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
-from loadgen.redact import Redactor, redact_headers, split_url_secrets
-from loadgen.types import RequestRecord, RequestSpec
 
 OPTIONAL_FIELDS = ("continuous_usage_stats", "include_usage", "ignore_eos", "min_tokens")
 __all__ = ["ERROR_BODY_LIMIT", "OpenAIConfig", "OpenAIEndpoint", "OpenAIStreamParser", "apply_stream_event"]

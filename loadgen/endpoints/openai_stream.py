@@ -17,11 +17,11 @@ try:  # the ``fast`` extra: the common completions chunk decoded into a typed st
 except ImportError:  # pragma: no cover - without the extra, orjson reads it (same rule)
     msgspec = None  # type: ignore[assignment]  # the module or None: the fast path chooses at import
 
+from loadgen.core.errors import ProtocolError
+from loadgen.core.redact import Redactor
+from loadgen.core.sse import SSEDecoder
+from loadgen.core.types import RequestRecord, TokenEvent
 from loadgen.endpoints.http import fail, settle
-from loadgen.errors import ProtocolError
-from loadgen.redact import Redactor
-from loadgen.sse import SSEDecoder
-from loadgen.types import RequestRecord, TokenEvent
 
 __all__ = ["MAX_USAGE_TOKENS", "OpenAIStreamParser", "apply_body", "apply_stream_event"]
 
@@ -63,7 +63,7 @@ def apply_stream_event(
 
     Returns ``"done"`` at ``[DONE]``, ``"failed"`` on an in-band error object (the
     record is then a ``stream_error`` ending at ``t_ns``), else None. A token-bearing
-    event (see :mod:`loadgen.metrics`) appends a :class:`TokenEvent`; usage is kept
+    event (see :mod:`loadgen.core.metrics`) appends a :class:`TokenEvent`; usage is kept
     (cumulative: the last value wins); ``finish_reason`` is kept. Chunks with an empty
     ``choices`` (Azure's ``prompt_filter_results``, usage-only chunks), chunks without
     a ``delta`` (Azure's ``content_filter_results``/``content_filter_offsets``) and
@@ -128,7 +128,7 @@ class OpenAIStreamParser:
     ``finish_reason`` with no partial event pending; anything else is an
     ``incomplete_stream``. A clean end with ``finish_reason: "content_filter"`` is the
     ``filtered`` error kind; a stream whose tokens came in one burst (a buffering proxy,
-    see :func:`loadgen.metrics.is_buffered`) is marked ``buffered``: its TPOT and ITL
+    see :func:`loadgen.core.metrics.is_buffered`) is marked ``buffered``: its TPOT and ITL
     are not measurable (both by :func:`~loadgen.endpoints.http.settle`).
     """
 
@@ -374,7 +374,7 @@ checks both against :func:`apply_stream_event`)."""
 def _plain_data_events(chunk: bytes, max_event_bytes: int) -> list[bytes] | None:
     """The ``data`` of each event of ``chunk`` when it holds only whole one-line ``data:`` events
     (LF line ends, no other field, no comment, none over ``max_event_bytes``): what
-    :class:`~loadgen.sse.SSEDecoder` would dispatch for it from a clean state, without decoding
+    :class:`~loadgen.core.sse.SSEDecoder` would dispatch for it from a clean state, without decoding
     to text (orjson reads the UTF-8 bytes and rejects invalid ones). None: anything else (the
     decoder takes the chunk)."""
     pieces = chunk.split(b"\n\n")

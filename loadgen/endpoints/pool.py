@@ -1,7 +1,7 @@
 """The client session: a connection pool with timing hooks, and the network baseline.
 
 * :func:`open_session`: an aiohttp session whose trace hooks stamp on each
-  :class:`~loadgen.types.RequestRecord` when its headers went out, whether its
+  :class:`~loadgen.core.types.RequestRecord` when its headers went out, whether its
   connection was new or reused, and a new connection's DNS, TCP connect and TLS
   times (:class:`TimedConnector` splits TCP from TLS).
 * :data:`current_record`: the record being sent by this task (set by the endpoint
@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from loadgen.clock import now_ns
-from loadgen.types import RequestRecord
+from loadgen.core.clock import now_ns
+from loadgen.core.types import RequestRecord
 
 current_record: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
     "loadgen_current_record", default=None

@@ -20,7 +20,7 @@ On managed platforms (``openai``, ``azure``) the vLLM-only fields (``ignore_eos`
 cannot be forced there, and the result's length check reports it.
 
 Credentials: redirects are never followed, so a key sent to one origin never
-reaches another; every key is registered with the run's :class:`~loadgen.redact.Redactor`.
+reaches another; every key is registered with the run's :class:`~loadgen.core.redact.Redactor`.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import socket
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from loadgen.core.errors import ConfigError
+from loadgen.core.redact import Redactor
 from loadgen.endpoints.anthropic import ANTHROPIC_VERSION, AnthropicConfig, AnthropicEndpoint
 from loadgen.endpoints.base import Endpoint
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
 from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
-from loadgen.errors import ConfigError
-from loadgen.redact import Redactor
 
 PROVIDERS = ("openai-compatible", "openai", "azure", "anthropic")
 DEFAULT_PROVIDER = "openai-compatible"

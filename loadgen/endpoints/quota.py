@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from loadgen.types import RequestSpec
+from loadgen.core.types import RequestSpec
 
 
 class Headers(Protocol):

@@ -4,7 +4,7 @@ Every body the client reads is bounded: a server (or anything in between) that s
 1 GiB answer costs the request, never the client's memory.
 
 * :func:`read_bounded`: a whole body, at most ``limit`` bytes, else :class:`BodyTooLarge`
-  (a :class:`~loadgen.errors.ProtocolError`: the request's ``protocol`` error kind, as an SSE
+  (a :class:`~loadgen.core.errors.ProtocolError`: the request's ``protocol`` error kind, as an SSE
   event over its limit is); the connection is dropped, never read to its end.
 * :func:`idle_guard`: the idle (inter-chunk) timeout: no byte of the body for ``idle_s``
   after the headers or after the last read raises :class:`IdleTimeout` (the ``timeout`` kind).
@@ -24,8 +24,8 @@ from typing import Any
 
 import aiohttp
 
-from loadgen.clock import now_ns
-from loadgen.errors import ProtocolError
+from loadgen.core.clock import now_ns
+from loadgen.core.errors import ProtocolError
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",

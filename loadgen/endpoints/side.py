@@ -16,9 +16,9 @@ from typing import Any
 
 import aiohttp
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.errors import EndpointUnreachable
 from loadgen.endpoints.pool import SidePhase, connect_error_text, side_timeout
-from loadgen.errors import EndpointUnreachable
 
 __all__ = ["PHASE_TEXT", "SideAnswer", "SideFailure", "side_request"]
 
@@ -65,7 +65,7 @@ async def side_request(
 ) -> SideAnswer:
     """One request beside the load, ``total_s`` in all (the connect alone: ``connect_s``); reads
     at most ``limit`` bytes of the body (the connection is dropped past them). Redirects are not
-    followed. Raises :class:`SideFailure` (an :class:`~loadgen.errors.EndpointUnreachable`) on a
+    followed. Raises :class:`SideFailure` (an :class:`~loadgen.core.errors.EndpointUnreachable`) on a
     timeout or transport error, its message one line: what went wrong, in which phase, after how
     long; ``asyncio.CancelledError`` (Ctrl-C) passes through."""
     phase = SidePhase()

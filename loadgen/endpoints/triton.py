@@ -30,7 +30,7 @@ event is a response with non-empty ``text_output``, stamped on arrival;
 it (cumulative counts ride on each event, so per-token ITL is exact), else left
 unset so the metrics count the text with the tokenizer (marked estimated);
 ``prompt_tokens`` from ``num_input_tokens``. Error kinds are those of
-:data:`loadgen.types.ERROR_KINDS`.
+:data:`loadgen.core.types.ERROR_KINDS`.
 
 The gRPC path lives in :mod:`loadgen.endpoints.triton_grpc`; the configuration and the
 stream's bookkeeping both paths share in :mod:`loadgen.endpoints.triton_config`.
@@ -46,17 +46,17 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import orjson
 
-from loadgen.clock import deadline_after, now_ns
+from loadgen.core.clock import deadline_after, now_ns
+from loadgen.core.errors import ConfigError, EndpointUnreachable, ProtocolError
+from loadgen.core.redact import Redactor, redact_headers
+from loadgen.core.sse import SSEDecoder
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import EndpointBase
 from loadgen.endpoints.header_wait import HeaderDeadline
 from loadgen.endpoints.http import classify_exception, drain_after_end, fail, record_http_error
 from loadgen.endpoints.pool import TimedConnector, connect_error_text, side_timeout
 from loadgen.endpoints.triton_config import StreamProgress, TritonConfig, error_line
 from loadgen.endpoints.triton_grpc import TritonGRPCMixin, decode_infer_response, grpc_library
-from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
-from loadgen.redact import Redactor, redact_headers
-from loadgen.sse import SSEDecoder
-from loadgen.types import RequestRecord, RequestSpec
 
 __all__ = ["TritonConfig", "TritonEndpoint", "decode_infer_response", "error_line", "parse_generate_event"]
 

@@ -11,9 +11,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loadgen.core.types import RequestRecord, TokenEvent
 from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
 from loadgen.endpoints.http import settle
-from loadgen.types import RequestRecord, TokenEvent
 
 __all__ = ["StreamProgress", "TritonConfig", "error_line"]
 

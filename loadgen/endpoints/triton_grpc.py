@@ -11,7 +11,7 @@ carries ``triton_final_response``; the clean end is the response where it is tru
 * :func:`classify_grpc`: a gRPC exception -> an error kind and detail.
 
 ``grpc`` and ``tritonclient`` are optional (``loadgen[triton]``): they are imported when a
-gRPC endpoint is opened, and their absence is a :class:`~loadgen.errors.ConfigError` then.
+gRPC endpoint is opened, and their absence is a :class:`~loadgen.core.errors.ConfigError` then.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from loadgen.clock import deadline_after, now_ns
+from loadgen.core.clock import deadline_after, now_ns
+from loadgen.core.errors import ConfigError, EndpointUnreachable, ProtocolError
+from loadgen.core.redact import Redactor
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.header_wait import HeaderDeadline
 from loadgen.endpoints.http import classify_exception, fail
 from loadgen.endpoints.triton_config import StreamProgress, TritonConfig, error_line
-from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
-from loadgen.redact import Redactor
-from loadgen.types import RequestRecord, RequestSpec
 
 __all__ = ["TritonGRPCMixin", "classify_grpc", "decode_infer_response", "grpc_library"]
 

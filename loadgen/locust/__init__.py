@@ -16,9 +16,9 @@ How it fits Locust's model:
   total deadline, no retries, no redirects; headers and body in one write), its body
   built by :class:`~loadgen.endpoints.openai.OpenAIEndpoint` and its stream read
   by the sans-IO :class:`~loadgen.endpoints.openai.OpenAIStreamParser` (the
-  :class:`~loadgen.sse.SSEDecoder` and the event rules of ``loadgen run``); each
-  read is stamped with :func:`loadgen.clock.now_ns`. Every request ends as one
-  :class:`~loadgen.types.RequestRecord`; :func:`loadgen.metrics.compute` derives
+  :class:`~loadgen.core.sse.SSEDecoder` and the event rules of ``loadgen run``); each
+  read is stamped with :func:`loadgen.core.clock.now_ns`. Every request ends as one
+  :class:`~loadgen.core.types.RequestRecord`; :func:`loadgen.core.metrics.compute` derives
   its metrics. One Locust ``request`` event per request feeds Locust's table (type
   ``E2E``, named by the endpoint path, its response time the E2E latency; a failure
   carries its error kind, so the failures tab counts by kind): Locust's request count

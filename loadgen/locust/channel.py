@@ -7,7 +7,7 @@ authentication: any process that connects receives what the master sends. So:
   sent: the endpoint URL without userinfo and with credential-like query values as
   ``***``, credential-like headers and ``--extra-body`` fields as ``***``, the API key by
   its environment variable's *name*, and every other string scrubbed by value
-  (:class:`loadgen.redact.Redactor`: a server's ``/version`` echo of a key is caught too).
+  (:class:`loadgen.core.redact.Redactor`: a server's ``/version`` echo of a key is caught too).
 * **Workers bring their own secrets.** ``loadgen locust --worker`` takes ``--endpoint``,
   ``--header``, ``--api-key-env`` and ``--extra-body`` (best from ``--config FILE`` and the
   environment, not the command line, which ``ps`` shows) and hands them to its Locust
@@ -30,8 +30,8 @@ import json
 import os
 from typing import Any
 
-from loadgen.errors import ConfigError
-from loadgen.redact import (
+from loadgen.core.errors import ConfigError
+from loadgen.core.redact import (
     REDACTED,
     Redactor,
     find_body_secrets,

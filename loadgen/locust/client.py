@@ -5,7 +5,7 @@ header timeout (``header_timeout``, as ``loadgen run``'s), a total deadline, no 
 no redirects; headers and body in one write. The body
 comes from :class:`~loadgen.endpoints.openai.OpenAIEndpoint`, the stream is read
 by the sans-IO :class:`~loadgen.endpoints.openai.OpenAIStreamParser`, each read
-stamped with :func:`loadgen.clock.now_ns`; failures become the record's error kind.
+stamped with :func:`loadgen.core.clock.now_ns`; failures become the record's error kind.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from urllib.parse import urlsplit
 import gevent
 import orjson
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.errors import HeaderTimeout, ProtocolError
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.http import ERROR_BODY_LIMIT, classify_exception, fail, fill_http_error
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint, OpenAIStreamParser
 from loadgen.endpoints.quota import parse_ratelimit_headers
-from loadgen.errors import HeaderTimeout, ProtocolError
-from loadgen.types import RequestRecord, RequestSpec
 
 
 class _Deadline(Exception):

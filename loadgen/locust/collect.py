@@ -5,10 +5,10 @@ Records reach the master as plain lists (:func:`pack_record` on a worker,
 anchors of :func:`clock_anchor`); :class:`LocustCollector` aggregates them exactly
 as ``loadgen run`` does and, at the end, writes ``result.json`` (the ``loadgen run``
 schema plus a ``locust`` section), ``requests.jsonl``, ``histograms.hlog`` and
-``worker_histograms.json``. Not :class:`loadgen.workers.Collector`, which collects
+``worker_histograms.json``. Not :class:`loadgen.spread.workers.Collector`, which collects
 the worker processes of ``loadgen run --workers``. With ``--sessions`` a record carries its
 turn index: its line is ``loadgen run --sessions``'s (``session_id``, ``turn``, cached tokens)
-and ``result.json`` gets the same ``sessions`` block (:func:`loadgen.session_run.sessions_block`).
+and ``result.json`` gets the same ``sessions`` block (:func:`loadgen.sessions.measured.sessions_block`).
 """
 
 from __future__ import annotations
@@ -23,22 +23,22 @@ from typing import Any
 import gevent
 import orjson
 
-from loadgen.clock import now_ns, wall_anchor
-from loadgen.histograms import LatencyHistogram
+from loadgen.core.clock import now_ns, wall_anchor
+from loadgen.core.histograms import LatencyHistogram
+from loadgen.core.metrics import RequestMetrics, compute
+from loadgen.core.redact import Redactor
+from loadgen.core.slo import parse_slo
+from loadgen.core.types import RequestRecord, TokenEvent
+from loadgen.engine.recordlog import RecordWriter, record_line, write_hlog, write_json
+from loadgen.engine.results import LATENCY_METRICS, Aggregator, summarize_hdr
+from loadgen.engine.runner import ClientStats, RunOutcome
+from loadgen.engine.runplan import LoadConfig
 from loadgen.locust.client import client_settings
 from loadgen.locust.live import LiveSeries, summary
 from loadgen.locust.sessions import sessions_plan
 from loadgen.measurement import build_result, raise_fd_limit
-from loadgen.metrics import RequestMetrics, compute
-from loadgen.recordlog import RecordWriter, record_line, write_hlog, write_json
-from loadgen.redact import Redactor
-from loadgen.results import LATENCY_METRICS, Aggregator, summarize_hdr
-from loadgen.runner import ClientStats, RunOutcome
-from loadgen.runplan import LoadConfig
-from loadgen.session_run import TurnFacts, sessions_block
-from loadgen.session_workers import merge_stats
-from loadgen.slo import parse_slo
-from loadgen.types import RequestRecord, TokenEvent
+from loadgen.sessions.measured import TurnFacts, sessions_block
+from loadgen.sessions.spread import merge_stats
 
 # --------------------------------------------------------------------------- records on the wire
 
@@ -141,7 +141,7 @@ class LocustCollector:
         self.series.add(rec, m)
         if turn is None:
             self.writer.write(rec, m)
-        else:  # a session turn: the requests.jsonl line of loadgen run --sessions (loadgen.session_run)
+        else:  # a session turn: the requests.jsonl line of loadgen run --sessions (loadgen.sessions.measured)
             self.turns.add(rec, m, turn)
             d = record_line(rec, m, self.t0_ns, save_text=self.cfg["save_text"], token_lists=self.cfg["token_lists"])
             d["turn"] = turn

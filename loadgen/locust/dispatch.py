@@ -26,15 +26,15 @@ import gevent.event
 import gevent.lock
 from greenlet import GreenletExit
 
-from loadgen.clock import now_ns, wall_anchor
+from loadgen.core.clock import now_ns, wall_anchor
+from loadgen.core.metrics import RequestMetrics, compute
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.http import fail
+from loadgen.engine.results import Aggregator
 from loadgen.locust.client import GeventClient, Prepared
 from loadgen.locust.collect import clock_anchor, pack_record
 from loadgen.locust.sessions import SessionFeed, run_session
-from loadgen.metrics import RequestMetrics, compute
-from loadgen.results import Aggregator
-from loadgen.sessions import SessionStats
-from loadgen.types import RequestRecord, RequestSpec
+from loadgen.sessions.turns import SessionStats
 from loadgen.workload.arrivals import arrival_offsets_ns
 from loadgen.workload.replay import loop_offsets, replay_offsets
 from loadgen.workload.spec import Workload, WorkloadOptions
@@ -299,7 +299,7 @@ class LoadProcess:
 def gevent_sleep_until(deadline_ns: int, stop: gevent.event.Event) -> None:
     """Sleep this greenlet until an absolute deadline (never a relative interval); wakes early on a stop.
 
-    The gevent twin of :func:`loadgen.clock.sleep_until`, which cannot serve here:
+    The gevent twin of :func:`loadgen.core.clock.sleep_until`, which cannot serve here:
     it is a coroutine for an asyncio loop, and a greenlet on gevent's hub cannot
     await. Waits on ``stop`` while the deadline is far, then sleeps to ``SPIN_NS``
     before it and yields for the rest, so a send is never early nor a timer late.

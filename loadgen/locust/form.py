@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from loadgen.errors import ConfigError
-from loadgen.slo import parse_slo
+from loadgen.core.errors import ConfigError
+from loadgen.core.slo import parse_slo
 from loadgen.workload.lengths import parse_length_spec
 
 ARRIVALS = ("poisson", "constant", "gamma")
@@ -83,7 +83,7 @@ def parse_rate(text: str) -> float | None:
 
 
 def parse_slos(text: str) -> list[str]:
-    """``--loadgen-slo``: the targets' labels as typed (checked by :func:`loadgen.slo.parse_slo`)."""
+    """``--loadgen-slo``: the targets' labels as typed (checked by :func:`loadgen.core.slo.parse_slo`)."""
     out = [t.strip() for t in text.replace(";", ",").split(",") if t.strip()]
     for t in out:
         parse_slo(t)

@@ -6,15 +6,15 @@ measures beyond that is here, computed from the same records the collector aggre
 
 * **Series** (:class:`LiveSeries`): one-second bins from the test's t0. Per bin,
   ``output_tps`` = output tokens that *arrived* in the bin / bin length, from the
-  aggregator's token-arrival bins (:class:`loadgen.window.TokenBins`, the counting rule
+  aggregator's token-arrival bins (:class:`loadgen.core.window.TokenBins`, the counting rule
   of ``throughput.output_tps``); ``completed_rps`` / ``failed_rps`` = requests that
   *ended* in the bin / bin length; TTFT, TPOT and E2E p50 and p99 (ms) of the successful
   requests that ended in the bin (by completion, as Locust's own charts), percentiles
   as ``result.json`` takes them (:func:`numpy.percentile`, linear). A long test is shown
   with wider bins (adjacent seconds merged, at most :data:`MAX_POINTS` points).
-* **Throughput and SLO**: :meth:`loadgen.results.Aggregator.throughput` and
-  :meth:`~loadgen.results.Aggregator.slo_result` over the test so far (the measurement
-  window of :mod:`loadgen.window`, the verdict rules of :mod:`loadgen.slo`).
+* **Throughput and SLO**: :meth:`loadgen.engine.results.Aggregator.throughput` and
+  :meth:`~loadgen.engine.results.Aggregator.slo_result` over the test so far (the measurement
+  window of :mod:`loadgen.core.window`, the verdict rules of :mod:`loadgen.core.slo`).
 
 Pure: no Locust, no gevent.
 """
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.metrics import RequestMetrics
-from loadgen.results import Aggregator
-from loadgen.types import RequestRecord
+from loadgen.core.metrics import RequestMetrics
+from loadgen.core.types import RequestRecord
+from loadgen.engine.results import Aggregator
 
 BIN_NS = 1_000_000_000
 MAX_POINTS = 300

@@ -19,8 +19,8 @@ from locust import User, constant, events, task
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadgen.clock import now_ns
-from loadgen.errors import ConfigError
+from loadgen.core.clock import now_ns
+from loadgen.core.errors import ConfigError
 from loadgen.locust import channel, form
 from loadgen.locust.collect import LocustCollector
 from loadgen.locust.dispatch import LoadProcess

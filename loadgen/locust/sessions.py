@@ -2,7 +2,7 @@
 
 Each Locust user runs one session at a time and starts the next when it ends: closed loop at
 the session level, ``-u N`` = N concurrent sessions, each replaced when it ends. Inside a
-session the turns are causal, by the rule of :mod:`loadgen.sessions`: turn ``k + 1`` is *due*
+session the turns are causal, by the rule of :mod:`loadgen.sessions.turns`: turn ``k + 1`` is *due*
 at the end of turn ``k``'s reply (as the client saw it) + turn ``k + 1``'s delay (capped by
 the source's ``idle_cap``); a first turn is due when its user starts the session. Latency
 counts from the due time (the record's ``scheduled_ns``), as ``loadgen run --sessions``
@@ -10,7 +10,7 @@ counts it in closed loop too; a late send is schedule lag. A failed turn ends it
 (its remaining turns are counted unsent); a stop ends the turns not yet sent (unsent), a turn
 in flight gets Locust's ``--stop-timeout`` and is then recorded ``cancelled``.
 
-What is reused, and why the engine itself is not: :class:`loadgen.sessions.SessionRunner`
+What is reused, and why the engine itself is not: :class:`loadgen.sessions.turns.SessionRunner`
 is an asyncio engine that spawns and schedules its sessions itself, as asyncio tasks sending
 through an asyncio :class:`~loadgen.endpoints.base.Endpoint` (aiohttp). Here Locust owns the
 users: it spawns them at its spawn rate, may add or remove them mid-test and stops them at
@@ -18,16 +18,16 @@ users: it spawns them at its spawn rate, may add or remove them mid-test and sto
 :class:`~loadgen.locust.client.GeventClient`. An asyncio loop run inside a greenlet would hold
 the hub (every other user frozen) until it returns, and Locust's user count would no longer
 be the number of sessions. So this module runs a session's turns in its user's greenlet and
-reuses the pure parts: the session plan and sources (:func:`loadgen.session_plan.plan_sessions`:
+reuses the pure parts: the session plan and sources (:func:`loadgen.sessions.planning.plan_sessions`:
 sessions, salting, ``idle_cap``), the history and prompt rendering
 (:class:`loadgen.workload.sessions.SessionHistory`), the per-session counts
-(:class:`loadgen.sessions.SessionStats`, merged across workers by
-:func:`loadgen.session_workers.merge_stats`), and the records and the ``sessions`` block of
-``result.json`` (:class:`loadgen.session_run.TurnFacts`, :func:`loadgen.session_run.sessions_block`).
+(:class:`loadgen.sessions.turns.SessionStats`, merged across workers by
+:func:`loadgen.sessions.spread.merge_stats`), and the records and the ``sessions`` block of
+``result.json`` (:class:`loadgen.sessions.measured.TurnFacts`, :func:`loadgen.sessions.measured.sessions_block`).
 
 Which session a user runs: process ``shard`` of ``shards`` takes the plan's sessions
 ``shard, shard + shards, ...`` in turn (the plan's own order; a file's sessions reused after
-its last with the id ``<id>~<round>``, as :mod:`loadgen.session_plan` names reused sessions,
+its last with the id ``<id>~<round>``, as :mod:`loadgen.sessions.planning` names reused sessions,
 so salting keeps their prefixes apart). A turn's request index is its position in the plan
 (plus the plan's turn count per round of reuse): unique across processes.
 """
@@ -40,13 +40,13 @@ from typing import Any, Protocol
 
 from greenlet import GreenletExit
 
-from loadgen.clock import now_ns
-from loadgen.errors import ConfigError
+from loadgen.core.clock import now_ns
+from loadgen.core.errors import ConfigError
+from loadgen.core.types import RequestRecord
+from loadgen.engine.runplan import LoadConfig
 from loadgen.locust.client import GeventClient, Prepared
-from loadgen.runplan import LoadConfig
-from loadgen.session_plan import plan_sessions
-from loadgen.sessions import SessionPlan, SessionStats
-from loadgen.types import RequestRecord
+from loadgen.sessions.planning import plan_sessions
+from loadgen.sessions.turns import SessionPlan, SessionStats
 from loadgen.workload.session_sources import SessionSource, parse_session_source
 from loadgen.workload.sessions import Session, SessionHistory
 from loadgen.workload.spec import WorkloadOptions

@@ -18,7 +18,7 @@ from typing import Any
 
 import gevent
 
-from loadgen.clock import wall_anchor
+from loadgen.core.clock import wall_anchor
 from loadgen.locust.collect import LocustCollector
 from loadgen.locust.dispatch import LoadProcess
 from loadgen.workload.prompts import new_salt
@@ -104,7 +104,7 @@ _GC: dict[str, Any] = {}
 
 def gc_quiet(on: bool) -> None:
     """Collect and freeze the start-up heap while a test runs, so cyclic GC passes over it do
-    not stall the hub for tens of ms (as :mod:`loadgen.runner` does for its event loop)."""
+    not stall the hub for tens of ms (as :mod:`loadgen.engine.runner` does for its event loop)."""
     if on and not _GC:
         _GC["threshold"] = gc.get_threshold()
         gc.collect()

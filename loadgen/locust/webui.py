@@ -20,7 +20,7 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
 from loadgen.locust import form
 from loadgen.locust.collect import arrivals_text
 from loadgen.locust.state import S

@@ -1,6 +1,6 @@
 """The max-throughput run's batch scorecard in the console (``result.json`` ``max_throughput``).
 
-Definitions in :mod:`loadgen.throughput`; this room only words them.
+Definitions in :mod:`loadgen.engine.throughput`; this room only words them.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ reported (``comparable: false`` with reasons) and the ranking withheld unless ``
 Formulas: cost per million output tokens = cost_per_hour / (output_tps * 3600) * 1e6 (or, with
 per-token prices, the input and output prices weighted by the tokens of the run);
 output tokens per joule = output_tps / mean power (W), the steady-state rate of the
-measurement window (``result.json`` ``window``, :mod:`loadgen.window`) over the energy
+measurement window (``result.json`` ``window``, :mod:`loadgen.core.window`) over the energy
 meter's mean power (energy J / its window s); without the meter's window, output tokens /
 energy over the whole run. Rates (output tok/s, goodput) are the answer probe's, over its
 measurement window, never over the drain.
@@ -20,7 +20,7 @@ measurement window, never over the drain.
 Sustained behaviour: from the time series of the run at the answer (``result.json``
 ``timeseries``, or rebuilt from its ``requests.jsonl``), the change of output tok/s, TTFT
 p50 and E2E p50 from the first to the last third of the run; a system beyond the drift
-threshold of :mod:`loadgen.timeseries` is flagged in ``warnings``. Not ranked.
+threshold of :mod:`loadgen.engine.timeseries` is flagged in ``warnings``. Not ranked.
 
 Quality: a ``check.json`` (:mod:`loadgen.check`) next to the result, or given with
 ``check=``, fills the quality rows (agreement with its reference, accuracy).
@@ -44,13 +44,13 @@ from typing import Any
 import orjson
 
 from loadgen.check import QUALITY_ROWS, load_check, scorecard_values
-from loadgen.errors import InputFileError
+from loadgen.core.errors import InputFileError
+from loadgen.engine.throughput import WINDOW_RULE
+from loadgen.engine.timeseries import DRIFT_MIN_LATENCY_MS, DRIFT_THRESHOLD, drift, series
 from loadgen.report.compare_html import NOT_MEASURED, fmt_cell, render_html
 from loadgen.report.compare_scaling import SCALING_ROWS, scaling_section
 from loadgen.report.sweep_facts import probe_state, system_facts
 from loadgen.report.sweep_plots import METRIC_NAME, PCT_KEY
-from loadgen.throughput import WINDOW_RULE
-from loadgen.timeseries import DRIFT_MIN_LATENCY_MS, DRIFT_THRESHOLD, drift, series
 
 SCORECARD_SCHEMA_VERSION = 1
 __all__ = ["NOT_MEASURED", "System", "fmt_cell", "load_system", "scorecard", "write_outputs"]
@@ -94,7 +94,7 @@ SESSION_ROWS = (
     ("max_concurrent_sessions", "max concurrent sessions meeting the SLO", "high"),
 )
 
-# the "throughput" section: max-throughput runs (--rate inf, loadgen.throughput) compared with each other only
+# the "throughput" section: max-throughput runs (--rate inf, loadgen.engine.throughput) compared with each other only
 THROUGHPUT_ROWS = (
     ("tp_batch", "max-throughput: batch (requests in flight)", None),
     ("tp_sustained_output_tps", "max-throughput: sustained output tok/s", "high"),
@@ -300,7 +300,7 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
 
 
 def throughput_values(card: dict[str, Any] | None) -> dict[str, Any]:
-    """The ``tp_*`` cells of one system from its ``result.json`` ``max_throughput`` (:mod:`loadgen.throughput`)."""
+    """The ``tp_*`` cells of one system from its ``result.json`` ``max_throughput`` (:mod:`loadgen.engine.throughput`)."""
     if not card:
         return {k: NOT_THROUGHPUT_RUN for k, _, _ in THROUGHPUT_ROWS}
     out = {k: card.get(src) for k, src in TP_KEYS.items()}

@@ -196,7 +196,7 @@ def render_html(card: dict[str, Any]) -> str:
         body += f"<tr class='describe'><th>{html.escape(r['label'])}</th>{cells}</tr>"
     body += f"<tr class='section'><th colspan='{width}'>Measured</th></tr>"
     for r in card["rows"]:
-        if r["key"] == THROUGHPUT_FIRST_ROW:  # the max-throughput runs' section (loadgen.throughput)
+        if r["key"] == THROUGHPUT_FIRST_ROW:  # the max-throughput runs' section (loadgen.engine.throughput)
             body += f"<tr class='section'><th colspan='{width}'>Max throughput (batch)</th></tr>"
         cells = "".join(_cell(r["values"][x], r["key"], r["best"] == x) for x in labels)
         body += f"<tr><th>{html.escape(r['label'])}</th>{cells}</tr>"

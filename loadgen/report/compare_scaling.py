@@ -31,7 +31,7 @@ def scaling_section(systems: list[Any]) -> dict[str, Any] | None:
     when fewer than two sweeps record distinct accelerator counts; fills their scaling cells."""
     from loadgen.capacity.scaling import scaling_document
     from loadgen.capacity.source import load_sweep
-    from loadgen.errors import LoadgenError
+    from loadgen.core.errors import LoadgenError
 
     sized = []
     for s in systems:

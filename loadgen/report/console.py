@@ -105,7 +105,7 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
             + (f" ({att * 100:.1f} %)" if att is not None else "")
             + "; failed and zero-output requests count as misses"
         )
-        for wt in (result.get("why") or {}).get("targets") or ():  # loadgen.why: the cause of each miss
+        for wt in (result.get("why") or {}).get("targets") or ():  # loadgen.engine.why: the cause of each miss
             if wt["misses"]:
                 console.print(f"why: {wt['text']}", markup=False)
     if result.get("interrupted"):

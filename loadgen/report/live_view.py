@@ -2,7 +2,7 @@
 
 The view of ``run`` and ``sweep`` (started by :class:`loadgen.cli.live.LiveView`) runs in a
 **process of its own** (:func:`child_main`), never in the sending process: it tails
-``requests.jsonl`` (written line by line as requests finish, :mod:`loadgen.recordlog`), works
+``requests.jsonl`` (written line by line as requests finish, :mod:`loadgen.engine.recordlog`), works
 out the figures and draws them with rich ``Live`` on the terminal it shares with the run. The
 sending process keeps one thread that wakes once per ``interval_s`` and writes one short line
 to the view's stdin (requests in flight, its CPU time; once per runner t0 and the schedule's
@@ -20,7 +20,7 @@ ITL p50/p99, output tok/s (tokens of the requests finished in the interval / int
 schedule lag p99, and the client process's CPU (the sending process's CPU time / wall time,
 as it reports them; worker processes are not counted). For a sweep: the probe table filling
 in from each finished probe's ``result.json``, its misses by cause worked out as
-``sweep.json`` will have them (against the sweep's unloaded check, :func:`loadgen.why.sweep_why`).
+``sweep.json`` will have them (against the sweep's unloaded check, :func:`loadgen.engine.why.sweep_why`).
 
 The view's stdin protocol (one JSON object a line): ``{"t0_ns": int, "offsets": path | null}``
 (a runner started: its t0 on the monotonic clock and an ``.npy`` of its send offsets),
@@ -49,12 +49,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.engine.why import unloaded_ttft_ms, why_of_dirs
 from loadgen.telemetry.tail import RecordTail
-from loadgen.why import unloaded_ttft_ms, why_of_dirs
 
 if TYPE_CHECKING:
-    from loadgen.slo import SLOTarget
+    from loadgen.core.slo import SLOTarget
 
 __all__ = ["INTERVAL_S", "LiveFigures", "LiveStats", "child_main", "inflight_count", "schedule_offsets"]
 
@@ -330,7 +330,7 @@ def schedule_offsets(runner: Any) -> np.ndarray:
 def child_main() -> None:
     """The view's process: ``argv[1]`` its settings (JSON); stdin the sending process's messages; draws on stderr."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the run's: the view ends when its input does
-    from loadgen.slo import parse_slo
+    from loadgen.core.slo import parse_slo
 
     cfg = orjson.loads(sys.argv[1])
     with contextlib.suppress(OSError):  # ready: the sending process starts its run now

@@ -1,7 +1,7 @@
 """report.html of one run: the client's and the server's series on one time axis.
 
 One self-contained page (inline SVG, no script, no network), drawn from ``result.json``
-alone: its ``timeseries`` (:mod:`loadgen.timeseries`: the run cut into equal intervals on
+alone: its ``timeseries`` (:mod:`loadgen.engine.timeseries`: the run cut into equal intervals on
 the client's clock, seconds from t0) holds per interval the client's figures and, when the
 server was observed (``--serve`` or ``--server-metrics``), the server's gauges sampled in
 the same interval. The combined figure stacks, against the same x axis (interval midpoints):

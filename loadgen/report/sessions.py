@@ -19,7 +19,7 @@ def _pct(v: Any) -> str:
 
 
 def render_sessions(s: dict[str, Any], console: Console) -> None:
-    """The ``sessions`` block of ``result.json`` (:mod:`loadgen.session_run`) as lines and a table."""
+    """The ``sessions`` block of ``result.json`` (:mod:`loadgen.sessions.measured`) as lines and a table."""
     mode = "open loop" if s["mode"] == "open" else f"closed loop, {s.get('concurrency')} at once"
     rate = f" at {s['sessions_rps']:g} sessions/s" if s.get("sessions_rps") else ""
     console.print(

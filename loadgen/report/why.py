@@ -1,6 +1,6 @@
 """The cause of each SLO miss in words: the console lines and the report.html section.
 
-The figures come from ``sweep.json`` ``probes[i].why`` (:mod:`loadgen.why`, where each phase
+The figures come from ``sweep.json`` ``probes[i].why`` (:mod:`loadgen.engine.why`, where each phase
 and the attribution rule are defined); this room only writes them out.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from loadgen.why import PHASE_WORDS
+from loadgen.engine.why import PHASE_WORDS
 
 __all__ = ["probe_why_lines", "render_sweep_why", "why_html"]
 
@@ -36,7 +36,7 @@ def render_sweep_why(res: dict[str, Any], console: Console) -> None:
     """The sweep's miss causes on the console (after its summary)."""
     lines = probe_why_lines(res)
     if lines:
-        console.print("why the probes missed (each miss goes to the phase that dominated it; loadgen/why.py):")
+        console.print("why the probes missed (each miss goes to the phase that dominated it; loadgen/engine/why.py):")
         for ln in lines:
             console.print(f"  {ln}", markup=False)
 
@@ -66,5 +66,5 @@ def why_html(res: dict[str, Any]) -> str:
         f"<table class='probes why'>{head}{''.join(rows)}</table><p class='note'>Each miss goes to the phase that "
         "took the largest share of its value: schedule lag, client cap, connection set-up, rate limiting, server "
         "queueing (inferred: server TTFT over the unloaded TTFT), buffering, prefill, decode stall, decode. "
-        "The rule and each phase's formula: loadgen/why.py.</p>"
+        "The rule and each phase's formula: loadgen/engine/why.py.</p>"
     )

@@ -18,10 +18,10 @@ from typing import Any
 
 import click
 
+from loadgen.core.units import parse_duration_s
 from loadgen.serve.launch import server_process
 from loadgen.serve.observe import ServerObserver
 from loadgen.serve.process import ServerProcess, ServerStartError
-from loadgen.units import parse_duration_s
 
 __all__ = ["ServeOutcome", "report_start_error", "serve_group"]
 

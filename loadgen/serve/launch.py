@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 from loadgen.serve.process import ServerProcess
 from loadgen.serve.triton import triton_process
 from loadgen.serve.vllm import vllm_process

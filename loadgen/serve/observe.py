@@ -17,7 +17,7 @@ the energy in joules and output tokens per joule, and the gauges over time
 (``series``: running and waiting requests, KV-cache usage from each scrape, GPU power
 from NVML), each stamped on the monotonic clock at the scrape's midpoint and given in
 seconds from the run's t0 (``result["conditions"]["t0_monotonic_ns"]``: the client's
-time axis, which :func:`loadgen.timeseries.series` cuts into the client's intervals).
+time axis, which :func:`loadgen.engine.timeseries.series` cuts into the client's intervals).
 Output tokens for the tokens-per-joule ratio are
 the server's own generation-token delta over the same window when it exports one
 (vLLM), else the result's measured output tokens (which leave the warm-up out while
@@ -33,8 +33,8 @@ from typing import Any
 
 import aiohttp
 
-from loadgen.clock import now_ns
-from loadgen.redact import redact_url
+from loadgen.core.clock import now_ns
+from loadgen.core.redact import redact_url
 from loadgen.serve import prom
 from loadgen.serve.nvml import NVML, EnergyMeter, NVMLUnavailable, gpus_for_pids
 from loadgen.serve.process import ServerProcess, group_members
@@ -49,7 +49,7 @@ class ServerObserver:
     only); ``base_url``: the server's HTTP root; ``metrics_url``: its Prometheus page (vLLM: ``base_url/metrics``; Triton: the
     metrics port, default ``:8002``); ``server``: the launched process, when loadgen started it. Both URLs
     are used as given and recorded (conditions, the server section, scrape errors) through
-    :func:`~loadgen.redact.redact_url`: no userinfo, no credential-like query value.
+    :func:`~loadgen.core.redact.redact_url`: no userinfo, no credential-like query value.
     """
 
     def __init__(

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from loadgen.errors import LoadgenError
+from loadgen.core.errors import LoadgenError
 
 __all__ = ["ServerProcess", "ServerStartError", "free_port", "group_alive", "group_members"]
 

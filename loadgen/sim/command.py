@@ -250,8 +250,8 @@ def sim_command(**kw: Any) -> None:
         slow_ms=kw["slow_ms"],
     )
     if kw["cpus"] is not None:
-        from loadgen.affinity import parse_cpus, pin_process
-        from loadgen.errors import ConfigError
+        from loadgen.core.affinity import parse_cpus, pin_process
+        from loadgen.core.errors import ConfigError
 
         try:
             pin_process(parse_cpus(kw["cpus"]))
@@ -259,7 +259,7 @@ def sim_command(**kw: Any) -> None:
             raise click.UsageError(str(exc)) from exc
     tokenizer = None
     if kw["tokenizer_path"]:
-        from loadgen.errors import ConfigError
+        from loadgen.core.errors import ConfigError
         from loadgen.workload.tokenizer import load_tokenizer
 
         try:

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import orjson
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
 from loadgen.sim.protocol import DONE_EVENT, MAX_MODEL_LEN, WORDS, BadRequest, error_body, parse_request, sim_version
 
 __all__ = ["FastServer"]

@@ -27,7 +27,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
 
 __all__ = [
     "ARRIVAL_KEY",

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from loadgen.core.slo import SLOTarget
 from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams, capacity_rps, simulate
-from loadgen.slo import SLOTarget
 from loadgen.workload.arrivals import arrival_offsets_ns
 
 Lengths = int | Sequence[int] | np.ndarray

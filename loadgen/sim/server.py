@@ -56,7 +56,7 @@ import orjson
 from aiohttp import web
 from aiohttp.web_server import Server
 
-from loadgen.clock import now_ns, sleep_until
+from loadgen.core.clock import now_ns, sleep_until
 from loadgen.sim.faults import FaultConfig, draw_fault
 from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams, TokenEmission

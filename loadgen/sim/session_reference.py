@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loadgen.core.slo import SLOTarget
 from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams
 from loadgen.sim.prefix_cache import DEFAULT_BLOCK_TOKENS, PrefixCache
-from loadgen.slo import SLOTarget
 from loadgen.workload.arrivals import arrival_offsets_ns
 from loadgen.workload.sessions import Session
 

@@ -7,7 +7,7 @@ the concurrency sweep; the answer and its price), :mod:`~loadgen.sweep.evidence`
 closed-loop probes' evidence rule, :mod:`~loadgen.sweep.verdict` the one verdict text per
 probe and target, :mod:`~loadgen.sweep.unloaded` the unloaded check before the search and
 :mod:`~loadgen.sweep.plan` the plan and its time estimate. The SLO rules themselves live in
-:mod:`loadgen.slo`.
+:mod:`loadgen.core.slo`.
 """
 
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig

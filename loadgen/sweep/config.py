@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.slo import SLOTarget, judged_per_request
-from loadgen.stats import min_requests
+from loadgen.core.slo import SLOTarget, judged_per_request
+from loadgen.core.stats import min_requests
 
 SWEEP_SCHEMA_VERSION = 1
 MAX_RERUNS = 2
@@ -33,7 +33,7 @@ class SweepConfig:
     max_extensions: int = 2
     max_probes: int = 30
     cost_per_hour_usd: float | None = None
-    prices: Any = None  # loadgen.pricing.TokenPrices (per-token prices of a managed platform)
+    prices: Any = None  # loadgen.core.pricing.TokenPrices (per-token prices of a managed platform)
     accelerators: int | None = None
     concurrency_levels: list[int] | None = None
     workers: int = 1

@@ -4,7 +4,7 @@
 late requests come in runs (its busy periods), so n requests are not n independent trials; each
 segment counts n / tau effective requests and k / tau effective exceedances, tau the exceedances'
 integrated autocorrelation time (:func:`exceedance_tau`), and the Clopper-Pearson bounds of
-:mod:`loadgen.slo` are taken on those. Measured on the simulated endpoint's model
+:mod:`loadgen.core.slo` are taken on those. Measured on the simulated endpoint's model
 (``scripts/bench_capacity_ci --virtual``, 2 FIFO servers, p99 TTFT <= 200 ms, 20 sweeps of
 60 s probes): the 95 % interval on the answer held the steady-state reference in 14 of 20
 on raw counts, 20 of 20 on effective counts, for 20 % more probe time.
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.slo import TargetJudge, allowed_fraction, judge_counts, judged_per_request, probe_target_verdict
+from loadgen.core.slo import TargetJudge, allowed_fraction, judge_counts, judged_per_request, probe_target_verdict
 from loadgen.sweep.config import SweepConfig
 
 
@@ -62,7 +62,7 @@ def closed_loop_sent_rps(results: list[dict[str, Any]]) -> float | None:
 
     sum(counts.requests - counts.unsent) / sum(duration_s), ``duration_s`` from the first
     measured send to the last end (the ``*_incl_drain`` rates' denominator,
-    :mod:`loadgen.results`). Not (sent - 1) / send span, the open loop's convention
+    :mod:`loadgen.engine.results`). Not (sent - 1) / send span, the open loop's convention
     (``achieved_send_rps``): a closed loop's users all send at the ramp, so with few
     requests that span is the ramp's few ms (16 users' first sends in 18 ms read 844 req/s).
     """
@@ -140,7 +140,7 @@ def exceedance_tau(values: np.ndarray, threshold: float) -> float:
 class DependenceLog:
     """Per target, each segment's judged values in send order, and the probe's effective counts.
 
-    The probe's binomial verdict (:func:`loadgen.slo.judge_counts`) takes its n requests as n
+    The probe's binomial verdict (:func:`loadgen.core.slo.judge_counts`) takes its n requests as n
     independent trials; in a queue they are not (a late request's neighbours are late too), and
     a probe that starts from an empty queue may hold no exceedance at all above capacity. The
     rule (:data:`DEPENDENCE_RULE`): each segment s of n_s judged requests with k_s over the
@@ -148,7 +148,7 @@ class DependenceLog:
     tau_s = :func:`exceedance_tau` of that segment (segments are separate runs, each starting
     after the previous one drained: independent blocks). Over the probe: n_e = floor(sum n_s /
     tau_s) (at least 1 when n > 0), k_e = round(sum k_s / tau_s) (at least 1 when k > 0, at most
-    n_e). The Clopper-Pearson bounds of :mod:`loadgen.slo` are then taken on (k_e, n_e): for a
+    n_e). The Clopper-Pearson bounds of :mod:`loadgen.core.slo` are then taken on (k_e, n_e): for a
     variance inflated by tau this is the binomial with the same mean and variance (the "effective
     sample size" of a dependent Bernoulli sequence; Kish's design effect in survey sampling).
     The point estimate of an undecided probe stays k / n on the raw counts.
@@ -208,7 +208,7 @@ def dependent_verdict(
 ) -> tuple[str, bool, float | None, float, float]:
     """A finished probe's (verdict, low_confidence, k/n, lower, upper) on one per-request target.
 
-    :func:`loadgen.slo.probe_target_verdict` on the effective counts ``eff``
+    :func:`loadgen.core.slo.probe_target_verdict` on the effective counts ``eff``
     (:meth:`DependenceLog.effective`): the bounds are the effective counts' bounds, widened to hold k/n; an
     undecided probe is decided on the raw point estimate k/n of ``tj`` (as before the
     dependence rule), marked low-confidence.

@@ -12,7 +12,7 @@ test MLPerf LoadGen's early stopping uses for its latency bound, on effective co
 and k / tau, the dependence between requests: :mod:`loadgen.sweep.evidence`). ITL is per token
 (tokens within a request are correlated): judged as the run verdict of the last
 segment (the pooled per-token percentile at the target's own percentile), with no
-confidence bound. The rules themselves live in :mod:`loadgen.slo`.
+confidence bound. The rules themselves live in :mod:`loadgen.core.slo`.
 
 Early stop: once FAIL is certain (known exceedances, including requests in flight
 longer than the threshold without their first token — or their end, for E2E —
@@ -46,7 +46,7 @@ duration, its stability test or its extensions. Only a FAIL already certain over
 possible probe (``FAIL (stopped early)``) stands.
 
 The verdict table (docs/measurement.md): only the client's timing (the generator checks of
-:mod:`loadgen.validity`) makes a probe ``invalid``; everything the server causes (SLO
+:mod:`loadgen.engine.validity`) makes a probe ``invalid``; everything the server causes (SLO
 misses, a growing backlog, errors) is ``fail`` with its reason. A probe whose requests
 mostly end rate-limited (HTTP 429, more than half of those not cancelled) is ``rate_limited``.
 """
@@ -62,13 +62,9 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.clock import now_ns
-from loadgen.endpoints.base import Endpoint
-from loadgen.measurement import measure
-from loadgen.metrics import RequestMetrics
-from loadgen.runner import Runner
-from loadgen.runplan import LoadConfig
-from loadgen.slo import (
+from loadgen.core.clock import now_ns
+from loadgen.core.metrics import RequestMetrics
+from loadgen.core.slo import (
     MISS,
     SLOTarget,
     TargetJudge,
@@ -80,14 +76,18 @@ from loadgen.slo import (
     proves_fail,
     request_value,
 )
+from loadgen.core.types import RequestRecord
+from loadgen.endpoints.base import Endpoint
+from loadgen.engine.runner import Runner
+from loadgen.engine.runplan import LoadConfig
+from loadgen.engine.validity import RATE_LIMIT_DOMINATED
+from loadgen.measurement import measure
 from loadgen.sweep import evidence as ev
 from loadgen.sweep.config import SweepConfig
 from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps
 from loadgen.sweep.sessions import measure_load, probe_sessions, session_turns
 from loadgen.sweep.stability import TAIL_FRACTION, backlog_trend
 from loadgen.sweep.verdict import INTERRUPTED, probe_verdict_text, target_verdict
-from loadgen.types import RequestRecord
-from loadgen.validity import RATE_LIMIT_DOMINATED
 
 # Failures that are the server's whatever the generator's timing (not: connect, which a saturated
 # client can cause too; cancelled, the probe's own early stop; client_limit).

@@ -36,7 +36,7 @@ printed, and updated as probes finish. Each probe's verdict is said in one text
 
 Price at the answer: with ``--cost-per-hour``, cost_per_hour / (tokens/s * 3600) * 1e6;
 with per-token prices, (input_tps * p_in + output_tps * p_out) / output_tps per million
-output tokens (see :mod:`loadgen.pricing`); each also per successful request at the SLO.
+output tokens (see :mod:`loadgen.core.pricing`); each also per successful request at the SLO.
 """
 
 from __future__ import annotations
@@ -47,20 +47,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.metrics import RequestMetrics
+from loadgen.core.pricing import answer_cost
+from loadgen.core.types import RequestRecord
 from loadgen.endpoints.base import Endpoint
+from loadgen.engine.runner import Runner
+from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
-from loadgen.metrics import RequestMetrics
-from loadgen.pricing import answer_cost
-from loadgen.runner import Runner
-from loadgen.runplan import LoadConfig
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
 from loadgen.sweep.plan import Plan
 from loadgen.sweep.probe import Probe, run_probe
 from loadgen.sweep.sessions import calibration_sps, measure_load, session_turns
 from loadgen.sweep.unloaded import unloaded_check
 from loadgen.sweep.verdict import evidence_rule
-from loadgen.types import RequestRecord
 
 
 @dataclass
@@ -87,7 +87,7 @@ class Sweep:
         cluster: Any = None,
     ) -> None:
         self.server_observer = server_observer
-        self.cluster = cluster  # a connected loadgen.cluster.Cluster: probes run on its actors
+        self.cluster = cluster  # a connected loadgen.spread.cluster.Cluster: probes run on its actors
         self.endpoint = endpoint
         self.base = base
         self.scfg = scfg

@@ -2,7 +2,7 @@
 
 A session sweep is the rate sweep (:mod:`loadgen.sweep.search`: unloaded check, calibration,
 bracket, bisect; or the concurrency sweep) with each probe a measured session run
-(:func:`loadgen.session_run.measure_sessions`) instead of a request run: the base
+(:func:`loadgen.sessions.measured.measure_sessions`) instead of a request run: the base
 ``LoadConfig`` carries ``sessions`` and :func:`measure_load` sends each of the sweep's runs
 to the right engine. What changes, and only here:
 
@@ -37,9 +37,9 @@ from typing import Any
 import orjson
 
 from loadgen.endpoints.base import Endpoint
+from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import MeasuredRun
-from loadgen.runplan import LoadConfig
-from loadgen.session_run import measure_sessions
+from loadgen.sessions.measured import measure_sessions
 from loadgen.workload.session_sources import SessionSource, load_sessions
 
 __all__ = ["calibration_sps", "measure_load", "probe_sessions", "session_turns", "sessions_block"]

@@ -9,7 +9,7 @@ window of scheduled sends, split into :data:`BINS` equal intervals,
 * ``first_token_delay``: the median, per interval, of (first token - scheduled send)
   of the requests scheduled in it (TTFT from the scheduled time; a queue in front of
   prefill shows here first);
-* ``decode_pace``: the median, per interval, of the TPOT (:mod:`loadgen.metrics`:
+* ``decode_pace``: the median, per interval, of the TPOT (:mod:`loadgen.core.metrics`:
   (last token - first token) / (output tokens - 1)) of the requests scheduled in it that
   streamed at least two tokens (a server that admits everything and slows every sequence
   down as its batch grows shows here before its queue does);

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.endpoints.base import Endpoint
+from loadgen.engine.runner import Runner
+from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
-from loadgen.runner import Runner
-from loadgen.runplan import LoadConfig
 from loadgen.sweep.config import SweepConfig
 from loadgen.sweep.sessions import measure_load, session_turns
 

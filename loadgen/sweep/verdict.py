@@ -6,7 +6,7 @@ progress line, the console table and report.html all show that stored text, so a
 reads the same in every place (issue 23). The texts:
 
 * ``PASS``: the one-sided Clopper-Pearson upper bound of the exceedance fraction is within
-  1 - percentile at the chosen confidence (:func:`loadgen.slo.judge_counts`);
+  1 - percentile at the chosen confidence (:func:`loadgen.core.slo.judge_counts`);
 * ``PASS (point estimate)`` / ``FAIL (point estimate)``: still undecided after the probe's
   extensions (or with fewer requests than the evidence rule asks), decided on k/n alone;
 * ``FAIL``: the lower bound is past 1 - percentile (or the backlog grows, or the server's
@@ -26,14 +26,14 @@ After an interrupt the sweep's answer (:func:`interrupted_answer`) says so and i
 the decided probes show: a bracket (a PASS below a FAIL), a lower bound (a PASS, nothing above
 it decided), or no answer.
 
-The rules themselves stay in :mod:`loadgen.slo`; this module only names their outcome.
+The rules themselves stay in :mod:`loadgen.core.slo`; this module only names their outcome.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from loadgen.slo import SLOTarget, TargetJudge, probe_target_verdict
+from loadgen.core.slo import SLOTarget, TargetJudge, probe_target_verdict
 from loadgen.sweep.evidence import DEPENDENCE_RULE
 from loadgen.sweep.stability import TAIL_FRACTION
 
@@ -57,7 +57,7 @@ def target_verdict(
 
     ``k`` exceedances of ``n`` judged requests; ``eff`` the effective counts that account for the
     dependence between requests (:class:`loadgen.sweep.evidence.DependenceLog`; None: the raw
-    counts are the evidence). :func:`loadgen.slo.probe_target_verdict` decides on ``eff``
+    counts are the evidence). :func:`loadgen.core.slo.probe_target_verdict` decides on ``eff``
     (undecided, on the raw point estimate k/n: ``point_estimate`` True). In a probe stopped
     early, the target whose count reached ``fail_k`` (the exceedances that make FAIL certain
     over the largest possible probe) or whose bounds already FAIL is ``FAIL (stopped early)``;

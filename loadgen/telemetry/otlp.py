@@ -19,7 +19,7 @@ Instruments (GenAI semantic-convention names where one exists; ``loadgen.phase``
 * ``gen_ai.client.token.usage`` ({token}, ``gen_ai.token.type`` = ``output``): output tokens
   per successful measured request;
 * counters ``loadgen.requests`` (``loadgen.phase``, ``loadgen.status``),
-  ``loadgen.requests.sent``, ``loadgen.errors`` (``error.type`` = ``error_kind``),
+  ``loadgen.requests.sent``, ``loadgen.core.errors`` (``error.type`` = ``error_kind``),
   ``loadgen.output_tokens``, ``loadgen.requests.unsent``; gauges
   ``loadgen.inflight_requests``, ``loadgen.schedule_lag.p99`` (s, last refresh period),
   ``loadgen.client.cpu_ratio``.
@@ -54,7 +54,7 @@ HISTOGRAM_NAMES = (
 
 class OtlpPusher:
     """The OTLP push of one run (a context manager). ``attach`` is a ``measure(runner_hook=...)``;
-    ``redact``: the run's :class:`~loadgen.redact.Redactor`, for the SDK's log lines (module docstring)."""
+    ``redact``: the run's :class:`~loadgen.core.redact.Redactor`, for the SDK's log lines (module docstring)."""
 
     def __init__(
         self,
@@ -120,7 +120,7 @@ class OtlpPusher:
             "usage": m.create_histogram("gen_ai.client.token.usage", unit="{token}", description="Output tokens"),
             "requests": m.create_counter("loadgen.requests", description="Finished requests"),
             "sent": m.create_counter("loadgen.requests.sent", description="Finished requests that were sent"),
-            "errors": m.create_counter("loadgen.errors", description="Failed requests by error kind"),
+            "errors": m.create_counter("loadgen.core.errors", description="Failed requests by error kind"),
             "tokens": m.create_counter("loadgen.output_tokens", unit="{token}", description="Output tokens"),
             "unsent": m.create_counter("loadgen.requests.unsent", description="Scheduled requests never sent"),
         }

@@ -1,6 +1,6 @@
 """Whole new lines of a ``requests.jsonl`` being written: what live readers of a run consume.
 
-The run writes one whole line per finished request as it finishes (:mod:`loadgen.recordlog`),
+The run writes one whole line per finished request as it finishes (:mod:`loadgen.engine.recordlog`),
 the parent of ``--workers`` processes and of Ray actors included, so one reader of that file
 sees every request of the run, from whichever process it came. Readers run in a thread of the
 sending process: parsing hands the interpreter over every :data:`YIELD_EVERY` lines, so the

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 
 ARRIVALS = ("poisson", "gamma", "constant")
 

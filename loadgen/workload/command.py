@@ -1,7 +1,7 @@
 """The ``trace`` command group: ``loadgen trace inspect FILE``.
 
 The main CLI mounts it with ``main.add_command(trace_group)``. A bad option or
-file (:class:`loadgen.errors.ConfigError`, ``InputFileError``) becomes a click
+file (:class:`loadgen.core.errors.ConfigError`, ``InputFileError``) becomes a click
 usage error (exit 2), as ``loadgen run`` maps it.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import click
 import orjson
 
-from loadgen.errors import ConfigError, InputFileError
+from loadgen.core.errors import ConfigError, InputFileError
 from loadgen.workload.replay import trace_stats
 from loadgen.workload.trace_formats import FORMATS
 from loadgen.workload.traces import read_trace

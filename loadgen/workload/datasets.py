@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.errors import ConfigError, InputFileError
+from loadgen.core.errors import ConfigError, InputFileError
 
 __all__ = ["DatasetEntry", "read_dataset", "read_sharegpt"]
 

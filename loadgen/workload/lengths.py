@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 
 __all__ = ["MAX_LENGTH_TOKENS", "LengthSpec", "parse_length_spec"]
 

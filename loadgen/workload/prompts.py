@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = ["CHAT_WORD_OVERHEAD", "Prompt", "PromptBuilder", "corpus_words", "new_salt", "synthetic_prompt"]

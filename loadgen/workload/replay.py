@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 from loadgen.workload.traces import Trace
 
 __all__ = ["ReplayPlan", "loop_offsets", "replay_offsets", "spread_instants", "trace_stats"]

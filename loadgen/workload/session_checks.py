@@ -2,7 +2,7 @@
 
 Every session source is read and checked whole before the first request: a run, a sweep and a
 Locust test refuse a bad file at once, with one line naming the file, the 1-based line and the
-field (:class:`~loadgen.errors.InputFileError`, a usage error at the command line: exit 2), and
+field (:class:`~loadgen.core.errors.InputFileError`, a usage error at the command line: exit 2), and
 never fail on it after load started. The rules:
 
 * **Numbers.** A time (``delay_s``, ``start_s``, ``think_time``) that is not a number, is NaN or
@@ -43,8 +43,8 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from loadgen.errors import ConfigError, InputFileError
-from loadgen.units import parse_duration_s
+from loadgen.core.errors import ConfigError, InputFileError
+from loadgen.core.units import parse_duration_s
 from loadgen.workload.lengths import MAX_LENGTH_TOKENS
 from loadgen.workload.sessions import Session
 

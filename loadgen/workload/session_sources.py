@@ -65,8 +65,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen.errors import ConfigError, InputFileError
-from loadgen.units import parse_duration_s
+from loadgen.core.errors import ConfigError, InputFileError
+from loadgen.core.units import parse_duration_s
 from loadgen.workload.lengths import parse_length_spec
 from loadgen.workload.session_checks import (
     MAX_START_S,
@@ -172,7 +172,7 @@ def load_sessions(src: SessionSource, n: int | None = None, *, seed: int = 0) ->
     the read (``format``, ``skipped_subagents``, ``resets``, ``max_delay_s``, ``warnings``: lines to
     show before the run). The whole file is read and checked (:mod:`loadgen.workload.session_checks`);
     delays are as the file states them (time-scaled): the idle cap is the plan's
-    (:func:`loadgen.session_plan.plan_sessions`). Raises ConfigError / InputFileError."""
+    (:func:`loadgen.sessions.planning.plan_sessions`). Raises ConfigError / InputFileError."""
     o = src.options
     most = max_delay_s(o)
     if src.synthetic:

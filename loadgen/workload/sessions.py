@@ -34,7 +34,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.types import RequestSpec
+from loadgen.core.types import RequestSpec
 from loadgen.workload.prompts import corpus_words
 
 __all__ = ["Session", "SessionHistory", "SessionPrompter", "Turn"]

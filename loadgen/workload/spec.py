@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadgen.errors import ConfigError
-from loadgen.schedule import Schedule
-from loadgen.types import RequestSpec, ScheduledRequest
+from loadgen.core.errors import ConfigError
+from loadgen.core.schedule import Schedule
+from loadgen.core.types import RequestSpec, ScheduledRequest
 from loadgen.workload.arrivals import arrival_offsets_array
 from loadgen.workload.datasets import DatasetEntry, read_dataset
 from loadgen.workload.lengths import LengthSpec, parse_length_spec
@@ -262,7 +262,7 @@ class Workload:
         warmup_requests: int = 0,
         warmup_s: float = 0.0,
     ) -> Schedule:
-        """The open-loop schedule of :meth:`schedule` as a :class:`~loadgen.schedule.Schedule`.
+        """The open-loop schedule of :meth:`schedule` as a :class:`~loadgen.core.schedule.Schedule`.
 
         Send offsets and phases in arrays (9 bytes a request; a trace adds its row, 8);
         each request is built by ``schedule.spec(k)`` when asked for, the same one
@@ -448,7 +448,7 @@ def write_schedule(
     ``requested_input_tokens`` (as the server should count them),
     ``requested_output_tokens``, and where any ``prefix_group``, ``session_id``,
     ``content_input_tokens`` (prompt text alone, when ``workload`` is given).
-    A :class:`~loadgen.schedule.Schedule` from ``workload`` is built and written one
+    A :class:`~loadgen.core.schedule.Schedule` from ``workload`` is built and written one
     request at a time (memory stays flat however long the schedule).
     """
     lazy = isinstance(schedule, Schedule)

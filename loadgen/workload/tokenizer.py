@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 
 __all__ = ["Tokenizer", "load_tokenizer", "render_chatml"]
 

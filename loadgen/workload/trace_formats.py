@@ -3,7 +3,7 @@
 Each format turns a line (bytes, without its line ending) into fields, then gives
 the row's absolute timestamp in integer nanoseconds and, only for rows inside
 the replay window, its lengths. Parsing is strict on purpose: a malformed value
-raises :class:`loadgen.errors.InputFileError` naming the file, the 1-based line
+raises :class:`loadgen.core.errors.InputFileError` naming the file, the 1-based line
 and the field, so nothing is ever sent from a trace that failed validation.
 
 Formats (schemas in ``traces/README.md``):
@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.errors import InputFileError
+from loadgen.core.errors import InputFileError
 
 MOONCAKE_BLOCK_TOKENS = 512
 """Tokens per Mooncake hash id (the last block of a row may be shorter)."""

@@ -5,7 +5,7 @@ rows of the selected window, in ``array``/numpy buffers (no Python object per
 row is kept, and rows outside the window are parsed only as far as their
 timestamp). Offsets are integer nanoseconds from the trace's first row. The
 whole window is validated before anything is returned: a bad row raises
-:class:`loadgen.errors.InputFileError` naming file, line and field.
+:class:`loadgen.core.errors.InputFileError` naming file, line and field.
 
 Policies (documented in ``traces/README.md``):
 
@@ -32,7 +32,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from loadgen.errors import ConfigError, InputFileError
+from loadgen.core.errors import ConfigError, InputFileError
 from loadgen.workload.trace_fast import parse_azure_block
 from loadgen.workload.trace_formats import FORMATS, MOONCAKE_BLOCK_TOKENS, AzureFormat, TraceFormat, detect_format
 

@@ -2,10 +2,10 @@
 
 Each case's streams are played byte for byte by the scripted server
 (``tests/fixtures/scripted_server.py``) and measured by the real client
-(``loadgen.endpoints.openai.OpenAIEndpoint``) and ``loadgen.metrics.compute``.
+(``loadgen.endpoints.openai.OpenAIEndpoint``) and ``loadgen.core.metrics.compute``.
 Every expected value is checked against the case's right value (within 5 ms) and
 against the server's logged real flush times (within 2 ms); counts exactly.
-Aggregates go through ``loadgen.results.Aggregator``.
+Aggregates go through ``loadgen.engine.results.Aggregator``.
 
 Cases described in words only get fixture streams built from their note (see
 ``BUILDERS`` in ``tests/fixtures/case_streams.py``); an unknown words-only case fails,
@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadgen import metrics
-from loadgen.clock import now_ns
+from loadgen.core import metrics
+from loadgen.core.clock import now_ns
+from loadgen.core.metrics import RequestMetrics
+from loadgen.core.types import RequestRecord, RequestSpec, TokenEvent
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
-from loadgen.metrics import RequestMetrics
-from loadgen.types import RequestRecord, RequestSpec, TokenEvent
 from tests.fixtures.case_streams import BUILDERS, GOODPUT, materialize
 from tests.fixtures.scripted_server import RequestLog, ScriptedServer
 
@@ -347,8 +347,8 @@ def check_expected(exp: dict[str, Any], r: Replayed, where: str) -> None:
 
 
 def aggregate(reps: list[Replayed], slos: list[str] | None = None) -> Any:
-    from loadgen.results import Aggregator
-    from loadgen.slo import parse_slo
+    from loadgen.core.slo import parse_slo
+    from loadgen.engine.results import Aggregator
 
     agg = Aggregator([parse_slo(s) for s in slos or []])
     for r in reps:
@@ -479,8 +479,8 @@ def test_goodput_denominator_exact_window() -> None:
     case = next((c for c in CASES if c["id"] == "goodput-denominator"), None)
     if case is None:
         pytest.skip("goodput-denominator case not in streams.json")
-    from loadgen.results import Aggregator
-    from loadgen.slo import parse_slo
+    from loadgen.core.slo import parse_slo
+    from loadgen.engine.results import Aggregator
 
     S = 1_000_000_000
 
@@ -502,7 +502,7 @@ def test_goodput_denominator_exact_window() -> None:
     def run(pairs: list[tuple[float, float]]) -> dict[str, Any]:
         agg = Aggregator([parse_slo("ttft:p99<=500ms"), parse_slo("tpot:p99<=50ms")])
         # five sends 2 s apart (0..8 s): the measurement window of scheduled sends is
-        # span * N / (N - 1) = 8 s * 5 / 4 = exactly 10.0 s, the case's window (loadgen/window.py);
+        # span * N / (N - 1) = 8 s * 5 / 4 = exactly 10.0 s, the case's window (loadgen/core/window.py);
         # the last (the HTTP 500) ends at 10 s, so the drain-inclusive span is 10.0 s as well
         for i, (a, b) in enumerate(pairs):
             agg.add(*ok_rec(i, 2 * i * S, a, b))

@@ -130,7 +130,7 @@ def test_wheel_from_the_script_installs_on_a_node_and_runs_the_drivers_code(tmp_
     """The other path: ``scripts/build_wheel`` builds a wheel that installs on a node with only its
     dependencies (here from this environment, no index) and holds the driver's very code (the same
     source hash, so the actors use it and nothing is shipped)."""
-    from loadgen.cluster import code_hash
+    from loadgen.spread.cluster import code_hash
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     p = subprocess.run([str(REPO / "scripts" / "build_wheel"), str(tmp_path / "dist")], capture_output=True,
@@ -142,7 +142,7 @@ def test_wheel_from_the_script_installs_on_a_node_and_runs_the_drivers_code(tmp_
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
                     str(tmp_path / "node-site"), wheel], check=True, timeout=180, env=env)  # fmt: skip
     node_env = dict(env, PYTHONPATH=str(tmp_path / "node-site"))
-    out = subprocess.run([py, "-c", "from loadgen.cluster import code_hash; print(code_hash())"], cwd=tmp_path,
+    out = subprocess.run([py, "-c", "from loadgen.spread.cluster import code_hash; print(code_hash())"], cwd=tmp_path,
                          env=node_env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == code_hash()

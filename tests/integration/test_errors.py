@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
+from loadgen.core.types import ERROR_KINDS
 from loadgen.sim.launch import SimProcess
-from loadgen.types import ERROR_KINDS
 from tests.fixtures.recording_server import RecordingServer, ok_stream
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.runplan import LoadConfig
-from loadgen.types import RequestRecord, RequestSpec
+from loadgen.core.types import RequestRecord, RequestSpec
+from loadgen.engine.runplan import LoadConfig
 from loadgen.workload.spec import WorkloadOptions
 from tests.fixtures.fault_matrix import OK, REPO, TOKENS, go, load, run_cli
 from tests.fixtures.fault_proxy import STREAM_HEAD, FaultServer, b64, check_run, chunk, run_inprocess, text_event

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
 from loadgen.sim.launch import SimProcess
 from tests.fixtures.fault_matrix import (
     FIRST_S,

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadgen.errors import ProtocolError
-from loadgen.sse import SSEDecoder
+from loadgen.core.errors import ProtocolError
+from loadgen.core.sse import SSEDecoder
 from tests.fixtures.fault_matrix import OK, check_no_retries, check_success_untouched, go, load, run_cli
 from tests.fixtures.fault_proxy import FaultServer, check_run, make_self_signed, run_inprocess
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.anthropic import AnthropicConfig, AnthropicEndpoint
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
 from loadgen.endpoints.providers import make_endpoint
 from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
-from loadgen.types import RequestRecord, RequestSpec
 from tests.fixtures.cli_proc import REPO, cli_env, cli_run
 
 pytestmark = pytest.mark.timeout(120)
@@ -217,9 +217,9 @@ def test_the_total_deadline_wins_when_it_is_shorter(hung: HungServer) -> None:
 LOCUST_CHILD = r"""
 import json, sys
 import locust  # noqa: F401 - the standard library patched by gevent, as under Locust
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
 from loadgen.locust.client import GeventClient, client_settings
-from loadgen.types import RequestRecord, RequestSpec
+from loadgen.core.types import RequestRecord, RequestSpec
 
 cfg = dict(endpoint_url=sys.argv[1], api="chat", model="m", headers={}, api_key_env=None, extra_body={},
            timeout_s=30.0, connect_timeout_s=5.0, header_timeout_s=0.5, pool_limit=4, verify_tls=True,

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadgen.histograms import LatencyHistogram
+from loadgen.core.histograms import LatencyHistogram
 from loadgen.sim import SimProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ The same cases, scripted server and checks as ``test_cases.py`` (which drives th
 aiohttp client of ``loadgen run``); here the requests are made by
 :class:`loadgen.locust.client.GeventClient` in a child process (Locust's gevent patching
 never enters the pytest process), and its records come back as JSON. Records go
-through the same ``loadgen.metrics.compute``: the two clients must agree with the
+through the same ``loadgen.core.metrics.compute``: the two clients must agree with the
 right values and with the server's flush times (2 ms).
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from loadgen import metrics
-from loadgen.types import RequestRecord, TokenEvent
+from loadgen.core import metrics
+from loadgen.core.types import RequestRecord, TokenEvent
 from tests.integration.test_cases import (
     CASES,
     STAGGER_S,
@@ -47,9 +47,9 @@ import dataclasses, gc, json, sys
 import msgspec
 import locust  # noqa: F401 - the standard library patched by gevent, as under Locust
 import gevent
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
 from loadgen.locust.client import GeventClient
-from loadgen.types import RequestRecord, RequestSpec
+from loadgen.core.types import RequestRecord, RequestSpec
 
 def run(job):
     cfg = dict(endpoint_url=job["url"], api=job["api"], model="scripted", headers={}, api_key_env=None,
@@ -190,7 +190,7 @@ def test_records_survive_the_wire() -> None:
                         completion_tokens=2, events=[TokenEvent(20, "a", True, 1), TokenEvent(30, "b", False, 2)])  # fmt: skip
     code = (
         "import json, sys; import locust; from loadgen.locust.collect import pack_record, unpack_record; "
-        "from loadgen.types import RequestRecord, TokenEvent; import dataclasses; "
+        "from loadgen.core.types import RequestRecord, TokenEvent; import dataclasses; "
         "d = json.loads(sys.stdin.read()); d['events'] = [TokenEvent(**e) for e in d['events']]; "
         "r = RequestRecord(**d); wire = json.loads(json.dumps(pack_record(r))); "
         "same = unpack_record(wire) == r; moved = unpack_record(wire, 5); "

@@ -78,7 +78,7 @@ def test_rate_inf_batch_scorecard_matches_the_truth_and_compares(tmp_path: Path)
     assert res["conditions"]["latency_origin"] == "sent" and res["config"]["rate"] == "inf"
     t0 = res["conditions"]["t0_monotonic_ns"]
 
-    # the run's rates over the measurement window of loadgen.window, against the truth
+    # the run's rates over the measurement window of loadgen.core.window, against the truth
     w = res["window"]
     truth_w = truth_tokens_between(truth, t0 + round(w["start_s"] * 1e9), t0 + round(w["end_s"] * 1e9))
     assert res["throughput"]["output_tps"] == pytest.approx(truth_w / w["duration_s"], rel=0.03)

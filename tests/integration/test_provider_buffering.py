@@ -14,13 +14,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.metrics import compute
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.providers import make_endpoint
+from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
-from loadgen.metrics import compute
-from loadgen.runplan import LoadConfig
 from loadgen.sim.launch import SimProcess
-from loadgen.types import RequestRecord, RequestSpec
 from tests.fixtures.fake_platforms import BufferingProxy, PlatformServer, openai_chat_writes
 
 MS = 1_000_000

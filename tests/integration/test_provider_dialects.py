@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.metrics import compute
+from loadgen.core.redact import Redactor
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.providers import make_endpoint
-from loadgen.metrics import compute
-from loadgen.redact import Redactor
-from loadgen.types import RequestRecord, RequestSpec
 from tests.fixtures.fake_platforms import (
     PlatformServer,
     anthropic_error_event,

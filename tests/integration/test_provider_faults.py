@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.providers import make_endpoint
-from loadgen.types import RequestRecord, RequestSpec
 from tests.fixtures.fake_platforms import PlatformServer, anthropic_writes, azure_chat_writes, openai_chat_writes
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.metrics import compute
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.providers import make_endpoint
+from loadgen.engine.results import network_ns
+from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
-from loadgen.metrics import compute
-from loadgen.results import network_ns
-from loadgen.runplan import LoadConfig
-from loadgen.types import RequestRecord, RequestSpec
 from tests.fixtures.fake_platforms import PlatformServer, openai_chat_writes, self_signed_cert
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")

@@ -6,7 +6,7 @@
 * A sweep against the simulated endpoint answering mostly 429 ends with
   ``limited_by: rate_limit``.
 * A sweep priced per token reports the cost per million output tokens at the answer:
-  p_out + p_in * input_tokens / output_tokens (loadgen/pricing.py), checked against the
+  p_out + p_in * input_tokens / output_tokens (loadgen/core/pricing.py), checked against the
   answer probe's own token counts.
 * The confirmation before a non-loopback endpoint, as a function (no traffic at all).
 
@@ -169,12 +169,12 @@ def test_run_anthropic(tmp_path: Path) -> None:
 
 
 def _sweep(sim_args: list[str], out: Path, **scfg_kw: Any) -> Any:
+    from loadgen.core.slo import parse_slo
     from loadgen.endpoints.providers import make_endpoint
-    from loadgen.runplan import LoadConfig
+    from loadgen.engine.runplan import LoadConfig
+    from loadgen.engine.validity import ValidityBounds
     from loadgen.sim.launch import SimProcess
-    from loadgen.slo import parse_slo
     from loadgen.sweep import Sweep, SweepConfig
-    from loadgen.validity import ValidityBounds
 
     with SimProcess(sim_args) as sim:
 
@@ -221,7 +221,7 @@ def test_sweep_dominated_by_429_is_limited_by_rate_limit(tmp_path: Path) -> None
 
 
 def test_sweep_priced_per_token_reports_cost_per_million_output_tokens(tmp_path: Path) -> None:
-    from loadgen.pricing import TokenPrices
+    from loadgen.core.pricing import TokenPrices
 
     outcome = _sweep(
         ["--ttft-ms", "5", "--itl-ms", "1"],
@@ -249,7 +249,7 @@ def test_confirmation_before_a_non_loopback_endpoint(monkeypatch: pytest.MonkeyP
     from rich.console import Console
 
     from loadgen.cli import target as cli
-    from loadgen.pricing import estimate_run
+    from loadgen.core.pricing import estimate_run
 
     est = estimate_run(100, 128, 64, None)
     err = Console(stderr=True)

@@ -19,13 +19,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.errors import ProtocolError
+from loadgen.core.redact import Redactor
+from loadgen.core.types import RequestRecord
 from loadgen.endpoints.openai_stream import OpenAIStreamParser
 from loadgen.endpoints.reads import read_pushed
-from loadgen.errors import ProtocolError
-from loadgen.redact import Redactor
 from loadgen.sim.launch import SimProcess
-from loadgen.types import RequestRecord
 from tests.fixtures.raw_http import RawHTTPServer, chunk, read_request, reset
 
 TOKENS = 40

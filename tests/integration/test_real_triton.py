@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
+from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
-from loadgen.runplan import LoadConfig
 from loadgen.serve import ServerObserver, ServerProcess, launch
 from loadgen.serve.process import group_alive
 from loadgen.serve.vllm import find_server_python
@@ -122,8 +122,8 @@ def test_error_inside_the_stream(triton: ServerProcess, protocol: str) -> None:
     url = triton.info["http_url"] if protocol == "http" else triton.info["grpc_url"]
 
     async def go() -> Any:
-        from loadgen.clock import now_ns
-        from loadgen.types import RequestRecord, RequestSpec
+        from loadgen.core.clock import now_ns
+        from loadgen.core.types import RequestRecord, RequestSpec
 
         ep = TritonEndpoint(TritonConfig(url=str(url), protocol=protocol, model="tiny_llm",  # type: ignore[arg-type]
                                          sampling_parameters={"fail_after": 3}))  # fmt: skip

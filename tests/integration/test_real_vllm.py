@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from loadgen.check import CheckSettings, run_check
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
-from loadgen.runner import Runner, RunPlan
+from loadgen.engine.runner import Runner, RunPlan
 from loadgen.serve import ServerObserver, ServerProcess, ServerStartError, launch
 from loadgen.serve.process import group_alive
 from loadgen.serve.vllm import find_server_python
-from loadgen.types import RequestRecord, RequestSpec
 from tests.fixtures.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -161,10 +161,10 @@ def run_observed_sweep(srv: ServerProcess, out: Path) -> tuple[dict[str, Any], l
     the cores, so event-loop and schedule lag exceed the default 10 ms / 5 ms bounds, and
     a probe of ~40 requests misses the 1 % send-rate bound by chance.
     """
-    from loadgen.runplan import LoadConfig
-    from loadgen.slo import parse_slo
+    from loadgen.core.slo import parse_slo
+    from loadgen.engine.runplan import LoadConfig
+    from loadgen.engine.validity import ValidityBounds
     from loadgen.sweep import Sweep, SweepConfig
-    from loadgen.validity import ValidityBounds
 
     base = LoadConfig(input_tokens=32, output_tokens=24,
                       bounds=ValidityBounds(max_schedule_lag_p99_ms=500, max_loop_lag_p99_ms=500,
@@ -406,8 +406,8 @@ def test_chat_sessions_cached_tokens_rise_and_match_metrics(
     against vLLM with ``--enable-prompt-tokens-details``; the whole history fits ``--max-model-len 1024``.
     The cached tokens vLLM reports per turn rise with depth, and its /metrics prefix-cache hit rate over
     the run (Δhits / Δqueries) matches the per-request counts (sum cached / sum prompt)."""
-    from loadgen.runplan import LoadConfig
-    from loadgen.session_run import measure_sessions
+    from loadgen.engine.runplan import LoadConfig
+    from loadgen.sessions.measured import measure_sessions
     from loadgen.workload.session_sources import parse_session_source
     from loadgen.workload.spec import WorkloadOptions
 

@@ -47,7 +47,7 @@ FORBIDDEN = (
     "loadgen.check",
     "loadgen.sweep",
     "loadgen.capacity",
-    "loadgen.cluster",
+    "loadgen.spread.cluster",
     "loadgen.locust",
     "loadgen.telemetry.prom",
     "loadgen.telemetry.otlp",

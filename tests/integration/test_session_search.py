@@ -17,9 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from loadgen.core.slo import parse_slo
 from loadgen.sim.model import SimParams
 from loadgen.sim.session_reference import session_capacity
-from loadgen.slo import parse_slo
 from loadgen.workload.session_sources import load_sessions, parse_session_source
 
 REPO = Path(__file__).resolve().parents[2]

@@ -122,7 +122,7 @@ def test_server_down_10s_and_back(sim: Any, tmp_path: Path) -> None:
 
 SCHEDULE_SCRIPT = r"""
 import dataclasses, hashlib, json, sys
-from loadgen.runplan import LoadConfig, build_plan
+from loadgen.engine.runplan import LoadConfig, build_plan
 out = {}
 for arrival in ("poisson", "gamma", "constant"):
     for seed, salt in ((7, "a"), (8, "a"), (7, "b")):

@@ -38,10 +38,10 @@ from typing import Any
 
 import pytest
 
+from loadgen.core.slo import SLOTarget, parse_slo
+from loadgen.core.stats import min_requests
 from loadgen.sim.model import SimParams, capacity_rps
 from loadgen.sim.reference import percentile_at, reference_max_rate
-from loadgen.slo import SLOTarget, parse_slo
-from loadgen.stats import min_requests
 
 REPO = Path(__file__).resolve().parents[2]
 

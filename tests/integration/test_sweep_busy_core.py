@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.core.slo import parse_slo
 from loadgen.sim.model import SimParams
 from loadgen.sim.reference import reference_max_rate
-from loadgen.slo import parse_slo
 
 REPO = Path(__file__).resolve().parents[2]
 

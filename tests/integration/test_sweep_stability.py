@@ -57,12 +57,12 @@ def test_an_overloaded_probe_whose_percentile_passes_fails_unstable(tmp_path: Pa
 
 
 def _stall_sweep(sim_url: str, out: Path) -> Any:
+    from loadgen.core.slo import parse_slo
     from loadgen.endpoints.providers import make_endpoint
-    from loadgen.runner import Runner
-    from loadgen.runplan import LoadConfig
-    from loadgen.slo import parse_slo
+    from loadgen.engine.runner import Runner
+    from loadgen.engine.runplan import LoadConfig
+    from loadgen.engine.validity import ValidityBounds
     from loadgen.sweep import Sweep, SweepConfig
-    from loadgen.validity import ValidityBounds
 
     class StallOnce(Sweep):
         stalled = False

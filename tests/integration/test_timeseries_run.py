@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loadgen.timeseries import INTERVALS
+from loadgen.engine.timeseries import INTERVALS
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 
 One ``loadgen run`` against a simulated endpoint with 4 slots offered more than it serves
 (a growing queue), a mid-stream stall on ~10 % of requests and HTTP 429 on ~5 %. The
-attribution (:mod:`loadgen.why`) reads only the client's records; the test alone reads the
+attribution (:mod:`loadgen.engine.why`) reads only the client's records; the test alone reads the
 simulator's truth log to know which requests queued, stalled or were rate limited.
 """
 
@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loadgen.core.slo import parse_slo
+from loadgen.engine.why import attribute, baseline
 from loadgen.sim.launch import SimProcess
-from loadgen.slo import parse_slo
-from loadgen.why import attribute, baseline
 
 REPO = Path(__file__).resolve().parents[2]
 TTFT_MS = 20.0  # the simulator's prefill cost: a request whose first token came later than this + slack queued

@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from loadgen.core.types import RequestSpec
 from loadgen.sim import SimProcess
-from loadgen.types import RequestSpec
 from loadgen.workload.spec import Workload, WorkloadOptions
 from tests.fixtures.tokenizer import tokenizer_dir  # noqa: F401 - fixture
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from loadgen.affinity import check_cpus, format_cpus, parse_cpus
-from loadgen.conditions import client_conditions
-from loadgen.errors import ConfigError
+from loadgen.core.affinity import check_cpus, format_cpus, parse_cpus
+from loadgen.core.conditions import client_conditions
+from loadgen.core.errors import ConfigError
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
 
@@ -51,7 +51,7 @@ def test_pinned_child_records_its_cpus_and_pins_every_thread() -> None:
         "import os, threading, time\n"
         "ev = threading.Event()\n"
         "t = threading.Thread(target=ev.wait, daemon=True); t.start()  # a thread from before the pin\n"
-        "from loadgen.affinity import pin_process; from loadgen.conditions import client_conditions\n"
+        "from loadgen.core.affinity import pin_process; from loadgen.core.conditions import client_conditions\n"
         f"pin_process({{{cpu}}})\n"
         "masks = {tid: sorted(os.sched_getaffinity(int(tid))) for tid in os.listdir('/proc/self/task')}\n"
         "print(client_conditions()['cpu_affinity'], len(masks), sorted({str(m) for m in masks.values()}))\n"

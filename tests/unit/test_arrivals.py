@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 from loadgen.workload.arrivals import arrival_offsets_ns, realized_rate_rps
 
 

@@ -14,7 +14,7 @@ deadline), the one scheduled request recorded once with the expected kind (or ok
 no descriptor or task leak, never a traceback in what is recorded. Configuration,
 data-file and flag errors are in ``tests/integration/test_bad_inputs_cli.py``.
 
-Events are judged by the WHATWG rules ``loadgen.sse`` follows: an event is
+Events are judged by the WHATWG rules ``loadgen.core.sse`` follows: an event is
 dispatched only at a blank line; an unterminated event at EOF is discarded (the
 stream is then ``incomplete_stream`` unless it had already ended cleanly); bytes
 that are not UTF-8, an event or line over the size limit, or event data that is
@@ -34,8 +34,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from loadgen.runplan import LoadConfig
-from loadgen.types import ERROR_KINDS
+from loadgen.core.types import ERROR_KINDS
+from loadgen.engine.runplan import LoadConfig
 from tests.fixtures.fault_proxy import (
     DONE,
     STREAM_HEAD,

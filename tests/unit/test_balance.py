@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from loadgen.core.errors import ConfigError, EndpointUnreachable
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.balance import BalancedEndpoint
-from loadgen.errors import ConfigError, EndpointUnreachable
-from loadgen.types import RequestRecord, RequestSpec
 
 
 @dataclass
@@ -142,7 +142,7 @@ def test_cli_replicas_share_the_clients_caps_and_run_in_one_process() -> None:
     import click
 
     from loadgen.cli.target import balanced_endpoint
-    from loadgen.redact import Redactor
+    from loadgen.core.redact import Redactor
 
     kw = {"api": "completions", "model": "m", "headers": (), "header_envs": (), "api_key_env": None,
           "extra_body": None, "timeout": "600s", "connect_timeout": "10s", "max_rpm": 600.0, "balance": "round-robin"}  # fmt: skip

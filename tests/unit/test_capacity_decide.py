@@ -15,8 +15,8 @@ from loadgen.capacity import at_target, capacity_interval, load_sweep, pareto_fr
 from loadgen.capacity.interactivity import InteractivityPoint
 from loadgen.capacity.source import ProbeEvidence, SweepCapacity
 from loadgen.cli import main
-from loadgen.slo import judge_counts, parse_slo
-from loadgen.stats import upper_bound
+from loadgen.core.slo import judge_counts, parse_slo
+from loadgen.core.stats import upper_bound
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "capacity"
 P99 = "ttft:p99<=120ms"

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from loadgen.capacity import load_prices, load_sweep, read_demand
 from loadgen.cli import main
-from loadgen.errors import InputFileError
+from loadgen.core.errors import InputFileError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "capacity"
 DAY = [20, 15, 10, 10, 10, 15, 30, 60, 90, 120, 140, 150, 160, 155, 150, 140, 130, 120, 100, 90, 70, 50, 35, 25]

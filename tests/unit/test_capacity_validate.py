@@ -10,7 +10,7 @@ import pytest
 
 from loadgen.capacity import load_sweep
 from loadgen.capacity.validate import judge_replay, replay_load, replay_slice, sim_profile
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 from loadgen.workload.traces import read_trace
 
 FIX = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "capacity"

@@ -21,7 +21,7 @@ from loadgen.capacity import load_sweep, scaling_table
 from loadgen.capacity.scaling import scaling_document
 from loadgen.cli import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_LOWER_BOUND, EXIT_OK, sweep_exit_code
 from loadgen.cli.scale import ScaledOutcome, accelerators_of, expand_sizes, scaled_sweep, sizes_of
-from loadgen.errors import LoadgenError
+from loadgen.core.errors import LoadgenError
 from loadgen.report.compare import load_system, scorecard
 from loadgen.report.compare_html import render_html
 

@@ -18,15 +18,15 @@ from hdrh.histogram import HdrHistogram
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.clock import now_ns
-from loadgen.closed_loop import RAMP_MAX_NS, RAMP_PER_USER_NS, ramp_ns
-from loadgen.histograms import HIGHEST_US, SIGNIFICANT_FIGURES, LatencyHistogram
-from loadgen.runner import ClientStats, Runner, RunPlan
-from loadgen.runplan import LoadConfig
-from loadgen.samples import SampleLog
-from loadgen.stamp_lateness import StampLateness
-from loadgen.types import RequestRecord, RequestSpec, TokenEvent
-from loadgen.validity import ValidityBounds, validity
+from loadgen.core.clock import now_ns
+from loadgen.core.histograms import HIGHEST_US, SIGNIFICANT_FIGURES, LatencyHistogram
+from loadgen.core.samples import SampleLog
+from loadgen.core.types import RequestRecord, RequestSpec, TokenEvent
+from loadgen.engine.closed_loop import RAMP_MAX_NS, RAMP_PER_USER_NS, ramp_ns
+from loadgen.engine.runner import ClientStats, Runner, RunPlan
+from loadgen.engine.runplan import LoadConfig
+from loadgen.engine.stamp_lateness import StampLateness
+from loadgen.engine.validity import ValidityBounds, validity
 
 MS = 1_000_000
 
@@ -70,7 +70,7 @@ def test_record_many_is_record_one_by_one(values: list[float]) -> None:
 def test_buffered_values_are_counted_by_every_read_and_across_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Values wait in the buffer: each read (count, sum, overflow, percentiles, merge, state) sees them
     all, and batches cut at PENDING_MAX (made small here) count as one pass would."""
-    import loadgen.histograms as hmod
+    import loadgen.core.histograms as hmod
 
     monkeypatch.setattr(hmod, "PENDING_MAX", 7)
     rng = np.random.default_rng(3)
@@ -237,9 +237,9 @@ def test_closed_loop_verdict_judges_due_to_send_lag_and_stamp_lateness() -> None
 
 
 def _parse(reads: list[bytes], fast: bool) -> tuple[Any, ...]:
+    from loadgen.core.errors import ProtocolError
+    from loadgen.core.redact import Redactor
     from loadgen.endpoints import openai_stream
-    from loadgen.errors import ProtocolError
-    from loadgen.redact import Redactor
 
     rec = RequestRecord(index=0, phase="measure", scheduled_ns=0)
     p = openai_stream.OpenAIStreamParser(rec, chat=False, redact=Redactor(), max_event_bytes=400)

@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from loadgen.clock import UVLOOP_TIMER_SLACK_NS, deadline_after, now_ns, sleep_until, timer_slack_ns
+from loadgen.core.clock import UVLOOP_TIMER_SLACK_NS, deadline_after, now_ns, sleep_until, timer_slack_ns
 
 uvloop = pytest.importorskip("uvloop")
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from loadgen.clock import now_ns
-from loadgen.runner import Runner, RunPlan
-from loadgen.types import RequestRecord, RequestSpec
+from loadgen.core.clock import now_ns
+from loadgen.core.types import RequestRecord, RequestSpec
+from loadgen.engine.runner import Runner, RunPlan
 
 MS = 1_000_000
 

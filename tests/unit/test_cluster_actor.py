@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadgen.cluster import ping
+from loadgen.spread.cluster import ping
 
 
 class FakeLink:
@@ -48,8 +48,8 @@ def test_a_dead_cluster_address_fails_fast_and_a_live_one_passes() -> None:
 
     import pytest
 
-    from loadgen.cluster import _check_reachable
-    from loadgen.errors import ConfigError
+    from loadgen.core.errors import ConfigError
+    from loadgen.spread.cluster import _check_reachable
 
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
@@ -66,7 +66,7 @@ def test_take_reports_an_actor_event_loop_that_runs_no_callback(monkeypatch) -> 
     import asyncio
     import time
 
-    import loadgen.cluster as cluster
+    import loadgen.spread.cluster as cluster
 
     actor = cluster._WorkerActor()  # the plain class: no Ray needed
     loop = asyncio.new_event_loop()  # never run: a wedged loop
@@ -86,7 +86,7 @@ def test_take_of_a_live_quiet_loop_reports_nothing() -> None:
     import threading
     import time
 
-    import loadgen.cluster as cluster
+    import loadgen.spread.cluster as cluster
 
     actor = cluster._WorkerActor()
     loop = asyncio.new_event_loop()

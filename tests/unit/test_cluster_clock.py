@@ -1,8 +1,8 @@
 """``--cluster`` across hosts: every instant an actor reports is mapped onto the driver's clock.
 
 Each host has its own CLOCK_MONOTONIC (seconds to days apart) and a wall clock off by its
-NTP error. The driver's real :meth:`loadgen.cluster.Cluster.run` (ping, t0, mapping, the shared
-:class:`loadgen.workers.Collector`, the real :class:`loadgen.results.Aggregator`) runs here
+NTP error. The driver's real :meth:`loadgen.spread.cluster.Cluster.run` (ping, t0, mapping, the shared
+:class:`loadgen.spread.workers.Collector`, the real :class:`loadgen.engine.results.Aggregator`) runs here
 against fake Ray actors whose clocks are offset on purpose: one host's monotonic clock is
 1,000 s behind the driver's, the other's 3,600 s ahead, and their wall clocks are 40 ms and
 -25 ms off. The actors "run" their shard instantly, answering each request 30 ms after its
@@ -21,14 +21,14 @@ from typing import Any
 import orjson
 import pytest
 
-import loadgen.cluster as cluster
-from loadgen.metrics import compute
-from loadgen.recordlog import record_line
-from loadgen.redact import Redactor
-from loadgen.results import Aggregator, RequestSummary, summarize
-from loadgen.runplan import LoadConfig, build_plan, build_workload
-from loadgen.types import RequestRecord, TokenEvent
-from loadgen.workers import (
+import loadgen.spread.cluster as cluster
+from loadgen.core.metrics import compute
+from loadgen.core.redact import Redactor
+from loadgen.core.types import RequestRecord, TokenEvent
+from loadgen.engine.recordlog import record_line
+from loadgen.engine.results import Aggregator, RequestSummary, summarize
+from loadgen.engine.runplan import LoadConfig, build_plan, build_workload
+from loadgen.spread.workers import (
     SUMMARY_DURATIONS,
     SUMMARY_INSTANT_BINS,
     SUMMARY_INSTANT_POINTS,
@@ -133,7 +133,7 @@ def _stats(end_ns: int) -> dict[str, Any]:
 
 
 class FakeRay:
-    """The few Ray calls :class:`loadgen.cluster.Cluster` makes, answered in process."""
+    """The few Ray calls :class:`loadgen.spread.cluster.Cluster` makes, answered in process."""
 
     __version__ = "fake"
 
@@ -228,7 +228,7 @@ def test_summary_on_clock_moves_instants_only() -> None:
         assert getattr(t, f) == getattr(s, f), f
     for f in SUMMARY_INSTANT_BINS:
         if hasattr(s, f):
-            from loadgen.window import BIN_NS
+            from loadgen.core.window import BIN_NS
 
             assert [b for b, _ in getattr(t, f)] == [(e.t_ns + shift) // BIN_NS for e in rec.events]
     assert summary_on_clock(s, 0) is s

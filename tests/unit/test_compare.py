@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import InputFileError
+from loadgen.core.errors import InputFileError
 from loadgen.report.compare import NOT_MEASURED, load_system, scorecard, write_outputs
 
 
@@ -90,7 +90,7 @@ def test_bad_input_names_the_file(tmp_path: Path) -> None:
 
 
 def test_quality_sustained_and_interactivity_rows(tmp_path: Path) -> None:
-    from loadgen.timeseries import series
+    from loadgen.engine.timeseries import series
 
     a_dir = _sweep(tmp_path / "a", out_tokens=128, rate=10, out_tps=1000, cost=None, joules=None)
     b_dir = _sweep(tmp_path / "b", out_tokens=128, rate=12, out_tps=1200, cost=None, joules=None)

@@ -14,11 +14,11 @@ import click
 import pytest
 
 from loadgen.cli.target import header_timeout_s
+from loadgen.core.errors import HeaderTimeout
+from loadgen.core.slo import parse_slo
+from loadgen.core.types import ERROR_KINDS
 from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S, HeaderDeadline, default_header_timeout_s
 from loadgen.endpoints.http import classify_exception
-from loadgen.errors import HeaderTimeout
-from loadgen.slo import parse_slo
-from loadgen.types import ERROR_KINDS
 
 
 @pytest.mark.parametrize(

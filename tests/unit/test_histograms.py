@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.histograms import LatencyHistogram
+from loadgen.core.histograms import LatencyHistogram
 
 
 def _hist(values_ns: list[float]) -> LatencyHistogram:

@@ -1,6 +1,6 @@
 """A histogram is resident only where it counts something (issue 22, must-show 4: memory).
 
-Each :class:`~loadgen.histograms.LatencyHistogram` spans 1 µs to 1 hour at 3 digits: 23,552
+Each :class:`~loadgen.core.histograms.LatencyHistogram` spans 1 µs to 1 hour at 3 digits: 23,552
 counters, 184 KiB. hdrh zero-fills them, so a run's dozens of histograms (two per ``timeseries``
 interval) were all resident; on zero pages only the pages a value lands on are. The counts, the
 percentiles, the encoding and the merge stay those of hdrh's own histogram fed the same values.
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from loadgen.histograms import HIGHEST_US, SIGNIFICANT_FIGURES, LatencyHistogram
+from loadgen.core.histograms import HIGHEST_US, SIGNIFICANT_FIGURES, LatencyHistogram
 
 
 def _resident_kib() -> int:

@@ -11,8 +11,8 @@ import numpy as np
 from rich.console import Console
 
 from loadgen.cli.live import LiveView, live_enabled
-from loadgen.clock import now_ns
-from loadgen.schedule import Schedule
+from loadgen.core.clock import now_ns
+from loadgen.core.schedule import Schedule
 
 
 def rec(i: int, **kw: object) -> str:

@@ -11,7 +11,7 @@ import click
 import pytest
 
 from loadgen.cli.locust import locust_cmdline, master_args
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 from loadgen.locust import channel
 from tests.integration.test_secrets import leaks, new_key
 

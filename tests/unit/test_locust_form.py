@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from loadgen.core.metrics import compute
+from loadgen.core.types import RequestRecord, TokenEvent
+from loadgen.engine.results import Aggregator
 from loadgen.locust import form
 from loadgen.locust.live import LiveSeries
-from loadgen.metrics import compute
-from loadgen.results import Aggregator
-from loadgen.types import RequestRecord, TokenEvent
 
 
 class _Parser(argparse.ArgumentParser):

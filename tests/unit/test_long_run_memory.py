@@ -1,8 +1,8 @@
 """Long runs hold nothing per request in memory: lazy schedule, spilled exact samples.
 
-The lazy :class:`~loadgen.schedule.Schedule` builds the same requests as the eager
+The lazy :class:`~loadgen.core.schedule.Schedule` builds the same requests as the eager
 ``Workload.schedule`` (offsets, phases, specs), shards like a list, and costs about
-9 bytes a request; :class:`~loadgen.samples.SampleLog` gives back exactly the values
+9 bytes a request; :class:`~loadgen.core.samples.SampleLog` gives back exactly the values
 appended (so percentiles are unchanged) while keeping at most one chunk in memory.
 """
 
@@ -14,12 +14,12 @@ from array import array
 
 import numpy as np
 
-from loadgen.results import Aggregator, summarize_exact
-from loadgen.runner import realized_send_rps
-from loadgen.runplan import LoadConfig, build_plan
-from loadgen.samples import CHUNK, SampleLog, SpillFile
-from loadgen.schedule import Schedule, as_schedule
-from loadgen.slo import parse_slo
+from loadgen.core.samples import CHUNK, SampleLog, SpillFile
+from loadgen.core.schedule import Schedule, as_schedule
+from loadgen.core.slo import parse_slo
+from loadgen.engine.results import Aggregator, summarize_exact
+from loadgen.engine.runner import realized_send_rps
+from loadgen.engine.runplan import LoadConfig, build_plan
 from loadgen.workload.arrivals import arrival_offsets_array, arrival_offsets_ns
 from loadgen.workload.spec import Workload, WorkloadOptions
 

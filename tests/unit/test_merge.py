@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 import random
 
-from loadgen.histograms import LatencyHistogram
-from loadgen.metrics import compute
-from loadgen.results import Aggregator, summarize
-from loadgen.runner import RunPlan
-from loadgen.slo import parse_slo
-from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest, TokenEvent
-from loadgen.workers import shard_plan
+from loadgen.core.histograms import LatencyHistogram
+from loadgen.core.metrics import compute
+from loadgen.core.slo import parse_slo
+from loadgen.core.types import RequestRecord, RequestSpec, ScheduledRequest, TokenEvent
+from loadgen.engine.results import Aggregator, summarize
+from loadgen.engine.runner import RunPlan
+from loadgen.spread.workers import shard_plan
 
 MS = 1_000_000
 

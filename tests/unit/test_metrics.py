@@ -1,4 +1,4 @@
-"""Exact tiny cases for loadgen.metrics, in integer nanoseconds.
+"""Exact tiny cases for loadgen.core.metrics, in integer nanoseconds.
 
 Expected values are written out by hand from the conventions (shared/cases/streams.json);
 formulas are never re-derived here.
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen import metrics
-from loadgen.metrics import (
+from loadgen.core import metrics
+from loadgen.core.metrics import (
     allocate_tokens,
     compute,
     count_output_tokens,
@@ -21,7 +21,7 @@ from loadgen.metrics import (
     itl_samples,
     tokens_per_event,
 )
-from loadgen.types import RequestRecord, TokenEvent
+from loadgen.core.types import RequestRecord, TokenEvent
 
 MS = 1_000_000
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
+from loadgen.core.metrics import compute
+from loadgen.core.redact import Redactor
+from loadgen.core.slo import parse_slo
+from loadgen.core.types import ERROR_KINDS, RequestRecord
 from loadgen.endpoints.http import fill_http_error
 from loadgen.endpoints.openai import OpenAIStreamParser
-from loadgen.metrics import compute
-from loadgen.redact import Redactor
-from loadgen.results import Aggregator
-from loadgen.slo import parse_slo
-from loadgen.types import ERROR_KINDS, RequestRecord
+from loadgen.engine.results import Aggregator
 from tests.fixtures.fake_platforms import azure_chat_writes
 
 MS = 1_000_000

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadgen.core.errors import ProtocolError
+from loadgen.core.metrics import compute
+from loadgen.core.redact import Redactor
+from loadgen.core.types import RequestRecord
 from loadgen.endpoints.anthropic import AnthropicStreamParser
 from loadgen.endpoints.openai import OpenAIStreamParser
-from loadgen.errors import ProtocolError
-from loadgen.metrics import compute
-from loadgen.redact import Redactor
-from loadgen.types import RequestRecord
 from tests.fixtures.fake_platforms import (
     anthropic_error_event,
     anthropic_writes,

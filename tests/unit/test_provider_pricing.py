@@ -1,11 +1,11 @@
-"""Cost per useful output: exact values of the formulas in loadgen/pricing.py's docstring."""
+"""Cost per useful output: exact values of the formulas in loadgen/core/pricing.py's docstring."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadgen.errors import ConfigError
-from loadgen.pricing import (
+from loadgen.core.errors import ConfigError
+from loadgen.core.pricing import (
     TokenPrices,
     answer_cost,
     cost_per_million_output_tokens_usd,

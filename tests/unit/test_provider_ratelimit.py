@@ -8,6 +8,8 @@ import asyncio
 import pytest
 from multidict import CIMultiDict
 
+from loadgen.core.metrics import compute
+from loadgen.core.types import RequestRecord, RequestSpec, TokenEvent
 from loadgen.endpoints.http import send_with_attempts
 from loadgen.endpoints.quota import (
     ClientRateCap,
@@ -17,12 +19,10 @@ from loadgen.endpoints.quota import (
     request_token_cost,
     retry_after_from_headers,
 )
-from loadgen.metrics import compute
-from loadgen.recordlog import record_line
-from loadgen.results import Aggregator, ratelimit_series
-from loadgen.runner import ClientStats
-from loadgen.types import RequestRecord, RequestSpec, TokenEvent
-from loadgen.validity import ValidityBounds, validity
+from loadgen.engine.recordlog import record_line
+from loadgen.engine.results import Aggregator, ratelimit_series
+from loadgen.engine.runner import ClientStats
+from loadgen.engine.validity import ValidityBounds, validity
 
 MS = 1_000_000
 DATE = "Wed, 21 Oct 2015 07:28:00 GMT"
@@ -240,7 +240,7 @@ class FakeAttempts:
         self.times: list[int] = []
 
     async def __call__(self, spec: RequestSpec, rec: RequestRecord) -> None:
-        from loadgen.clock import now_ns
+        from loadgen.core.clock import now_ns
 
         t = now_ns()
         self.times.append(t)
@@ -270,7 +270,7 @@ def test_429_not_retried_by_default() -> None:
 
 def test_429_retried_after_the_advised_wait_every_attempt_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     import loadgen.endpoints.http as base
-    from loadgen.clock import now_ns
+    from loadgen.core.clock import now_ns
 
     monkeypatch.setattr(base, "DEFAULT_RETRY_WAIT_S", 0.1)  # no advice: 0.1 s, doubled per attempt
     rec = RequestRecord(0, "measure", now_ns())
@@ -417,7 +417,7 @@ def test_only_the_connect_after_the_scheduled_time_excuses_schedule_lag() -> Non
     import asyncio
     from types import SimpleNamespace
 
-    from loadgen.clock import now_ns
+    from loadgen.core.clock import now_ns
     from loadgen.endpoints.pool import _on_conn_end
 
     t = now_ns()

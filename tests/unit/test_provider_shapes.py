@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from loadgen.core.errors import ConfigError
+from loadgen.core.redact import Redactor
+from loadgen.core.types import RequestSpec
 from loadgen.endpoints.anthropic import AnthropicEndpoint, messages_url
 from loadgen.endpoints.openai import OpenAIEndpoint
 from loadgen.endpoints.providers import azure_url, is_loopback_url, make_endpoint
-from loadgen.errors import ConfigError
-from loadgen.redact import Redactor
-from loadgen.types import RequestSpec
 
 
 def test_azure_deployment_url() -> None:

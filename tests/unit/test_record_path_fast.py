@@ -16,13 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import loadgen.metrics as metrics_mod
+import loadgen.core.metrics as metrics_mod
+from loadgen.core.histograms import LatencyHistogram
+from loadgen.core.metrics import BUFFERED_TOKEN_SHARE, allocate_tokens, compute, itl_samples, tokens_per_event
+from loadgen.core.types import RequestRecord, TokenEvent
+from loadgen.core.window import BIN_NS, token_bins
 from loadgen.endpoints.http import settle
-from loadgen.histograms import LatencyHistogram
-from loadgen.metrics import BUFFERED_TOKEN_SHARE, allocate_tokens, compute, itl_samples, tokens_per_event
-from loadgen.recordlog import _ms_list
-from loadgen.types import RequestRecord, TokenEvent
-from loadgen.window import BIN_NS, token_bins
+from loadgen.engine.recordlog import _ms_list
 
 GAPS = st.one_of(
     st.just(0), st.integers(1, 499_999), st.integers(500_000, 3_000_000), st.integers(10**8, 10**9)

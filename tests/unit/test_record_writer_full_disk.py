@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 import io
 
-from loadgen.recordlog import RecordWriter
-from loadgen.redact import Redactor
+from loadgen.core.redact import Redactor
+from loadgen.engine.recordlog import RecordWriter
 
 
 class FillingFile(io.RawIOBase):

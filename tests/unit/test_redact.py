@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import pytest
 
-from loadgen.redact import Redactor, find_body_secrets, redact_body, redact_headers, redact_url, split_url_secrets
+from loadgen.core.redact import Redactor, find_body_secrets, redact_body, redact_headers, redact_url, split_url_secrets
 
 KEY = "sk-TESTSENTINEL-0123456789abcdef"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.engine.timeseries import series
 from loadgen.report.run_html import write_run_report
-from loadgen.timeseries import series
 
 pytest.importorskip("matplotlib")
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from loadgen.clock import now_ns
-from loadgen.run_core import SINK_BACKLOG_EVENTS
-from loadgen.runner import PREP_BURST_MAX_NS, PREP_COST_NS, PREP_EARLY_NS, PRESTART_NS, Runner, RunPlan
-from loadgen.types import RequestRecord, RequestSpec, ScheduledRequest, TokenEvent
+from loadgen.core.clock import now_ns
+from loadgen.core.types import RequestRecord, RequestSpec, ScheduledRequest, TokenEvent
+from loadgen.engine.run_core import SINK_BACKLOG_EVENTS
+from loadgen.engine.runner import PREP_BURST_MAX_NS, PREP_COST_NS, PREP_EARLY_NS, PRESTART_NS, Runner, RunPlan
 
 
 class GatedFake:
@@ -99,7 +99,7 @@ def test_prepared_early_written_at_the_scheduled_time_never_before() -> None:
 def test_stop_before_the_gate_opens_leaves_the_request_unsent(monkeypatch: pytest.MonkeyPatch) -> None:
     # a 50 ms window (wide, so the timing holds on a busy machine): request 1 (at 300 ms) is
     # prepared at ~250 ms; the stop comes at 275 ms, before its gate opens
-    import loadgen.open_loop as runner_mod
+    import loadgen.engine.open_loop as runner_mod
 
     monkeypatch.setattr(runner_mod, "PRESTART_NS", 50_000_000)
 
@@ -204,7 +204,7 @@ def test_a_slow_collection_at_start_does_not_make_the_first_sends_late(monkeypat
     scheduled time in the full unit suite)."""
     import gc as gc_mod
 
-    import loadgen.runner as runner_mod
+    import loadgen.engine.runner as runner_mod
 
     real_collect = gc_mod.collect
 

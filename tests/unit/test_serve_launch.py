@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 from loadgen.serve import SERVER_KINDS, server_process
 from loadgen.serve.command import serve_group
 from loadgen.serve.vllm import find_server_python, vllm_process

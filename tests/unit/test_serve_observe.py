@@ -166,7 +166,7 @@ def test_package_versions() -> None:
 
 def test_gauges_over_time_on_the_run_clock_and_kind_told_by_names() -> None:
     # issue 18: the server's gauges each scrape, stamped on the client's monotonic clock, in s from the run's t0
-    from loadgen.clock import now_ns
+    from loadgen.core.clock import now_ns
     from loadgen.serve import prom
 
     fake = FakeVLLM()

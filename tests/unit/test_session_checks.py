@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import ConfigError, InputFileError
-from loadgen.runplan import LoadConfig
-from loadgen.session_plan import check_sessions, plan_sessions
+from loadgen.core.errors import ConfigError, InputFileError
+from loadgen.engine.runplan import LoadConfig
+from loadgen.sessions.planning import check_sessions, plan_sessions
 from loadgen.workload.session_checks import IDLE_CAP_S, MAX_DELAY_S
 from loadgen.workload.session_sources import load_sessions, parse_session_source
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import ConfigError, InputFileError
+from loadgen.core.errors import ConfigError, InputFileError
 from loadgen.workload.lengths import parse_length_spec
 from loadgen.workload.session_sources import load_sessions, parse_session_source
 from loadgen.workload.sessions import SessionHistory, SessionPrompter, synthetic_sessions

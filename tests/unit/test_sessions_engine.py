@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from loadgen.core.types import RequestRecord, RequestSpec, TokenEvent
 from loadgen.endpoints.base import EndpointBase
-from loadgen.sessions import SessionPlan, SessionRunner
-from loadgen.types import RequestRecord, RequestSpec, TokenEvent
+from loadgen.sessions.turns import SessionPlan, SessionRunner
 from loadgen.workload.sessions import Session, SessionPrompter, Turn
 
 SERVICE_S = 0.02
@@ -23,7 +23,7 @@ class FakeEndpoint(EndpointBase):
         self.sent_ns: dict[int, int] = {}
 
     async def send(self, spec: RequestSpec, record: RequestRecord, gate: asyncio.Event | None = None) -> None:
-        from loadgen.clock import now_ns
+        from loadgen.core.clock import now_ns
 
         self.seen.append(spec)
         record.sent_ns = self.sent_ns[spec.index] = now_ns()
@@ -125,8 +125,8 @@ def test_a_session_run_measures_its_stamps_lateness() -> None:
 def test_a_sink_that_falls_behind_holds_a_bounded_backlog() -> None:
     """As the runner's (tests/unit/test_runner_gate.py): past SINK_BACKLOG_EVENTS token events waiting, a
     sliced pass goes on until the backlog is back under it; none lost or reordered."""
-    from loadgen.clock import now_ns
-    from loadgen.run_core import SINK_BACKLOG_EVENTS
+    from loadgen.core.clock import now_ns
+    from loadgen.engine.run_core import SINK_BACKLOG_EVENTS
 
     handed: list[int] = []
     plan = SessionPlan([], SessionPrompter(), start_offsets_ns=[])

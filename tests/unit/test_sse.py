@@ -1,4 +1,4 @@
-"""Property tests for loadgen.sse.SSEDecoder (WHATWG event-stream parsing)."""
+"""Property tests for loadgen.core.sse.SSEDecoder (WHATWG event-stream parsing)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadgen.errors import ProtocolError
-from loadgen.sse import SSEDecoder, SSEEvent
+from loadgen.core.errors import ProtocolError
+from loadgen.core.sse import SSEDecoder, SSEEvent
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,11 +13,11 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.runner import realized_send_rps
-from loadgen.runplan import LoadConfig, build_plan
+from loadgen.core.slo import parse_slo
+from loadgen.engine.runner import realized_send_rps
+from loadgen.engine.runplan import LoadConfig, build_plan
 from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams, simulate
-from loadgen.slo import parse_slo
 from loadgen.sweep import SweepConfig
 from loadgen.sweep.stability import backlog_trend, mann_kendall_p, theil_sen_slope
 from loadgen.workload.arrivals import arrival_offsets_ns, condition_on_rate

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from loadgen.errors import ConfigError
-from loadgen.metrics import RequestMetrics
-from loadgen.slo import exceeds, parse_slo, request_value
+from loadgen.core.errors import ConfigError
+from loadgen.core.metrics import RequestMetrics
+from loadgen.core.slo import exceeds, parse_slo, request_value
 
 
 def test_stall_parses_with_its_alias() -> None:

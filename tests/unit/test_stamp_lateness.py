@@ -1,4 +1,4 @@
-"""The stamp-lateness estimator (loadgen.stamp_lateness), the errors it estimates, its exact merge,
+"""The stamp-lateness estimator (loadgen.engine.stamp_lateness), the errors it estimates, its exact merge,
 and the closed-loop validity rules that judge it (issue 22 item 3): tiny exact cases in integer ns."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadgen.run_core import ClientStats
-from loadgen.samples import SampleLog
-from loadgen.stamp_lateness import StampLateness
-from loadgen.validity import ValidityBounds, closed_loop_idle_share, validity
+from loadgen.core.samples import SampleLog
+from loadgen.engine.run_core import ClientStats
+from loadgen.engine.stamp_lateness import StampLateness
+from loadgen.engine.validity import ValidityBounds, closed_loop_idle_share, validity
 
 MS = 1_000_000
 
@@ -109,7 +109,7 @@ class _Agg:
     """What validity reads of a closed-loop run: due->send lags, E2E and TTFT samples, the ITL histogram."""
 
     def __init__(self, lags_ns: list[int], e2e_ns: list[int], ttft_ns: list[int] | None = None) -> None:
-        from loadgen.histograms import LatencyHistogram
+        from loadgen.core.histograms import LatencyHistogram
 
         def log(values: list[int]) -> SampleLog:
             s = SampleLog()
@@ -218,7 +218,7 @@ def _probe_and_request_log(seed: int) -> list[tuple[str, tuple]]:
 def test_batched_charges_equal_one_request_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Requests charged in batches (BATCH_TOKENS) give exactly the histograms of each charged alone: a later
     late probe's window starts after every stamp already queued, and old probes go only after a charge."""
-    import loadgen.stamp_lateness as sl
+    import loadgen.engine.stamp_lateness as sl
 
     for seed in range(150):
         log = _probe_and_request_log(seed)

@@ -3,7 +3,7 @@
 A writer thread writes one token line at a time to a socket pair, stamping CLOCK_MONOTONIC just
 before each write (the truth: the earliest the reader can see it); the event loop reads the
 other end and stamps each read as loadgen does (a task woken by its stream takes ``now_ns``); the
-runner's stamp probe (:func:`loadgen.stamp_lateness.probe_loop`) feeds a :class:`StampLateness`. The true
+runner's stamp probe (:func:`loadgen.engine.stamp_lateness.probe_loop`) feeds a :class:`StampLateness`. The true
 lateness of a token is its stamp - its write.
 
 * Held loop: a blocking callback holds the loop 40 ms while tokens keep coming: the estimate is
@@ -28,8 +28,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from loadgen.clock import now_ns
-from loadgen.stamp_lateness import StampLateness, probe_loop
+from loadgen.core.clock import now_ns
+from loadgen.engine.stamp_lateness import StampLateness, probe_loop
 
 MS = 1_000_000
 

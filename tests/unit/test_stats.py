@@ -1,4 +1,4 @@
-"""loadgen.stats: one-sided Clopper-Pearson bounds and the minimum request count.
+"""loadgen.core.stats: one-sided Clopper-Pearson bounds and the minimum request count.
 
 Known values are Beta quantiles (``scipy.stats.beta.ppf``): the one-sided upper bound of k
 exceedances out of n at confidence c is ``beta.ppf(c, k + 1, n - k)``, the lower bound
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.stats import binom_cdf, lower_bound, min_requests, upper_bound
+from loadgen.core.stats import binom_cdf, lower_bound, min_requests, upper_bound
 
 REL = 1e-9
 
@@ -171,10 +171,10 @@ def test_more_confidence_widens_the_interval(kn: tuple[int, int], c1: float, c2:
 
 # --------------------------------------------------------------------------- fail_threshold (proposed)
 
-fail_threshold = getattr(__import__("loadgen.stats", fromlist=["x"]), "fail_threshold", None)
+fail_threshold = getattr(__import__("loadgen.core.stats", fromlist=["x"]), "fail_threshold", None)
 
 
-@pytest.mark.skipif(fail_threshold is None, reason="loadgen.stats.fail_threshold not present (proposed patch)")
+@pytest.mark.skipif(fail_threshold is None, reason="loadgen.core.stats.fail_threshold not present (proposed patch)")
 @pytest.mark.parametrize(
     "n,q,c",
     [

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loadgen.endpoints.openai_stream as osm
+from loadgen.core.errors import ProtocolError
+from loadgen.core.redact import Redactor
+from loadgen.core.types import RequestRecord
 from loadgen.endpoints.openai_stream import OpenAIStreamParser, apply_stream_event
-from loadgen.errors import ProtocolError
-from loadgen.redact import Redactor
-from loadgen.types import RequestRecord
 
 RED = Redactor([])
 U3 = '"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}'

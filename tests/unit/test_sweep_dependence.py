@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.capacity import capacity_interval, load_sweep
-from loadgen.slo import TargetJudge, parse_slo
+from loadgen.core.slo import TargetJudge, parse_slo
 from loadgen.sweep.evidence import (
     DependenceLog,
     exceedance_tau,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import loadgen.sweep.probe as probe_mod
-from loadgen.metrics import compute
-from loadgen.runplan import LoadConfig
+from loadgen.core.metrics import compute
+from loadgen.engine.runplan import LoadConfig
 from loadgen.sweep import ProbeJudge, Sweep, SweepConfig
 from loadgen.sweep.probe import _finish_probe, run_probe
 from loadgen.sweep.verdict import INTERRUPTED, interrupted_answer, probe_verdict_text, text_of

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from loadgen.clock import now_ns
-from loadgen.metrics import compute
-from loadgen.results import Aggregator
-from loadgen.slo import SLOTarget, judge_counts
-from loadgen.stats import lower_bound, upper_bound
+from loadgen.core.clock import now_ns
+from loadgen.core.metrics import compute
+from loadgen.core.slo import SLOTarget, judge_counts
+from loadgen.core.stats import lower_bound, upper_bound
+from loadgen.core.types import RequestRecord, TokenEvent
+from loadgen.engine.results import Aggregator
 from loadgen.sweep import Probe, ProbeJudge, SweepConfig, cost_per_million, non_monotonic
 from loadgen.sweep.probe import _finish_probe
-from loadgen.types import RequestRecord, TokenEvent
 
 MS = 1_000_000
 S = 1_000_000_000

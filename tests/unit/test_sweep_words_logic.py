@@ -20,16 +20,16 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from loadgen.metrics import compute
+from loadgen.core.metrics import compute
+from loadgen.core.slo import SLOTarget, TargetJudge
+from loadgen.core.types import RequestRecord, TokenEvent
 from loadgen.report.sweep_report import answer_line, render_sweep
-from loadgen.slo import SLOTarget, TargetJudge
 from loadgen.sweep import Probe, ProbeJudge, Sweep, SweepConfig
 from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps
 from loadgen.sweep.plan import SETUP_S, Plan, bisection_steps
 from loadgen.sweep.probe import _finish_probe
 from loadgen.sweep.unloaded import judge_unloaded
 from loadgen.sweep.verdict import evidence_rule, probe_verdict_text, target_verdict
-from loadgen.types import RequestRecord, TokenEvent
 
 MS = 1_000_000
 P99 = SLOTarget("ttft", 99.0, 300 * MS)

@@ -10,23 +10,23 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.cli import main
-from loadgen.errors import ConfigError
-from loadgen.report.batch import batch_lines
-from loadgen.report.compare import NOT_THROUGHPUT_RUN, load_system, scorecard, write_outputs
-from loadgen.runplan import LoadConfig, build_plan
-from loadgen.samples import SampleLog
-from loadgen.throughput import (
+from loadgen.core.errors import ConfigError
+from loadgen.core.samples import SampleLog
+from loadgen.core.window import TokenBins
+from loadgen.engine.runplan import LoadConfig, build_plan
+from loadgen.engine.throughput import (
     NOT_APPLICABLE,
     batch_size,
     batch_window,
     energy_per_million_j,
     max_throughput_checks,
 )
-from loadgen.throughput import (
+from loadgen.engine.throughput import (
     scorecard as batch_scorecard,
 )
-from loadgen.validity import ValidityBounds
-from loadgen.window import TokenBins
+from loadgen.engine.validity import ValidityBounds
+from loadgen.report.batch import batch_lines
+from loadgen.report.compare import NOT_THROUGHPUT_RUN, load_system, scorecard, write_outputs
 
 MS = 1_000_000
 
@@ -98,8 +98,8 @@ def test_schedule_checks_say_not_applicable_and_the_send_path_is_judged() -> Non
 
 
 def test_validity_of_a_max_throughput_run_has_no_schedule_lag_bound_line() -> None:
-    from loadgen.runner import ClientStats
-    from loadgen.validity import validity
+    from loadgen.engine.runner import ClientStats
+    from loadgen.engine.validity import validity
 
     class Agg:
         generator_lag = _log([20 * MS] * 10)  # 20 ms lags: over the 5 ms schedule-lag bound, fine for 2 s requests

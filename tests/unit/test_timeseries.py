@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.timeseries import drift, series
+from loadgen.engine.timeseries import drift, series
 
 
 def _line(i: int, ttft_ms: float = 100.0, e2e_ms: float = 500.0, out: int = 10, status: str = "ok") -> dict:
@@ -73,7 +73,7 @@ def test_drain_is_not_drift_over_the_window() -> None:
 
 def test_in_flight_and_server_gauges_on_the_client_intervals() -> None:
     # 12 intervals of 1 s over [0, 12]: a request in flight 2.5 -> 4.5 s, the server sampled on the same axis
-    from loadgen.timeseries import series as ts_series
+    from loadgen.engine.timeseries import series as ts_series
 
     lines = [
         {"index": 0, "phase": "measure", "status": "ok", "scheduled_s": 0.0, "sent_s": 0.0, "e2e_ms": 500.0,

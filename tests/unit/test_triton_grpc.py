@@ -13,11 +13,11 @@ grpc = pytest.importorskip("grpc")
 
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc  # noqa: E402
 
-from loadgen.clock import now_ns  # noqa: E402
+from loadgen.core.clock import now_ns  # noqa: E402
+from loadgen.core.metrics import compute  # noqa: E402
+from loadgen.core.types import RequestRecord, RequestSpec  # noqa: E402
 from loadgen.endpoints.triton import TritonConfig, TritonEndpoint  # noqa: E402
 from loadgen.endpoints.triton_grpc import decode_infer_response  # noqa: E402
-from loadgen.metrics import compute  # noqa: E402
-from loadgen.types import RequestRecord, RequestSpec  # noqa: E402
 
 
 def _bytes_tensor(*vals: str) -> bytes:
@@ -208,7 +208,7 @@ def test_no_first_response_within_the_header_timeout_is_header_timeout() -> None
 
 
 def test_unreachable_and_unknown_model() -> None:
-    from loadgen.errors import EndpointUnreachable
+    from loadgen.core.errors import EndpointUnreachable
 
     async def unreachable() -> None:
         ep = TritonEndpoint(TritonConfig(url="127.0.0.1:9", protocol="grpc", model="m", connect_timeout_s=2))

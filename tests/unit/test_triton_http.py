@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from loadgen.clock import now_ns
+from loadgen.core.clock import now_ns
+from loadgen.core.errors import ConfigError, EndpointUnreachable, ProtocolError
+from loadgen.core.metrics import compute
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.triton import TritonConfig, TritonEndpoint, error_line, parse_generate_event
-from loadgen.errors import ConfigError, EndpointUnreachable, ProtocolError
-from loadgen.metrics import compute
-from loadgen.types import RequestRecord, RequestSpec
 
 VLLM_INPUTS = ["text_input", "stream", "sampling_parameters", "exclude_input_in_output",
                "return_finish_reason", "return_num_input_tokens", "return_num_output_tokens"]  # fmt: skip

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.metrics import compute
-from loadgen.results import Aggregator
-from loadgen.runner import ClientStats
-from loadgen.types import RequestRecord, TokenEvent
-from loadgen.validity import ValidityBounds, generator_send_rps, validity
+from loadgen.core.metrics import compute
+from loadgen.core.types import RequestRecord, TokenEvent
+from loadgen.engine.results import Aggregator
+from loadgen.engine.runner import ClientStats
+from loadgen.engine.validity import ValidityBounds, generator_send_rps, validity
 
 MS = 1_000_000
 N = 100

@@ -1,4 +1,4 @@
-"""The cause of each SLO miss (loadgen.why): tiny exact cases in ms, one per phase."""
+"""The cause of each SLO miss (loadgen.engine.why): tiny exact cases in ms, one per phase."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.slo import parse_slo
-from loadgen.why import Baseline, attribute, phases, why
+from loadgen.core.slo import parse_slo
+from loadgen.engine.why import Baseline, attribute, phases, why
 
 BASE = Baseline(ttft_ms=20.0, itl_ms=5.0, source="test")
 
@@ -120,7 +120,7 @@ def test_sweep_why_takes_each_probe_s_stated_latency_origin(tmp_path: Path, monk
     ``scheduled``): ``why`` must decompose from there, not from the send as for closed-loop users."""
     import json as _json
 
-    import loadgen.why as why_mod
+    import loadgen.engine.why as why_mod
 
     seen: dict[str, str] = {}
 

@@ -1,14 +1,14 @@
-"""The measurement window and the rates over it (loadgen.window, Aggregator.throughput): exact tiny cases."""
+"""The measurement window and the rates over it (loadgen.core.window, Aggregator.throughput): exact tiny cases."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadgen.metrics import compute
-from loadgen.results import Aggregator
-from loadgen.slo import parse_slo
-from loadgen.types import RequestRecord, TokenEvent
-from loadgen.window import BIN_NS, CLOSED, FALLBACK, OPEN, TokenBins, open_loop_window, token_bins
+from loadgen.core.metrics import compute
+from loadgen.core.slo import parse_slo
+from loadgen.core.types import RequestRecord, TokenEvent
+from loadgen.core.window import BIN_NS, CLOSED, FALLBACK, OPEN, TokenBins, open_loop_window, token_bins
+from loadgen.engine.results import Aggregator
 
 S = 1_000_000_000
 MS = 1_000_000

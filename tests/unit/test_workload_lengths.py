@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 from loadgen.workload.lengths import parse_length_spec
 from loadgen.workload.traces import read_trace
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import ConfigError
+from loadgen.core.errors import ConfigError
 from loadgen.workload.prompts import CHAT_WORD_OVERHEAD, PromptBuilder
 from loadgen.workload.spec import Workload, WorkloadOptions
 from loadgen.workload.tokenizer import Tokenizer, load_tokenizer, render_chatml

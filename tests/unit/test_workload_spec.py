@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import loadgen.workload as workload
-from loadgen.errors import ConfigError, InputFileError
+from loadgen.core.errors import ConfigError, InputFileError
 from loadgen.workload.arrivals import arrival_offsets_ns
 from loadgen.workload.command import trace_group
 from loadgen.workload.spec import Workload, WorkloadOptions, build_schedule, spec_factory, write_schedule

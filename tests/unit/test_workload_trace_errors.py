@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import InputFileError
+from loadgen.core.errors import InputFileError
 from loadgen.workload.spec import WorkloadOptions, build_schedule
 from loadgen.workload.traces import read_trace
 

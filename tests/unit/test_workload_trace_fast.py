@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.errors import InputFileError
+from loadgen.core.errors import InputFileError
 from loadgen.workload import traces
 from loadgen.workload.trace_fast import parse_azure_block
 from loadgen.workload.trace_formats import parse_datetime_ns

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.errors import ConfigError, InputFileError
+from loadgen.core.errors import ConfigError, InputFileError
 from loadgen.workload.replay import loop_offsets, replay_offsets, spread_instants, trace_stats
 from loadgen.workload.trace_formats import parse_datetime_ns, parse_seconds_ns
 from loadgen.workload.traces import BUILTIN_TRACES, read_trace

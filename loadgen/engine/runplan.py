@@ -1,0 +1,189 @@
+"""From configuration to a plan: ``LoadConfig`` -> ``Workload`` -> ``RunPlan``.
+
+``LoadConfig`` holds the workload and engine settings of one run (configuration only, no
+runtime state). ``build_workload`` loads what it names (trace, data set, tokenizer);
+``build_plan`` turns it into the runner's :class:`~loadgen.engine.runner.RunPlan`: the open-loop
+schedule (send times fixed before t0) or the closed-loop user plan. Used by one measured
+run (:mod:`loadgen.measurement`) and by every worker process (:mod:`loadgen.spread.workers`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from loadgen.core.errors import ConfigError
+from loadgen.core.slo import SLOTarget
+from loadgen.engine.runner import RunPlan
+from loadgen.engine.throughput import batch_size, check_max_throughput
+from loadgen.engine.validity import ValidityBounds
+from loadgen.workload.arrivals import condition_on_rate
+from loadgen.workload.spec import Workload, WorkloadOptions
+
+__all__ = ["LoadConfig", "build_plan", "build_workload", "workload_options"]
+
+
+MAX_SCHEDULE_REQUESTS = 100_000_000
+"""The most requests one open-loop schedule may hold (a day at over 1,000 req/s): past it, a typo such
+as ``--rate 1000000 --duration 600m`` would allocate hundreds of GiB before the first send."""
+SCHEDULE_BYTES_PER_REQUEST = 24  # send time, input and output length: one int64 each (the lazy schedule)
+
+
+@dataclass
+class LoadConfig:
+    """The workload and engine settings of one run (configuration only).
+
+    Open loop when ``rate_rps`` is set, closed loop when ``concurrency`` is.
+    Exactly one of ``requests`` / ``duration_s`` bounds the measured part;
+    ``warmup_requests`` or ``warmup_s`` precede it and are excluded from statistics.
+    """
+
+    rate_rps: float | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    concurrency: int | None = None
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int = 0
+    warmup_s: float = 0.0
+    max_concurrency: int | None = None
+    input_tokens: int | str = 128  # a length spec: 128, uniform:A,B, normal:M,SD, lognormal:M,SD, empirical:FILE
+    output_tokens: int | str | None = 64
+    seed: int = 0
+    salt: str | None = None  # None: a fresh salt per run (resolved once, shared by worker processes)
+    workload: WorkloadOptions | None = None  # traces, data sets, tokenizer, shared prefixes
+    slos: list[SLOTarget] = field(default_factory=list)
+    save_text: bool = False
+    token_lists: bool = True
+    origin: Literal["scheduled", "sent"] = "scheduled"
+    drain_grace_s: float = 30.0
+    bounds: ValidityBounds = field(default_factory=ValidityBounds)
+    prices: Any = None  # loadgen.core.pricing.TokenPrices: the result gets a "cost" block
+    # Condition the measured sends on realizing rate_rps exactly (arrivals.condition_on_rate):
+    # set for sweep probes, whose nominal rates the search compares; a plain run keeps the
+    # unconditioned process (its offered_rps is the schedule's own realized rate).
+    exact_rate: bool = False
+    cost_per_hour_usd: float | None = None  # max-throughput scorecard: cost per million output tokens
+    power_w: float | None = None  # max-throughput scorecard: the system's power when no meter reads it
+    sessions: Any = None  # --sessions: a loadgen.workload.session_sources.SessionSource (loadgen.sessions.measured)
+
+    @property
+    def has_trace(self) -> bool:
+        return bool(self.workload and self.workload.trace)
+
+    @property
+    def latency_origin(self) -> Literal["scheduled", "sent"]:
+        """Where latency counts from: ``origin`` in open loop; the send in closed loop (no schedule there:
+        a user's request is due when its previous one ends, and due->send is the generator's own lag)."""
+        return "sent" if self.concurrency is not None else self.origin
+
+    @property
+    def max_throughput(self) -> bool:
+        """``--rate inf`` (``--profile throughput``): every request due at once (:mod:`loadgen.engine.throughput`)."""
+        return self.rate_rps is not None and math.isinf(self.rate_rps)
+
+    def validity_bounds(self) -> ValidityBounds:
+        """The bounds the run is judged by: in max-throughput mode no schedule check applies."""
+        return replace(self.bounds, max_throughput=True) if self.max_throughput else self.bounds
+
+    def validate(self) -> None:
+        if self.max_throughput:
+            check_max_throughput(self)
+        if self.rate_rps is not None and self.concurrency is not None:
+            raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
+        if self.rate_rps is None and self.concurrency is None and not self.has_trace and self.sessions is None:
+            raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
+        if self.requests is not None and self.duration_s is not None:
+            raise ConfigError("--requests and --duration clash: give one of them")
+        if (
+            self.requests is None and self.duration_s is None and self.sessions is None
+            and not (self.has_trace and self.concurrency is None)
+        ):  # fmt: skip
+            raise ConfigError("give --requests N or --duration D")
+        if self.concurrency is not None and self.max_concurrency is not None:
+            raise ConfigError("--max-concurrency caps an open-loop run; with --concurrency it clashes")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ConfigError("--concurrency must be at least 1")
+        if self.requests is not None and self.requests < 1:
+            raise ConfigError("--requests must be at least 1")
+        if not 0 <= self.seed < 2**63:
+            raise ConfigError(f"--seed {self.seed}: expected an integer from 0 to 2**63 - 1")
+        expected = self.expected_requests()
+        if expected is not None and expected > MAX_SCHEDULE_REQUESTS:
+            raise ConfigError(
+                f"a schedule of ~{expected:,.0f} requests (~{expected * SCHEDULE_BYTES_PER_REQUEST / 2**30:,.1f} GiB "
+                f"of send times) is over the limit of {MAX_SCHEDULE_REQUESTS:,}: lower --rate or --duration, "
+                "or split the run"
+            )
+
+    def expected_requests(self) -> float | None:
+        """Requests an open-loop schedule will hold (warm-up included): the count, or rate x duration."""
+        if self.rate_rps is None or self.has_trace or self.max_throughput:
+            return None
+        measured = self.requests if self.requests is not None else self.rate_rps * (self.duration_s or 0.0)
+        return measured + self.warmup_requests + self.rate_rps * self.warmup_s
+
+
+def workload_options(cfg: LoadConfig) -> WorkloadOptions:
+    """The workload options of ``cfg``: its lengths, seed and salt applied over ``cfg.workload``."""
+    base = cfg.workload or WorkloadOptions()
+    return replace(
+        base,
+        input_tokens=cfg.input_tokens,
+        output_tokens=cfg.output_tokens,
+        seed=cfg.seed,
+        salt=cfg.salt if cfg.salt is not None else base.salt,
+    )
+
+
+def build_workload(cfg: LoadConfig) -> Workload:
+    """Load the workload (trace or data set read, tokenizer loaded). Raises ConfigError / InputFileError."""
+    return Workload(workload_options(cfg))
+
+
+def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
+    """The schedule (open loop) or the user plan (closed loop) for ``cfg``."""
+    cfg.validate()
+    wl = workload or build_workload(cfg)
+    if cfg.max_throughput:  # every request due at once, at most max_concurrency in flight: N users
+        n = cfg.requests + cfg.warmup_requests if cfg.requests is not None else None
+        return RunPlan(
+            mode="closed",
+            concurrency=batch_size(cfg.max_concurrency, n),
+            make_spec=wl.spec_factory(),
+            max_requests=n,
+            duration_s=cfg.duration_s,
+            warmup_requests=cfg.warmup_requests,
+            warmup_s=cfg.warmup_s,
+            drain_grace_s=cfg.drain_grace_s,
+            ramp_s=0.0,  # every request due at once: no staggered start-up (loadgen.engine.closed_loop.ramp_ns)
+        )
+    if cfg.concurrency is None:
+        schedule = wl.lazy_schedule(  # send times in arrays; each prompt built just before its send
+            rate_rps=cfg.rate_rps,
+            arrival=cfg.arrival,
+            burstiness=cfg.burstiness,
+            requests=cfg.requests,
+            duration_s=cfg.duration_s,
+            warmup_requests=cfg.warmup_requests,
+            warmup_s=cfg.warmup_s,
+        )
+        if cfg.exact_rate and not cfg.has_trace and cfg.rate_rps and cfg.requests is not None:
+            schedule.offsets_ns = condition_on_rate(schedule.offsets_ns, ~schedule.warm, cfg.rate_rps)
+        return RunPlan(
+            mode="open",
+            schedule=schedule,
+            max_concurrency=cfg.max_concurrency,
+            drain_grace_s=cfg.drain_grace_s,
+        )
+    return RunPlan(
+        mode="closed",
+        concurrency=cfg.concurrency or 1,
+        make_spec=wl.spec_factory(),
+        max_requests=(cfg.requests + cfg.warmup_requests) if cfg.requests is not None else None,
+        duration_s=cfg.duration_s,
+        warmup_requests=cfg.warmup_requests,
+        warmup_s=cfg.warmup_s,
+        drain_grace_s=cfg.drain_grace_s,
+    )

@@ -1,0 +1,446 @@
+"""The session engine: sessions that arrive open loop, turns that are causal inside a session.
+
+Open loop at the session level (``mode="open"``): session ``i`` starts at ``t0 +
+start_offsets_ns[i]`` (an arrival process, or the trace's own start times), whatever the
+server does. Inside a session, turn ``k + 1`` is *due* at (the end of turn ``k``'s reply, as the
+client saw it) + turn ``k + 1``'s delay, capped by ``idle_cap_s`` when set (as the AgentX runs
+cap idle gaps; :func:`loadgen.sessions.planning.plan_sessions` sets the source's cap, one hour by default,
+and has checked every delay finite and bounded, :mod:`loadgen.workload.session_checks`); the first
+turn is due at the session's start. Closed loop
+(``mode="closed"``): ``concurrency`` sessions run at once, each replaced by the next when it
+ends; a replacement starts when its slot frees.
+
+Latency origin: a turn's due time, in both modes: its record's ``scheduled_ns`` (a session's own
+turns form a schedule, unlike independent closed-loop users, which count from the send). A turn
+the client starts late is schedule lag (:mod:`loadgen.core.metrics`, checked by
+:mod:`loadgen.engine.validity` as any open-loop run's). Each turn's request is built (history + new
+message, :class:`loadgen.workload.sessions.SessionHistory`) after the previous reply ends, then
+the engine sleeps until the due time (:func:`loadgen.core.clock.sleep_until`, never early). With an
+endpoint that accepts a send gate, the request is prepared ``PRESTART_NS`` before its due time
+(connection taken, body encoded) and its bytes go out when the gate is set at the due time,
+after a ``SPIN_NS`` yield loop, as the open-loop runner's prepared sends.
+
+A failed turn ends its session: the remaining turns are not sent and are counted in
+``unsent_turns`` (its history would miss a reply). Warm-up: the first ``warmup_sessions``
+sessions' turns are recorded with phase ``warmup``. A stop (Ctrl-C, :meth:`SessionRunner.request_stop`)
+ends new sessions and turns; in-flight turns get ``drain_grace_s``, then are cancelled (a
+second Ctrl-C cancels them at once).
+
+Every turn ends as one :class:`~loadgen.core.types.RequestRecord` handed to ``sink(record, turn)``
+(``turn``: the 0-based turn index; the record carries the session id and the cached prompt
+tokens the server reported) soon after it ends: records wait in a queue that a background task
+empties away from every session's next due time (``SINK_GUARD_NS``; at most ``SINK_MAX_DELAY_S``),
+as the open-loop runner's sink loop, so writing one turn's record never delays another's send.
+Cyclic garbage collection is frozen and made rarer during the run, as in the runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import resource
+import signal
+from array import array
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from loadgen.core.clock import now_ns, sleep_until, wall_anchor
+from loadgen.core.types import RequestRecord, RequestSpec
+from loadgen.endpoints.base import Endpoint
+from loadgen.engine.run_core import SINK_BACKLOG_EVENTS
+from loadgen.engine.runner import LEAD_IN_NS, ClientStats, RunOutcome
+from loadgen.engine.stamp_lateness import StampLateness, probe_loop
+from loadgen.workload.sessions import Session, SessionHistory, SessionPrompter
+
+__all__ = ["SessionPlan", "SessionRunner", "SessionStats"]
+
+LOOP_PROBE_S = 0.005
+LOOP_LAG_KEPT = 50_000
+PRESTART_NS = 10_000_000  # a gated send is prepared this long before its due time (as the open-loop runner)
+SPIN_NS = 1_200_000  # the last 1.2 ms before a due time are spent yielding, not sleeping
+SPAWN_AHEAD_NS = 50_000_000  # open loop: a session's task starts this long before its first turn is due
+SINK_PERIOD_S = 0.002  # finished records are handed to the sink this often...
+SINK_GUARD_NS = 2_000_000  # ...never this close to a turn's due time...
+SINK_MAX_DELAY_S = 0.05  # ...unless they have waited this long
+
+
+@dataclass
+class SessionPlan:
+    """What to run (configuration only): ``sessions`` in order, their start offsets (open loop) or
+    the number running at once (closed loop)."""
+
+    sessions: Sequence[Session]
+    prompter: SessionPrompter
+    mode: Literal["open", "closed"] = "open"
+    start_offsets_ns: Sequence[int] = ()
+    concurrency: int = 1
+    warmup_sessions: int = 0
+    idle_cap_s: float | None = None
+    drain_grace_s: float = 30.0
+    end_offset_ns: int | None = None  # closed loop: no session starts after t0 + this
+    # each session's first request index (turn k: + k); empty: the turns' positions in this plan, in order.
+    # A worker's shard keeps the whole plan's (loadgen.sessions.spread), so indices are unique across workers
+    first_index: Sequence[int] = ()
+
+
+@dataclass
+class SessionStats:
+    """Per-session facts gathered as sessions run (``result.json`` ``sessions``)."""
+
+    started: int = 0
+    completed: int = 0  # every turn ended ok
+    failed: int = 0  # ended early by a failed turn
+    unsent_turns: int = 0
+    resets: int = 0
+    durations_s: list[float] = field(default_factory=list)  # first due time to last reply end
+    system_wait_s: list[float] = field(default_factory=list)  # per session: sum of turn latencies (due to end)
+    tool_wait_s: list[float] = field(default_factory=list)  # per session: sum of delays between turns
+
+
+class SessionRunner:
+    """Runs one :class:`SessionPlan` against an opened endpoint; ``sink(record, turn)`` per turn."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        plan: SessionPlan,
+        sink: Callable[[RequestRecord, int], None],
+        *,
+        t0_ns: int | None = None,
+        install_signal_handlers: bool = True,
+    ) -> None:
+        self.endpoint = endpoint
+        self.plan = plan
+        self.sink = sink
+        self._t0_override = t0_ns
+        self._signals = install_signal_handlers
+        self._stop = asyncio.Event()
+        self.interrupted = False
+        self.stats = SessionStats()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._errors: list[BaseException] = []
+        self._done: deque[tuple[RequestRecord, int]] = deque()
+        self._done_events = 0  # token events of the records in ``_done``
+        self.stamps = StampLateness()  # token-weighted stamp lateness (loadgen.engine.stamp_lateness), as the runner's
+        self._dues: dict[int, int] = {}  # session -> its next turn's due time, until that turn is sent
+        first = list(plan.first_index)
+        if not first:  # the turns' positions in the plan: a deterministic index per (session, turn)
+            n = 0
+            for s in plan.sessions:
+                first.append(n)
+                n += len(s.turns)
+        self._first_index = first
+        self._loop_lag_ms: array[float] = array("d")
+        self.t0_ns = 0
+        # turns sent and not yet ended, by request index (read by a sweep probe's early-stop watch)
+        self.inflight_records: dict[int, RequestRecord] = {}
+        self.cancel_reason = "in flight at the drain deadline"
+
+    def request_stop(self, interrupted: bool = True, cancel_inflight: bool = False) -> None:
+        """Start no more sessions or turns; in-flight turns drain for ``drain_grace_s`` (or, with
+        ``cancel_inflight``, are cancelled now: a sweep probe's early stop, a second interrupt; each is
+        recorded ``cancelled`` with ``cancel_reason``)."""
+        if interrupted:
+            self.interrupted = True
+        self._stop.set()
+        if cancel_inflight:
+            for t in list(self._tasks):
+                t.cancel()
+
+    def _on_signal(self) -> None:
+        if self._stop.is_set():  # a second signal: cancel what is in flight now
+            for t in list(self._tasks):
+                t.cancel()
+        self.request_stop(True)
+
+    async def run(self) -> RunOutcome:
+        loop = asyncio.get_running_loop()
+        installed: list[int] = []
+        if self._signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(sig, self._on_signal)
+                    installed.append(sig)
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        anchor_m, anchor_w = wall_anchor()
+        self.t0_ns = self._t0_override if self._t0_override is not None else now_ns() + LEAD_IN_NS
+        w0 = now_ns()
+        gc_threshold = gc.get_threshold()
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(max(gc_threshold[0], 50_000), 50, 1000)
+        monitor = asyncio.create_task(self._loop_monitor())
+        stamp_probe = asyncio.create_task(probe_loop(self.stamps))
+        sinker = asyncio.create_task(self._sink_loop())
+        try:
+            if self.plan.mode == "open":
+                await self._run_open()
+            else:
+                await self._run_closed()
+            await self._drain()
+        finally:
+            gc.set_threshold(*gc_threshold)
+            gc.unfreeze()
+            for t in (monitor, stamp_probe, sinker):
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+            self._flush()
+            self.stamps.probe(now_ns(), 0)  # charge the last records (their stamps after the last probe: 0)
+            for signum in installed:
+                loop.remove_signal_handler(signum)
+        if self._errors:
+            raise self._errors[0]
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        end = now_ns()
+        client = ClientStats(
+            cpu_s=(ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+            wall_s=(end - w0) / 1e9,
+            loop_lag_ms=self._loop_lag_ms,
+            open_loop=True,  # every turn has a due time: its lag is checked as an open-loop send's
+            stamp_lateness_p99_ms=self.stamps.percentile_ms(99),
+            stamp_tokens=self.stamps.tokens,
+            stamps=self.stamps,
+        )
+        unsent = self.stats.unsent_turns
+        return RunOutcome(
+            t0_ns=self.t0_ns,
+            t0_wall_ns=anchor_w + (self.t0_ns - anchor_m),
+            interrupted=self.interrupted,
+            unsent=unsent,
+            unsent_warmup=0,
+            client=client,
+            end_ns=end,
+        )
+
+    # -- scheduling -------------------------------------------------------------
+
+    def _spawn(self, i: int, start_ns: int) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._session(i, start_ns))
+        self._tasks.add(task)
+        task.add_done_callback(self._session_done)
+        return task
+
+    def _session_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # a bug (the sink, the history): stop
+            self._errors.append(task.exception())  # type: ignore[arg-type]  # checked not None above
+            self.request_stop(interrupted=False)
+
+    async def _run_open(self) -> None:
+        plan = self.plan
+        offsets = plan.start_offsets_ns
+        for i in range(len(plan.sessions)):
+            start = self.t0_ns + int(offsets[i])
+            if await self._sleep_or_stop(start - SPAWN_AHEAD_NS):  # its first turn is built and prepared ahead
+                self.stats.unsent_turns += sum(len(s.turns) for s in plan.sessions[i:])
+                return
+            self._spawn(i, start)
+
+    async def _run_closed(self) -> None:
+        plan = self.plan
+        it = iter(range(len(plan.sessions)))
+        await sleep_until(self.t0_ns)
+
+        async def slot() -> None:
+            for i in it:
+                if self._stop.is_set() or (
+                    plan.end_offset_ns is not None and now_ns() >= self.t0_ns + plan.end_offset_ns
+                ):
+                    return
+                # wait, never await: a session cancelled by a stop (an early stop's cancel, a second Ctrl-C)
+                # ends its slot, not the run
+                await asyncio.wait([self._spawn(i, now_ns())])
+
+        await asyncio.gather(*(slot() for _ in range(plan.concurrency)))
+
+    async def _sleep_or_stop(self, deadline_ns: int, *, precise: bool = False) -> bool:
+        """Sleep until ``deadline_ns`` (never early); True when a stop came first.
+
+        ``precise`` (a send): a plain sleep to ``SPIN_NS`` before the deadline, then yields until
+        it (the loop's timers have millisecond granularity, and :func:`~loadgen.core.clock.sleep_until`
+        adds uvloop's slack, up to 2 ms late); else :func:`~loadgen.core.clock.sleep_until`.
+        """
+        if self._stop.is_set():
+            return True
+        if deadline_ns - now_ns() > 20_000_000:  # long waits: wake on a stop
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), (deadline_ns - now_ns() - 10_000_000) / 1e9)
+            if self._stop.is_set():
+                return True
+        if precise:
+            await _spin_until(deadline_ns)
+        else:
+            await sleep_until(deadline_ns)
+        return self._stop.is_set()
+
+    async def _session(self, i: int, start_ns: int) -> None:
+        plan = self.plan
+        session = plan.sessions[i]
+        hist = SessionHistory(session, plan.prompter)
+        phase = "warmup" if i < plan.warmup_sessions else "measure"
+        stats = self.stats
+        stats.started += 1
+        due = start_ns
+        system_ns = 0
+        tool_s = 0.0
+        ok = True
+        n = len(session.turns)
+        last_end = start_ns
+        for k in range(n):
+            turn = session.turns[k]
+            if k:
+                delay = turn.delay_s if plan.idle_cap_s is None else min(turn.delay_s, plan.idle_cap_s)
+                due = last_end + round(delay * 1e9)
+                tool_s += delay
+            spec = hist.spec(k, self._first_index[i] + k)
+            gated = self.endpoint.accepts_send_gate()
+            self._dues[i] = due
+            try:
+                stopped = await self._sleep_or_stop(due - PRESTART_NS if gated else due, precise=not gated)
+            except asyncio.CancelledError:  # cancelled before its send: this turn and the rest are unsent
+                self._dues.pop(i, None)
+                stats.unsent_turns += n - k
+                stats.failed += 1
+                raise
+            if stopped:
+                self._dues.pop(i, None)
+                stats.unsent_turns += n - k
+                ok = False
+                break
+            rec = RequestRecord(
+                index=spec.index,
+                phase=phase,  # type: ignore[arg-type]  # phase is "warmup" or "measure"
+                scheduled_ns=due,
+                requested_input_tokens=spec.requested_input_tokens,
+                requested_output_tokens=spec.requested_output_tokens,
+                session_id=session.session_id,
+            )
+            self.inflight_records[spec.index] = rec
+            try:
+                if gated:
+                    await self._gated_send(spec, rec, due, i)
+                else:
+                    self._dues.pop(i, None)
+                    await self.endpoint.send(spec, rec)
+            except asyncio.CancelledError:
+                rec.status = "error"
+                rec.error_kind = "cancelled"
+                rec.error_detail = self.cancel_reason
+                rec.end_ns = now_ns()
+                self._finished(rec, k)
+                stats.unsent_turns += n - k - 1
+                stats.failed += 1
+                raise
+            except Exception as exc:  # an endpoint bug must not lose the record
+                rec.status = "error"
+                rec.error_kind = rec.error_kind or "protocol"
+                rec.error_detail = f"internal error: {type(exc).__name__}: {exc}"
+                rec.end_ns = rec.end_ns or now_ns()
+            finally:
+                self._dues.pop(i, None)
+                self.inflight_records.pop(spec.index, None)
+            last_end = rec.end_ns or now_ns()
+            system_ns += last_end - due
+            self._finished(rec, k)
+            if not rec.ok:
+                stats.unsent_turns += n - k - 1
+                ok = False
+                break
+            hist.reply(k, rec.text)
+        stats.resets += hist.resets
+        if ok:
+            stats.completed += 1
+        else:
+            stats.failed += 1
+        if phase == "measure":
+            stats.durations_s.append((last_end - start_ns) / 1e9)
+            stats.system_wait_s.append(system_ns / 1e9)
+            stats.tool_wait_s.append(tool_s)
+
+    async def _gated_send(self, spec: RequestSpec, rec: RequestRecord, due_ns: int, i: int) -> None:
+        """Prepare the request now; its bytes go out at ``due_ns`` (never early); wait for its end."""
+        gate = asyncio.Event()
+        task = asyncio.create_task(self.endpoint.send(spec, rec, gate))
+        try:
+            await _spin_until(due_ns)
+            gate.set()
+            self._dues.pop(i, None)  # sent: the sink may work again
+            await task
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if rec.end_ns is not None and rec.end_ns < due_ns:  # failed while prepared: reported at its due time
+            rec.end_ns = now_ns()
+
+    def _finished(self, rec: RequestRecord, turn: int) -> None:
+        self._done.append((rec, turn))
+        self._done_events += len(rec.events)
+
+    def _flush(self, until_ns: int | None = None) -> None:
+        """Hand finished records to the sink: all, or those that fit before ``until_ns``; past ``until_ns``
+        it goes on while the records left hold over :data:`~loadgen.engine.run_core.SINK_BACKLOG_EVENTS` token
+        events (a client that cannot keep up holds a bounded backlog, as the runner's)."""
+        done = self._done
+        while done:
+            rec, turn = done.popleft()
+            self._done_events -= len(rec.events)
+            if rec.events and rec.phase == "measure":
+                self.stamps.add([e.t_ns for e in rec.events], rec.sent_ns)
+            self.sink(rec, turn)
+            if until_ns is not None and now_ns() > until_ns and self._done_events <= SINK_BACKLOG_EVENTS:
+                break
+
+    async def _sink_loop(self) -> None:
+        """Empty the record queue away from the sessions' due times (module doc)."""
+        last = now_ns()
+        while True:
+            await asyncio.sleep(SINK_PERIOD_S)
+            if not self._done:
+                continue
+            now = now_ns()
+            nxt = min(self._dues.values(), default=now + (1 << 40))
+            if nxt - now > SINK_GUARD_NS:
+                self._flush(until_ns=nxt - SINK_GUARD_NS)
+                last = now
+            elif now - last > SINK_MAX_DELAY_S * 1e9:
+                self._flush()
+                last = now
+
+    async def _drain(self) -> None:
+        """Wait for running sessions; after a stop, at most ``drain_grace_s``, then cancel."""
+        while self._tasks:
+            pending = set(self._tasks)
+            if self._stop.is_set():
+                _, still = await asyncio.wait(pending, timeout=self.plan.drain_grace_s)
+                for t in still:
+                    t.cancel()
+                if still:
+                    await asyncio.wait(still, timeout=5.0)
+                return
+            stop = asyncio.create_task(self._stop.wait())
+            await asyncio.wait(pending | {stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+
+    async def _loop_monitor(self) -> None:
+        """Event-loop lag every LOOP_PROBE_S (at most LOOP_LAG_KEPT samples)."""
+        lag = self._loop_lag_ms
+        while True:
+            t = now_ns()
+            await asyncio.sleep(LOOP_PROBE_S)
+            if len(lag) < LOOP_LAG_KEPT:
+                lag.append(max((now_ns() - t) / 1e6 - LOOP_PROBE_S * 1e3, 0.0))
+
+
+async def _spin_until(deadline_ns: int) -> None:
+    """Sleep to ``SPIN_NS`` before ``deadline_ns``, then yield to the loop until it (never early)."""
+    delay = deadline_ns - now_ns()
+    if delay > SPIN_NS:
+        await asyncio.sleep((delay - SPIN_NS) / 1e9)
+    while now_ns() < deadline_ns:
+        await asyncio.sleep(0)

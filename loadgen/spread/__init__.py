@@ -1,0 +1,1 @@
+"""The same run spread over processes (workers) or machines (cluster, Ray actors)."""

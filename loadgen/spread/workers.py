@@ -1,0 +1,543 @@
+"""Worker processes: one schedule, sharded deterministically over N processes with one t0.
+
+Each worker is a separate Python process (``spawn``) with its own event loop. It
+rebuilds the same schedule from the same :class:`~loadgen.engine.runplan.LoadConfig`
+(seeded, so every process sees the identical schedule), keeps every N-th entry
+(open loop: entries ``w, w+N, ...``; closed loop: its share of the users and
+request indices ``w, w+N, ...``), and sends on the shared absolute t0 (CLOCK_MONOTONIC
+is one clock for every process on a host).
+
+Workers stream each finished request to the parent as its ``requests.jsonl`` line
+plus a :class:`~loadgen.engine.results.RequestSummary`; the parent writes the lines and
+aggregates the summaries, so per-request percentiles are exact, as in one process.
+Per-token metrics (ITL, inter-chunk) are recorded into HDR histograms in the
+workers and merged in the parent (exact bucket merge; values at HDR precision,
+3 significant digits). A worker that dies is reported, its unreceived requests are
+counted as unsent, and the run never hangs: the parent waits on the pipes with a
+bound and reaps every process.
+
+Clocks. A summary's instants (:data:`SUMMARY_INSTANTS`) are on the sending process's
+CLOCK_MONOTONIC: one clock on one host, so local workers need no mapping. Actors on other
+hosts (:mod:`loadgen.spread.cluster`) each have their own; the :class:`Collector` maps every
+instant an actor reports onto the driver's clock (:func:`summary_on_clock`, with the shift
+the driver measured for that actor) before anything is aggregated. ``requests.jsonl`` lines
+hold times relative to the worker's own t0, the same instant on every host: no mapping.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from multiprocessing.connection import Connection, wait
+from typing import IO, Any, cast
+
+import orjson
+
+from loadgen.core.clock import now_ns, wall_anchor
+from loadgen.core.errors import OutputError
+from loadgen.core.histograms import LatencyHistogram, record_token_gaps
+from loadgen.core.metrics import compute
+from loadgen.core.redact import Redactor
+from loadgen.core.schedule import as_schedule
+from loadgen.endpoints import from_config
+from loadgen.engine.recordlog import RecordWriter, record_line
+from loadgen.engine.results import Aggregator, RequestSummary, summarize
+from loadgen.engine.runner import LEAD_IN_NS, ClientStats, Runner, RunOutcome, RunPlan, realized_send_rps
+from loadgen.engine.runplan import build_plan, build_workload
+from loadgen.engine.stamp_lateness import StampLateness
+
+BATCH = 64
+FLUSH_S = 0.05
+READY_TIMEOUT_S = 60.0
+
+SUMMARY_INSTANTS = ("scheduled_ns", "sent_ns", "end_ns")
+""":class:`~loadgen.engine.results.RequestSummary` fields that are instants of the sender's monotonic clock."""
+SUMMARY_INSTANT_POINTS = ("ratelimit_points",)
+"""Fields holding ``(instant_ns, value)`` pairs."""
+SUMMARY_INSTANT_BINS = ("token_bins",)
+"""Fields holding ``(instant_ns // loadgen.core.window.BIN_NS, value)`` pairs."""
+SUMMARY_DURATIONS = (
+    "connect_ns", "connect_late_ns", "throttle_ns", "ttft_ns", "ttfat_ns", "tpot_ns", "e2e_ns",
+    "error_e2e_ns", "schedule_lag_ns", "network_ns",
+)  # fmt: skip
+"""Time fields that are differences on one clock (never mapped). Every time field of a summary is in
+one of these four lists (``tests/unit/test_cluster_clock.py`` holds new fields to it)."""
+
+
+def shard_plan(plan: RunPlan, w: int, n: int) -> RunPlan:
+    """Worker ``w`` of ``n``'s part of a plan (deterministic)."""
+    if plan.mode == "open":
+        return replace(plan, schedule=plan.schedule[w::n])
+    users = plan.concurrency // n + (1 if w < plan.concurrency % n else 0)
+    max_req = None
+    if plan.max_requests is not None:
+        max_req = plan.max_requests // n + (1 if w < plan.max_requests % n else 0)
+    warm = plan.warmup_requests // n + (1 if w < plan.warmup_requests % n else 0)
+    return replace(plan, concurrency=users, max_requests=max_req, warmup_requests=warm, index_start=w, index_stride=n)
+
+
+def auto_workers() -> int:
+    """``--workers auto``: one per available core, leaving one for the parent (at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+PARENT_POLL_S = 0.25
+"""How often a worker checks that its parent is alive (where the kernel cannot tell it)."""
+
+
+def die_with_parent() -> None:
+    """End this process when its parent dies, even by ``kill -9`` (issue 20: orphaned workers kept
+    sending ~475 requests whose records were lost).
+
+    On Linux the kernel sends SIGKILL at the parent's death (``prctl(PR_SET_PDEATHSIG)``); elsewhere,
+    and as a second guard, a daemon thread polls ``os.getppid()`` every :data:`PARENT_POLL_S`
+    and exits at once when the worker has been re-parented. Either way no request leaves this
+    process more than a fraction of a second after the parent is gone: its records could not be
+    written anyway.
+    """
+    import threading
+
+    proc = multiprocessing.parent_process()
+    parent = proc.pid if proc is not None and proc.pid is not None else os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    if os.getppid() != parent:  # died before the guard was armed
+        os._exit(1)
+    threading.Thread(target=watch, name="loadgen-parent-watch", daemon=True).start()
+
+
+def _worker_main(
+    w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, conn: Connection, body: Any = None
+) -> None:
+    os.setsid()  # terminal signals go to the parent only; it forwards them
+    die_with_parent()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    import asyncio
+
+    try:
+        asyncio.run((body or worker_body)(w, n, ep_cfg, redactor, load, conn.send, conn.recv))
+    except Exception as exc:  # report, then die: the parent counts this worker's requests as unsent
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {redactor(str(exc))}"))
+        except Exception:
+            pass
+        raise SystemExit(1) from None
+
+
+class RecordShipper:
+    """A worker's record path: each finished request becomes its ``requests.jsonl`` line and its
+    :class:`~loadgen.engine.results.RequestSummary`, shipped to the parent in batches of :data:`BATCH`
+    (or every :data:`FLUSH_S` by :meth:`flusher`) as ``("recs", [(line, summary), ...])``; the
+    measured ok requests' per-token values go to this worker's ITL and inter-chunk histograms
+    (sent with ``done``, merged exactly by the parent). Error details pass the redactor. The same
+    for request runs (:func:`worker_body`) and session runs (``loadgen.sessions.spread``)."""
+
+    def __init__(
+        self, send: Callable[[tuple], None], load: Any, tokenizer: Any, origin: Any, t0: int, redactor: Redactor
+    ) -> None:
+        self.send, self.load, self.tokenizer, self.origin, self.t0, self.redactor = (
+            send, load, tokenizer, origin, t0, redactor
+        )  # fmt: skip
+        self.hist = {"itl": LatencyHistogram("itl"), "inter_chunk": LatencyHistogram("inter_chunk")}
+        self.buf: list[tuple[bytes, Any]] = []
+
+    def flush(self) -> None:
+        if self.buf:
+            self.send(("recs", list(self.buf)))
+            self.buf.clear()
+
+    def sink(self, rec: Any, turn: int | None = None) -> None:
+        """One finished request (``turn``: its session turn, written as ``turn`` when given)."""
+        load = self.load
+        m = compute(rec, self.tokenizer, self.origin)
+        s = summarize(rec, m, load.slos)
+        if s.phase == "measure" and s.ok and not s.zero_output:
+            record_token_gaps(self.hist, m.itl_ns, m.inter_chunk_ns)
+        d = record_line(rec, m, self.t0, save_text=load.save_text, token_lists=load.token_lists)
+        if turn is not None:
+            d["turn"] = turn
+        if d["error_detail"]:
+            d["error_detail"] = self.redactor(d["error_detail"])
+        self.buf.append((orjson.dumps(d), s))
+        if len(self.buf) >= BATCH:
+            self.flush()
+
+    async def flusher(self) -> None:
+        """Ship what is buffered every :data:`FLUSH_S` (a task the worker cancels at its end)."""
+        import asyncio
+
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            self.flush()
+
+    def histogram_states(self) -> dict[str, Any]:
+        return {k: h.to_state() for k, h in self.hist.items()}
+
+
+async def worker_body(
+    w: int,
+    n: int,
+    ep_cfg: Any,
+    redactor: Redactor,
+    load: Any,
+    send: Callable[[tuple], None],
+    recv: Callable[[], tuple],
+    *,
+    install_signal_handlers: bool = True,
+    on_runner: Callable[[Runner], None] | None = None,
+) -> None:
+    """One worker's whole life, whatever carries its messages (a pipe here, a Ray actor's queues).
+
+    ``ep_cfg`` is the parent endpoint's :meth:`~loadgen.endpoints.base.Endpoint.worker_config`;
+    the worker opens its own endpoint from it (:func:`~loadgen.endpoints.from_config`).
+
+    Messages sent, in order: ``("ready", shard_size)``; then, after ``recv()`` returned
+    ``("go", t0_ns)`` (t0 on *this* process's CLOCK_MONOTONIC), ``("recs", [(line, summary), ...])``
+    batches as requests finish and one ``("done", stats, histogram_states)``. Any other
+    message from ``recv()`` ends the worker before it sends anything.
+    """
+    import asyncio
+
+    ep = from_config(ep_cfg, redactor)
+    await ep.open()
+    try:
+        wl = build_workload(load)
+        plan = shard_plan(build_plan(load, wl), w, n)
+        tokenizer = wl.tokenizer
+        send(("ready", len(plan.schedule)))
+        msg = recv()
+        if msg[0] != "go":
+            return
+        t0 = msg[1]
+        ship = RecordShipper(send, load, tokenizer, load.latency_origin, t0, redactor)
+
+        runner = Runner(ep, plan, ship.sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        if on_runner is not None:
+            on_runner(runner)
+        f = asyncio.create_task(ship.flusher())
+        try:
+            out = await runner.run()
+        finally:
+            f.cancel()
+        ship.flush()
+        c = out.client
+        lags = c.loop_lag_ms if len(c.loop_lag_ms) <= 20000 else c.loop_lag_ms[:: math.ceil(len(c.loop_lag_ms) / 20000)]
+        send(
+            (
+                "done",
+                {
+                    "interrupted": out.interrupted,
+                    "unsent": out.unsent,
+                    "unsent_warmup": out.unsent_warmup,
+                    "cpu_s": c.cpu_s,
+                    "wall_s": c.wall_s,
+                    "loop_lag_ms": lags,
+                    "aborted_reason": c.aborted_reason,
+                    "end_ns": out.end_ns,
+                    "stamp_lateness": runner.stamps.to_state(),  # merged exactly by the parent (Collector.outcome)
+                },
+                ship.histogram_states(),
+            )
+        )
+    finally:
+        await ep.close()
+
+
+def summary_on_clock(s: RequestSummary, shift_ns: int) -> RequestSummary:
+    """``s`` with every instant moved onto another monotonic clock: ``t + shift_ns``.
+
+    ``shift_ns`` = (the receiver's clock) - (the sender's clock) at one instant; for a
+    cluster actor, the driver's t0 minus the actor's t0 (:meth:`loadgen.spread.cluster.Cluster.run`:
+    the actor's t0 is the driver's wall-clock t0 through the measured clock offset, so the
+    mapping is as exact as that offset, ± its RTT / 2). Durations are unchanged. Token bins
+    move by the nearest whole number of bins (placed within half a bin, ``BIN_NS / 2``).
+    """
+    if not shift_ns:
+        return s
+    ch: dict[str, Any] = {}
+    for f in SUMMARY_INSTANTS:
+        v = getattr(s, f)
+        if v is not None:
+            ch[f] = v + shift_ns
+    for f in SUMMARY_INSTANT_POINTS:
+        pts = getattr(s, f, ())
+        if pts:
+            ch[f] = tuple((t + shift_ns, v) for t, v in pts)
+    for f in SUMMARY_INSTANT_BINS:
+        bins = getattr(s, f, ())
+        if bins:
+            from loadgen.core.window import BIN_NS
+
+            db = round(shift_ns / BIN_NS)
+            ch[f] = tuple((b + db, v) for b, v in bins)
+    return replace(s, **ch)
+
+
+class Collector:
+    """The parent's side of N workers: lines written and summaries aggregated as they arrive.
+
+    Shared by the local processes (:func:`run_workers`) and the Ray actors
+    (:mod:`loadgen.spread.cluster`). ``clock_shift_ns[w]`` maps worker ``w``'s instants onto
+    this process's clock (:func:`summary_on_clock`; 0, the default, on one host).
+    ``handle(w, msg)`` takes one message of worker ``w``;
+    :meth:`outcome` merges the workers' statistics and histograms into one
+    :class:`~loadgen.engine.runner.RunOutcome`, counting whatever a failed worker never
+    delivered as unsent.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        agg: Aggregator,
+        fh: IO[bytes],
+        *,
+        on_record: Callable[[Any, Any], None] | None = None,
+        on_summary: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.n = n
+        self.agg = agg
+        self.fh = fh
+        self.on_record = on_record
+        self.on_summary = on_summary
+        self.expected = {w: 0 for w in range(n)}
+        self.received = {w: 0 for w in range(n)}
+        self.done: dict[int, tuple[dict, dict]] = {}
+        self.failures: list[str] = []
+        self.interrupted = False
+        self.clock_shift_ns: dict[int, int] = {}
+        self.writer = RecordWriter(fh, 0, save_text=False, token_lists=False, redactor=Redactor())  # lines only
+        self.write_failed = False
+        self.on_write_error: Callable[[], None] | None = None
+
+    def write_line(self, line: bytes) -> None:
+        """Write one line (:meth:`RecordWriter.write_line`); at the first failure the workers are
+        stopped (``on_write_error``) and the run ends with :class:`~loadgen.core.errors.OutputError`."""
+        self.writer.write_line(line)
+        if self.writer.error is not None and not self.write_failed:
+            self.write_failed = True
+            if self.on_write_error is not None:
+                self.on_write_error()
+
+    def fail(self, w: int, text: str) -> None:
+        self.failures.append(f"worker {w} {text}")
+
+    def handle(self, w: int, msg: tuple) -> bool:
+        """Take one message from worker ``w``; True when that worker has finished (done or failed)."""
+        shift = self.clock_shift_ns.get(w, 0)
+        if msg[0] == "recs":
+            for line, s in msg[1]:
+                s = summary_on_clock(s, shift)
+                self.write_line(line + b"\n")
+                self.agg.add_summary(s)
+                self.received[w] += 1
+                if self.on_summary is not None:
+                    self.on_summary(s)
+                if self.on_record is not None:
+                    self.on_record(None, None)
+            return False
+        if msg[0] == "done":
+            st = msg[1]
+            if shift and st.get("end_ns") is not None:
+                st = {**st, "end_ns": st["end_ns"] + shift}
+            self.done[w] = (st, msg[2])
+            return True
+        if msg[0] == "ready":
+            self.expected[w] = msg[1]
+            return False
+        self.fail(w, f"failed: {msg[1]}")
+        return True
+
+    def outcome(self, plan: RunPlan, t0_ns: int, t0_wall_ns: int) -> RunOutcome:
+        unsent = 0
+        unsent_warm = 0
+        cpu_fracs: list[float] = []
+        lags: list[float] = []
+        stamps = StampLateness()  # the workers' stamp lateness, merged exactly (loadgen.engine.stamp_lateness)
+        aborted = None
+        end = now_ns()
+        interrupted = self.interrupted
+        for w in range(self.n):
+            if w in self.done:
+                st, hists = self.done[w]
+                unsent += st["unsent"]
+                unsent_warm += st["unsent_warmup"]
+                interrupted = interrupted or st["interrupted"]
+                cpu_fracs.append(st["cpu_s"] / st["wall_s"] if st["wall_s"] else 0.0)
+                lags.extend(st["loop_lag_ms"])
+                if st.get("stamp_lateness"):
+                    stamps.merge_state(st["stamp_lateness"])
+                aborted = aborted or st["aborted_reason"]
+                self.agg.merge_token_histograms(hists)
+            else:
+                # whatever this worker never reported is unsent (open loop: its shard size)
+                unsent += max(self.expected[w] - self.received[w], 0)
+        realized = realized_send_rps(as_schedule(plan.schedule), unsent) if plan.mode == "open" else None
+        client = ClientStats(
+            cpu_s=sum(f for f in cpu_fracs),
+            wall_s=1.0,
+            loop_lag_ms=lags,
+            schedule_realized_rps=realized,
+            open_loop=plan.mode == "open",
+            aborted_reason=aborted,
+            worker_cpu_fractions=cpu_fracs,
+            worker_failures=self.failures,
+            stamp_lateness_p99_ms=stamps.percentile_ms(99),
+            stamp_tokens=stamps.tokens,
+            stamps=stamps if stamps.tokens else None,
+        )
+        return RunOutcome(
+            t0_ns=t0_ns,
+            t0_wall_ns=t0_wall_ns,
+            interrupted=interrupted,
+            unsent=unsent,
+            unsent_warmup=unsent_warm,
+            client=client,
+            end_ns=end,
+        )
+
+
+def _ready(conns: list[Connection], which: set[int], timeout_s: float) -> list[Connection]:
+    """The pipes among ``conns[w] for w in which`` with a message waiting (or closed)."""
+    return cast("list[Connection]", wait([conns[w] for w in which], timeout=timeout_s))
+
+
+def run_workers(
+    n: int,
+    ep_cfg: Any,
+    load: Any,
+    plan: RunPlan,
+    agg: Aggregator,
+    fh: IO[bytes],
+    redactor: Redactor,
+    *,
+    on_record: Callable[[Any, Any], None] | None = None,
+    on_summary: Callable[[Any], None] | None = None,
+    body: Any = None,
+    collector: Collector | None = None,
+) -> RunOutcome:
+    """Run ``load`` over ``n`` worker processes; aggregate into ``agg``, write lines to ``fh``.
+
+    ``body`` replaces :func:`worker_body` (same signature and messages; a module-level function:
+    the session engine's, :mod:`loadgen.sessions.spread`), ``collector`` the parent's
+    :class:`Collector` (a subclass that reads more from each line).
+
+    Blocking (call it outside an event loop or in a thread). SIGINT/SIGTERM to the
+    parent are forwarded to the workers, which stop and drain as one process would.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    procs: list[Any] = []
+    conns: list[Connection] = []
+    for w in range(n):
+        a, b = ctx.Pipe(duplex=True)
+        p = ctx.Process(
+            target=_worker_main, args=(w, n, ep_cfg, redactor, load, b, body), daemon=True, name=f"loadgen-worker-{w}"
+        )
+        p.start()
+        b.close()
+        procs.append(p)
+        conns.append(a)
+    col = collector or Collector(n, agg, fh, on_record=on_record, on_summary=on_summary)
+
+    def forward(signum: int, frame: Any) -> None:
+        col.interrupted = True
+        for p in procs:
+            if p.is_alive():
+                try:
+                    os.kill(p.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    def stop_on_write_error() -> None:
+        for p in procs:
+            if p.is_alive():
+                try:
+                    os.kill(p.pid, signal.SIGTERM)  # a worker drains like on Ctrl-C; nothing more is written
+                except ProcessLookupError:
+                    pass
+
+    col.on_write_error = stop_on_write_error
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # wait until every worker has imported, opened its endpoint and built its shard
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        pending = set(range(n))
+        failed_start: set[int] = set()
+        while pending and time.monotonic() < deadline:
+            for c in _ready(conns, pending, 0.5):
+                w = conns.index(c)
+                try:
+                    msg = c.recv()
+                except EOFError:
+                    msg = ("error", f"exit code {procs[w].exitcode}")
+                if msg[0] == "ready":
+                    col.handle(w, msg)
+                else:
+                    col.fail(w, f"failed to start: {msg[1]}")
+                    failed_start.add(w)
+                pending.discard(w)
+        for w in pending:
+            col.fail(w, f"not ready after {READY_TIMEOUT_S:g} s")
+        anchor_m, anchor_w = wall_anchor()
+        t0 = now_ns() + LEAD_IN_NS
+        live = [w for w in range(n) if w not in pending and w not in failed_start]
+        for w in live:
+            conns[w].send(("go", t0))
+        open_ = set(live)
+        while open_:
+            ready = _ready(conns, open_, 1.0)
+            if not ready:
+                for w in list(open_):
+                    if not procs[w].is_alive():
+                        col.fail(w, f"died (exit code {procs[w].exitcode})")
+                        open_.discard(w)
+                continue
+            for c in ready:
+                w = conns.index(c)
+                try:
+                    msg = c.recv()
+                except EOFError:
+                    procs[w].join(timeout=5)
+                    col.fail(w, f"died (exit code {procs[w].exitcode})")
+                    open_.discard(w)
+                    continue
+                if col.handle(w, msg):
+                    open_.discard(w)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    if col.writer.error is not None:
+        raise OutputError(
+            f"{col.writer.error}: the workers were stopped at once; the {col.writer.lines} whole lines written "
+            f"before are kept, {col.writer.lost} records could not be written (no result.json)"
+        )
+    return col.outcome(plan, t0, anchor_w + (t0 - anchor_m))
