@@ -40,6 +40,7 @@ import numpy as np
 from loadgen.core.errors import ConfigError
 from loadgen.core.metrics import RequestMetrics
 from loadgen.core.stats import fail_threshold, lower_bound, upper_bound
+from loadgen.core.types import RequestRecord
 from loadgen.core.units import parse_duration_ns
 
 METRICS = ("ttft", "time_to_first_answer_token", "tpot", "itl", "e2e", "stall")
@@ -139,6 +140,43 @@ def exceeds(t: SLOTarget, value: float) -> bool:
     ``value`` from :func:`request_value`, or :data:`MISS` for a failed or zero-output request.
     """
     return value > t.threshold_ns
+
+
+def inflight_over(t: SLOTarget, rec: RequestRecord, now_ns: int) -> bool:
+    """Is a request not finished at ``now_ns`` (in flight, or cancelled then) already certain to exceed ``t``?
+
+    TTFT and time to first answer token: its first (answer) token's value, or, before one came, its age
+    from the scheduled time; E2E: its age. Per-token targets cannot be known before the end (False).
+    """
+    age = now_ns - rec.scheduled_ns
+    if t.metric == "ttft":
+        return exceeds(t, rec.events[0].t_ns - rec.scheduled_ns if rec.events else age)
+    if t.metric == "time_to_first_answer_token":
+        first = next((e for e in rec.events if e.answer), None)
+        return exceeds(t, first.t_ns - rec.scheduled_ns if first is not None else age)
+    if t.metric == "e2e":
+        return exceeds(t, age)
+    return False
+
+
+CANCELLED_OVER, CANCELLED_UNDER, CANCELLED_UNKNOWN = "over", "under", "unknown"
+
+
+def cancelled_state(t: SLOTarget, rec: RequestRecord, now_ns: int) -> str:
+    """What a request cancelled at ``now_ns`` (a probe's early stop) shows of target ``t``.
+
+    :data:`CANCELLED_OVER`: already certain to exceed (:func:`inflight_over`): a miss, counted;
+    :data:`CANCELLED_UNDER`: its value was measured before the stop (a first token for TTFT, a first
+    answer token for time to first answer token) and conforms: counted as conforming;
+    :data:`CANCELLED_UNKNOWN`: censored, not counted. One rule for a probe in one process and over
+    worker processes (the state travels in :class:`loadgen.engine.results.RequestSummary`).
+    """
+    if inflight_over(t, rec, now_ns):
+        return CANCELLED_OVER
+    known = bool(rec.events) if t.metric == "ttft" else any(e.answer for e in rec.events)
+    if t.metric in ("ttft", "time_to_first_answer_token") and known:
+        return CANCELLED_UNDER
+    return CANCELLED_UNKNOWN
 
 
 def allowed_fraction(t: SLOTarget) -> float:

@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.core.clock import now_ns
 from loadgen.core.histograms import LatencyHistogram, record_token_gaps
 from loadgen.core.metrics import RequestMetrics
 from loadgen.core.samples import SampleLog, SpillFile
-from loadgen.core.slo import MISS, SLOTarget, exceeds, request_value, run_target_verdict
+from loadgen.core.slo import MISS, SLOTarget, cancelled_state, exceeds, request_value, run_target_verdict
 from loadgen.core.types import RequestRecord
 from loadgen.core.window import END_CONFORMING, END_FAILED, END_OK, Window, WindowLog, rate, token_bins
 
@@ -492,6 +493,8 @@ class RequestSummary:
     network_ns: tuple[float | None, ...] = ()  # in NETWORK_METRICS order
     cached_input_tokens: int | None = None
     token_bins: tuple[tuple[int, int], ...] = ()  # (t_ns // window.BIN_NS, output tokens then): window.token_bins
+    first_event_ns: int | None = None  # the first token event's stamp (any request that had one)
+    cancelled_states: tuple[str, ...] = ()  # a cancelled request: slo.cancelled_state per target
 
 
 def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> RequestSummary:
@@ -531,6 +534,10 @@ def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> R
         network_ns=network_ns(rec),
         cached_input_tokens=rec.cached_prompt_tokens,
         token_bins=token_bins(rec.events, m.output_tokens, rec.end_ns),
+        first_event_ns=rec.events[0].t_ns if rec.events else None,
+        cancelled_states=tuple(cancelled_state(t, rec, rec.end_ns or now_ns()) for t in slos)
+        if rec.error_kind == "cancelled"
+        else (),
     )
 
 

@@ -65,19 +65,23 @@ import numpy as np
 from loadgen.core.clock import now_ns
 from loadgen.core.metrics import RequestMetrics
 from loadgen.core.slo import (
+    CANCELLED_OVER,
+    CANCELLED_UNDER,
+    CANCELLED_UNKNOWN,
     MISS,
     SLOTarget,
     TargetJudge,
     exceeds,
     fail_count,
+    inflight_over,
     itl_probe_verdict,
     judge_counts,
     judged_per_request,
     proves_fail,
-    request_value,
 )
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints.base import Endpoint
+from loadgen.engine.results import RequestSummary, summarize
 from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
 from loadgen.engine.validity import RATE_LIMIT_DOMINATED
@@ -136,22 +140,30 @@ class ProbeJudge:
         tpot = np.asarray([r[5] for r in rows], dtype=np.float64)
         return sched, end, first, meas, ok, tpot
 
-    def on_summary(self, s: Any) -> None:
-        """Count a request shipped by a worker process (no early stop across processes)."""
-        first = float(s.scheduled_ns + s.ttft_ns) if s.ttft_ns is not None else math.nan
+    def on_summary(self, s: RequestSummary) -> None:
+        """Count one finished request: the one counting path, for a request of this process
+        (:meth:`on_record` summarises it first) and one shipped by a worker process alike."""
+        first = float(s.first_event_ns) if s.first_event_ns is not None else math.nan
         tpot = float(s.tpot_ns) if s.tpot_ns is not None else math.nan
         getattr(self, "rows", []).append((s.scheduled_ns, s.end_ns, first, s.phase == "measure", bool(s.ok), tpot))
         if s.phase != "measure":
             return
-        if s.error_kind == "cancelled":
-            self.censored += 1
-            for tj in self.targets:
-                if judged_per_request(tj.target):
-                    tj.censored += 1
-            return
+        censored = False
         for i, tj in enumerate(self.targets):
             t = tj.target
             if not judged_per_request(t):
+                continue
+            if s.error_kind == "cancelled":  # slo.cancelled_state: a miss, conforming, or censored
+                state = s.cancelled_states[i] if i < len(s.cancelled_states) else CANCELLED_UNKNOWN
+                if state == CANCELLED_OVER:
+                    tj.n += 1
+                    tj.k += 1
+                    self.dep.add(i, s.scheduled_ns, MISS)  # over, its value unknown: a miss in its run
+                elif state == CANCELLED_UNDER:
+                    tj.n += 1  # measured before the stop, and it conforms: not censored
+                else:
+                    tj.censored += 1
+                    censored = True
                 continue
             tj.n += 1
             self.dep.add(i, s.scheduled_ns, v := s.slo_values[i] if (s.ok and not s.zero_output) else MISS)
@@ -159,66 +171,14 @@ class ProbeJudge:
                 tj.k += 1
                 if not s.ok and s.error_kind in _SERVER_ERRORS:
                     tj.server_errors += 1
-
-    def on_record(self, rec: RequestRecord | None, m: RequestMetrics | None) -> None:
-        if rec is None or m is None:  # worker mode: counted in on_summary
-            return
-        first = float(rec.events[0].t_ns) if rec.events else math.nan
-        tpot = float(m.tpot_ns) if m.tpot_ns is not None else math.nan
-        getattr(self, "rows", []).append((rec.scheduled_ns, rec.end_ns, first, rec.phase == "measure", rec.ok, tpot))
-        if rec.phase != "measure":
-            return
-        cancelled = rec.error_kind == "cancelled"
-        censored = False
-        for i, tj in enumerate(self.targets):
-            t = tj.target
-            if not judged_per_request(t):
-                continue
-            if cancelled:
-                if self._inflight_over(rec, t, rec.end_ns or now_ns()):
-                    tj.n += 1
-                    tj.k += 1
-                    self.dep.add(i, rec.scheduled_ns, MISS)  # over, its value unknown: a miss in its run
-                elif self._known_under(rec, t):
-                    tj.n += 1  # measured before the stop, and it conforms: not censored
-                else:
-                    tj.censored += 1
-                    censored = True
-                continue
-            tj.n += 1
-            self.dep.add(i, rec.scheduled_ns, v := request_value(t, m) if (rec.ok and not m.zero_output) else MISS)
-            if exceeds(t, v):
-                tj.k += 1
-                if not rec.ok and rec.error_kind in _SERVER_ERRORS:
-                    tj.server_errors += 1
         if censored:
             self.censored += 1
 
-    @staticmethod
-    def _known_under(rec: RequestRecord, t: SLOTarget) -> bool:
-        """Was ``t``'s value already measured when ``rec`` was cancelled (and, not being over, conforming)?"""
-        if t.metric == "ttft":
-            return bool(rec.events)
-        if t.metric == "time_to_first_answer_token":
-            return any(e.answer for e in rec.events)
-        return False
-
-    @staticmethod
-    def _inflight_over(rec: RequestRecord, t: SLOTarget, now: int) -> bool:
-        """Is an unfinished request already certain to exceed ``t``?"""
-        age = now - rec.scheduled_ns
-        if t.metric == "ttft":
-            if rec.events:
-                return exceeds(t, rec.events[0].t_ns - rec.scheduled_ns)
-            return exceeds(t, age)
-        if t.metric == "time_to_first_answer_token":
-            first = next((e for e in rec.events if e.answer), None)
-            if first is not None:
-                return exceeds(t, first.t_ns - rec.scheduled_ns)
-            return exceeds(t, age)
-        if t.metric == "e2e":
-            return exceeds(t, age)
-        return False
+    def on_record(self, rec: RequestRecord | None, m: RequestMetrics | None) -> None:
+        """Count a request of this process: summarised as a worker process ships it, then :meth:`on_summary`."""
+        if rec is None or m is None:  # worker mode: counted in on_summary
+            return
+        self.on_summary(summarize(rec, m, [tj.target for tj in self.targets]))
 
     def certain_fail(self) -> bool:
         """True when the probe would FAIL even if every remaining request conformed."""
@@ -228,7 +188,7 @@ class ProbeJudge:
             t = tj.target
             if t.metric in ("itl", "tpot"):
                 continue
-            k = tj.k + sum(1 for r in inflight if r.phase == "measure" and self._inflight_over(r, t, now))
+            k = tj.k + sum(1 for r in inflight if r.phase == "measure" and inflight_over(t, r, now))
             if k >= self.fail_k[t.label]:
                 return True
         return False
