@@ -28,43 +28,31 @@ second Ctrl-C cancels them at once).
 
 Every turn ends as one :class:`~loadgen.core.types.RequestRecord` handed to ``sink(record, turn)``
 (``turn``: the 0-based turn index; the record carries the session id and the cached prompt
-tokens the server reported) soon after it ends: records wait in a queue that a background task
-empties away from every session's next due time (``SINK_GUARD_NS``; at most ``SINK_MAX_DELAY_S``),
-as the open-loop runner's sink loop, so writing one turn's record never delays another's send.
-Cyclic garbage collection is frozen and made rarer during the run, as in the runner.
+tokens the server reported) soon after it ends, by the one engine's record queue
+(:mod:`loadgen.engine.lifecycle`): emptied away from every session's next due time, so writing one
+turn's record never delays another's send; signals, the event-loop and stamp-lateness probes and
+garbage collection are the engine's, as for every run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import resource
-import signal
-from array import array
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from loadgen.core.clock import now_ns, sleep_until, wall_anchor
+from loadgen.core.clock import now_ns, sleep_until
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import Endpoint
-from loadgen.engine.run_core import SINK_BACKLOG_EVENTS
-from loadgen.engine.runner import LEAD_IN_NS, ClientStats, RunOutcome
-from loadgen.engine.stamp_lateness import StampLateness, probe_loop
+from loadgen.engine.lifecycle import NO_DEADLINE_NS, RunEngine
 from loadgen.workload.sessions import Session, SessionHistory, SessionPrompter
 
 __all__ = ["SessionPlan", "SessionRunner", "SessionStats"]
 
-LOOP_PROBE_S = 0.005
-LOOP_LAG_KEPT = 50_000
 PRESTART_NS = 10_000_000  # a gated send is prepared this long before its due time (as the open-loop runner)
 SPIN_NS = 1_200_000  # the last 1.2 ms before a due time are spent yielding, not sleeping
 SPAWN_AHEAD_NS = 50_000_000  # open loop: a session's task starts this long before its first turn is due
-SINK_PERIOD_S = 0.002  # finished records are handed to the sink this often...
-SINK_GUARD_NS = 2_000_000  # ...never this close to a turn's due time...
-SINK_MAX_DELAY_S = 0.05  # ...unless they have waited this long
 
 
 @dataclass
@@ -100,8 +88,12 @@ class SessionStats:
     tool_wait_s: list[float] = field(default_factory=list)  # per session: sum of delays between turns
 
 
-class SessionRunner:
-    """Runs one :class:`SessionPlan` against an opened endpoint; ``sink(record, turn)`` per turn."""
+class SessionRunner(RunEngine):
+    """Runs one :class:`SessionPlan` against an opened endpoint; ``sink(record, turn)`` per turn.
+
+    A dispatcher of the one engine (:class:`~loadgen.engine.lifecycle.RunEngine`: signals, probes,
+    garbage collection, the sink's queue and its backlog bound, the outcome), as the plain
+    :class:`~loadgen.engine.runner.Runner` is; what is its own is when a turn is due."""
 
     def __init__(
         self,
@@ -112,19 +104,12 @@ class SessionRunner:
         t0_ns: int | None = None,
         install_signal_handlers: bool = True,
     ) -> None:
-        self.endpoint = endpoint
+        super().__init__(endpoint, self._to_sink, t0_ns=t0_ns, install_signal_handlers=install_signal_handlers)
         self.plan = plan
-        self.sink = sink
-        self._t0_override = t0_ns
-        self._signals = install_signal_handlers
-        self._stop = asyncio.Event()
-        self.interrupted = False
+        self.turn_sink = sink
         self.stats = SessionStats()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._errors: list[BaseException] = []
-        self._done: deque[tuple[RequestRecord, int]] = deque()
-        self._done_events = 0  # token events of the records in ``_done``
-        self.stamps = StampLateness()  # token-weighted stamp lateness (loadgen.engine.stamp_lateness), as the runner's
+        self._turns: dict[int, int] = {}  # request index -> its turn, while its record waits for the sink
         self._dues: dict[int, int] = {}  # session -> its next turn's due time, until that turn is sent
         first = list(plan.first_index)
         if not first:  # the turns' positions in the plan: a deterministic index per (session, turn)
@@ -133,88 +118,25 @@ class SessionRunner:
                 first.append(n)
                 n += len(s.turns)
         self._first_index = first
-        self._loop_lag_ms: array[float] = array("d")
-        self.t0_ns = 0
-        # turns sent and not yet ended, by request index (read by a sweep probe's early-stop watch)
-        self.inflight_records: dict[int, RequestRecord] = {}
-        self.cancel_reason = "in flight at the drain deadline"
 
-    def request_stop(self, interrupted: bool = True, cancel_inflight: bool = False) -> None:
-        """Start no more sessions or turns; in-flight turns drain for ``drain_grace_s`` (or, with
-        ``cancel_inflight``, are cancelled now: a sweep probe's early stop, a second interrupt; each is
-        recorded ``cancelled`` with ``cancel_reason``)."""
-        if interrupted:
-            self.interrupted = True
-        self._stop.set()
-        if cancel_inflight:
-            for t in list(self._tasks):
-                t.cancel()
+    def _to_sink(self, rec: RequestRecord) -> None:
+        self.turn_sink(rec, self._turns.pop(rec.index))
 
-    def _on_signal(self) -> None:
-        if self._stop.is_set():  # a second signal: cancel what is in flight now
-            for t in list(self._tasks):
-                t.cancel()
-        self.request_stop(True)
+    def _next_due_ns(self) -> int:
+        return min(self._dues.values(), default=NO_DEADLINE_NS)
 
-    async def run(self) -> RunOutcome:
-        loop = asyncio.get_running_loop()
-        installed: list[int] = []
-        if self._signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.add_signal_handler(sig, self._on_signal)
-                    installed.append(sig)
-        ru0 = resource.getrusage(resource.RUSAGE_SELF)
-        anchor_m, anchor_w = wall_anchor()
-        self.t0_ns = self._t0_override if self._t0_override is not None else now_ns() + LEAD_IN_NS
-        w0 = now_ns()
-        gc_threshold = gc.get_threshold()
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(max(gc_threshold[0], 50_000), 50, 1000)
-        monitor = asyncio.create_task(self._loop_monitor())
-        stamp_probe = asyncio.create_task(probe_loop(self.stamps))
-        sinker = asyncio.create_task(self._sink_loop())
-        try:
-            if self.plan.mode == "open":
-                await self._run_open()
-            else:
-                await self._run_closed()
-            await self._drain()
-        finally:
-            gc.set_threshold(*gc_threshold)
-            gc.unfreeze()
-            for t in (monitor, stamp_probe, sinker):
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
-            self._flush()
-            self.stamps.probe(now_ns(), 0)  # charge the last records (their stamps after the last probe: 0)
-            for signum in installed:
-                loop.remove_signal_handler(signum)
-        if self._errors:
-            raise self._errors[0]
-        ru1 = resource.getrusage(resource.RUSAGE_SELF)
-        end = now_ns()
-        client = ClientStats(
-            cpu_s=(ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
-            wall_s=(end - w0) / 1e9,
-            loop_lag_ms=self._loop_lag_ms,
-            open_loop=True,  # every turn has a due time: its lag is checked as an open-loop send's
-            stamp_lateness_p99_ms=self.stamps.percentile_ms(99),
-            stamp_tokens=self.stamps.tokens,
-            stamps=self.stamps,
-        )
-        unsent = self.stats.unsent_turns
-        return RunOutcome(
-            t0_ns=self.t0_ns,
-            t0_wall_ns=anchor_w + (self.t0_ns - anchor_m),
-            interrupted=self.interrupted,
-            unsent=unsent,
-            unsent_warmup=0,
-            client=client,
-            end_ns=end,
-        )
+    def _cancellable(self) -> set[asyncio.Task[None]]:
+        return self._tasks
+
+    def _unsent(self) -> tuple[int, int]:
+        return self.stats.unsent_turns, 0
+
+    async def _dispatch(self) -> None:
+        if self.plan.mode == "open":
+            await self._run_open()
+        else:
+            await self._run_closed()
+        await self._drain()
 
     # -- scheduling -------------------------------------------------------------
 
@@ -379,38 +301,8 @@ class SessionRunner:
             rec.end_ns = now_ns()
 
     def _finished(self, rec: RequestRecord, turn: int) -> None:
-        self._done.append((rec, turn))
-        self._done_events += len(rec.events)
-
-    def _flush(self, until_ns: int | None = None) -> None:
-        """Hand finished records to the sink: all, or those that fit before ``until_ns``; past ``until_ns``
-        it goes on while the records left hold over :data:`~loadgen.engine.run_core.SINK_BACKLOG_EVENTS` token
-        events (a client that cannot keep up holds a bounded backlog, as the runner's)."""
-        done = self._done
-        while done:
-            rec, turn = done.popleft()
-            self._done_events -= len(rec.events)
-            if rec.events and rec.phase == "measure":
-                self.stamps.add([e.t_ns for e in rec.events], rec.sent_ns)
-            self.sink(rec, turn)
-            if until_ns is not None and now_ns() > until_ns and self._done_events <= SINK_BACKLOG_EVENTS:
-                break
-
-    async def _sink_loop(self) -> None:
-        """Empty the record queue away from the sessions' due times (module doc)."""
-        last = now_ns()
-        while True:
-            await asyncio.sleep(SINK_PERIOD_S)
-            if not self._done:
-                continue
-            now = now_ns()
-            nxt = min(self._dues.values(), default=now + (1 << 40))
-            if nxt - now > SINK_GUARD_NS:
-                self._flush(until_ns=nxt - SINK_GUARD_NS)
-                last = now
-            elif now - last > SINK_MAX_DELAY_S * 1e9:
-                self._flush()
-                last = now
+        self._turns[rec.index] = turn
+        self._finish_record(rec)
 
     async def _drain(self) -> None:
         """Wait for running sessions; after a stop, at most ``drain_grace_s``, then cancel."""
@@ -426,15 +318,6 @@ class SessionRunner:
             stop = asyncio.create_task(self._stop.wait())
             await asyncio.wait(pending | {stop}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
-
-    async def _loop_monitor(self) -> None:
-        """Event-loop lag every LOOP_PROBE_S (at most LOOP_LAG_KEPT samples)."""
-        lag = self._loop_lag_ms
-        while True:
-            t = now_ns()
-            await asyncio.sleep(LOOP_PROBE_S)
-            if len(lag) < LOOP_LAG_KEPT:
-                lag.append(max((now_ns() - t) / 1e6 - LOOP_PROBE_S * 1e3, 0.0))
 
 
 async def _spin_until(deadline_ns: int) -> None:

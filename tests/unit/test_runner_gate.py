@@ -204,7 +204,7 @@ def test_a_slow_collection_at_start_does_not_make_the_first_sends_late(monkeypat
     scheduled time in the full unit suite)."""
     import gc as gc_mod
 
-    import loadgen.engine.runner as runner_mod
+    import loadgen.engine.lifecycle as engine_mod
 
     real_collect = gc_mod.collect
 
@@ -213,7 +213,7 @@ def test_a_slow_collection_at_start_does_not_make_the_first_sends_late(monkeypat
             time.sleep(0.25)
         return real_collect(*args)
 
-    monkeypatch.setattr(runner_mod.gc, "collect", slow_full_collect)
+    monkeypatch.setattr(engine_mod.gc, "collect", slow_full_collect)
     offsets = [0, 0, 0, 10]
     ep = GatedFake()
     _, recs = _run(ep, _plan(offsets))

@@ -123,20 +123,25 @@ def test_a_session_run_measures_its_stamps_lateness() -> None:
 
 
 def test_a_sink_that_falls_behind_holds_a_bounded_backlog() -> None:
-    """As the runner's (tests/unit/test_runner_gate.py): past SINK_BACKLOG_EVENTS token events waiting, a
-    sliced pass goes on until the backlog is back under it; none lost or reordered."""
+    """The engine's rule (tests/unit/test_runner_gate.py), with the session's turns carried through:
+    past SINK_BACKLOG_EVENTS token events waiting, a sliced pass goes on until the backlog is back
+    under it; none lost or reordered, each handed with its turn."""
     from loadgen.core.clock import now_ns
     from loadgen.engine.run_core import SINK_BACKLOG_EVENTS
 
     handed: list[int] = []
     plan = SessionPlan([], SessionPrompter(), start_offsets_ns=[])
-    runner = SessionRunner(FakeEndpoint(), plan, lambda r, k: handed.append(r.index), install_signal_handlers=False)
+    turns: list[int] = []
+    runner = SessionRunner(
+        FakeEndpoint(), plan, lambda r, k: (handed.append(r.index), turns.append(k)), install_signal_handlers=False
+    )
     events = [TokenEvent(t_ns=i, text="x") for i in range(1024)]
     for i in range(200):  # 200 records x 1024 events: ~3x the bound
-        runner._finished(RequestRecord(index=i, phase="warmup", scheduled_ns=0, events=list(events)), 0)
-    runner._flush(until_ns=now_ns())  # already past its slice: without the bound, one record and stop
+        runner._finished(RequestRecord(index=i, phase="warmup", scheduled_ns=0, events=list(events)), i % 3)
+    runner._flush_done(until_ns=now_ns())  # already past its slice: without the bound, one record and stop
     assert runner._done_events <= SINK_BACKLOG_EVENTS
-    assert runner._done_events == sum(len(r.events) for r, _ in runner._done)
+    assert runner._done_events == sum(len(r.events) for r in runner._done)
     assert handed == list(range(len(handed))) and len(handed) >= 200 - SINK_BACKLOG_EVENTS // 1024
-    runner._flush()
+    runner._flush_done()
     assert handed == list(range(200)) and runner._done_events == 0
+    assert turns == [i % 3 for i in range(200)]
