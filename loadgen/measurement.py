@@ -1,6 +1,8 @@
-"""One measured run: schedule + endpoint -> runner -> records on disk -> result.json.
+"""One measured run: schedule + endpoint -> engine -> records on disk -> result.json.
 
-This is the library call behind ``loadgen run`` and each probe of a sweep.
+This is the library call behind ``loadgen run`` and each probe of a sweep; a session run
+(:func:`loadgen.sessions.measured.measure_sessions`) writes its files through the same
+:class:`RunFiles` and runs its engine through the same :func:`run_here`.
 Files in ``out_dir``: ``requests.jsonl`` (written as requests finish),
 ``result.json`` (schema below, version 1) and ``histograms.hlog`` (HdrHistogram
 interval log, one tagged histogram per metric, microsecond values).
@@ -14,7 +16,7 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Literal, Protocol
 
 from loadgen.core.clock import now_ns
 from loadgen.core.conditions import client_conditions
@@ -23,9 +25,10 @@ from loadgen.core.metrics import RequestMetrics, TokenCounter, compute
 from loadgen.core.redact import Redactor
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints import Endpoint
+from loadgen.engine.lifecycle import RunEngine
 from loadgen.engine.recordlog import RecordWriter, write_hlog, write_json
 from loadgen.engine.results import Aggregator
-from loadgen.engine.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan, warm_record_path
+from loadgen.engine.runner import LEAD_IN_NS, Runner, RunOutcome, warm_record_path
 from loadgen.engine.runplan import LoadConfig, build_plan, build_workload
 from loadgen.engine.validity import validity as run_validity
 from loadgen.spread.workers import run_workers
@@ -90,120 +93,180 @@ async def measure(
     plan = build_plan(cfg, workload)
     if tokenizer is None:
         tokenizer = workload.tokenizer
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd_soft, fd_hard = raise_fd_limit()
-    agg = Aggregator(cfg.slos, spill_dir=out_dir)  # exact samples spill to an unnamed file there
-    started_at = dt.datetime.now(dt.UTC)
-    if server_observer is not None:
-        await server_observer.begin()  # /metrics scrape, energy window, power samples
-    with open(out_dir / "requests.jsonl", "wb", buffering=0) as fh:  # RecordWriter: whole lines, no buffer
-        cluster_cond = None
-        if workers > 1 or cluster is not None:
-            # each worker builds its own endpoint from this picklable config (from_config)
-            ep_cfg = endpoint.worker_config(workers)
-            if ep_cfg is None:
-                raise ConfigError("--workers needs an OpenAI-compatible endpoint")
+    files = RunFiles(out_dir, cfg, redactor, server_observer=server_observer)
+    await files.open()
+    cluster_cond = None
+    if workers > 1 or cluster is not None:
+        # each worker builds its own endpoint from this picklable config (from_config)
+        ep_cfg = endpoint.worker_config(workers)
+        if ep_cfg is None:
+            raise ConfigError("--workers needs an OpenAI-compatible endpoint")
+        with files.requests_file() as fh:
             if cluster is not None:
                 outcome, cluster_cond = cluster.run(
-                    workers, ep_cfg, cfg, plan, agg, fh, redactor, on_record=on_record, on_summary=on_summary
+                    workers, ep_cfg, cfg, plan, files.agg, fh, redactor, on_record=on_record, on_summary=on_summary
                 )
             else:
                 outcome = run_workers(
-                    workers, ep_cfg, cfg, plan, agg, fh, redactor, on_record=on_record, on_summary=on_summary
+                    workers, ep_cfg, cfg, plan, files.agg, fh, redactor, on_record=on_record, on_summary=on_summary
                 )
-        else:
-            outcome = await _run_here(
-                endpoint, plan, cfg, fh, agg, redactor, tokenizer, on_record, install_signal_handlers, runner_hook
-            )
-    agg.unsent = outcome.unsent
-    result = build_result(
-        agg,
-        outcome,
-        cfg,
-        endpoint,
-        started_at=started_at,
-        config_record={**(config_record or {}), "workload": workload.describe()},
-        fd_limit=(fd_soft, fd_hard),
-    )
-    if cluster_cond is not None:
-        result["conditions"]["cluster"] = cluster_cond
-    if workers > 1 or cluster_cond is not None:
-        result["conditions"]["workers"] = workers
-        result["conditions"]["merge"] = {
-            "per_request_metrics": "exact: every request's summary is shipped to the parent",
-            "per_token_metrics": "HDR histograms merged from the workers: 3 significant digits (±0.1 %)",
-        }
-    if conditions_extra:
-        result["conditions"].update(conditions_extra)
-    if server_observer is not None:
-        await server_observer.end(result)  # result["server"]: /metrics deltas and energy
-        energy = (result.get("server") or {}).get("energy") or {}
-        if energy.get("energy_j"):
-            result["energy"] = {"joules": energy["energy_j"], **energy}
-    from loadgen.engine.timeseries import series  # per-interval throughput and latency (sustained behaviour)
+    else:
 
-    result["timeseries"] = series(
-        out_dir / "requests.jsonl", cfg.latency_origin, window=result["window"], server=result.get("server")
-    )
-    from loadgen.engine.why import why_of_dirs  # the cause of each SLO miss, from the same records
+        def make(sink: Callable[..., None], t0: int) -> Runner:
+            return Runner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
 
-    result["why"] = why_of_dirs([out_dir], cfg.slos, origin=cfg.latency_origin)
-    if cfg.max_throughput:  # --rate inf: the batch scorecard (loadgen.engine.throughput)
-        from loadgen.engine.throughput import scorecard as batch_scorecard
-
-        result["max_throughput"] = batch_scorecard(result, agg.win.tokens, cfg, out_dir / "requests.jsonl")
-    result = redactor.scrub(result)  # server-supplied text (/version, messages), by value
-    write_json(out_dir / "result.json", result)
-    write_hlog(out_dir / "histograms.hlog", agg, outcome)
-    return MeasuredRun(result, outcome, agg, out_dir)
+        outcome = await run_here(files, make, tokenizer, cfg.latency_origin, on_record, runner_hook)
+    return await files.finish(
+        outcome, cfg, endpoint, workload=workload.describe(), config_record=config_record, workers=workers,
+        cluster=cluster_cond, conditions_extra=conditions_extra,
+    )  # fmt: skip
 
 
-async def _run_here(
-    endpoint: Endpoint,
-    plan: RunPlan,
-    cfg: LoadConfig,
-    fh: Any,
-    agg: Aggregator,
-    redactor: Redactor,
+class RunFiles:
+    """One measured run's output directory, for every kind of run (plain or sessions; here, over
+    worker processes or on a cluster): ``requests.jsonl`` written as requests end, then ``result.json``
+    (:func:`build_result` and the blocks below) and ``histograms.hlog``.
+
+    :meth:`open` before the first request (the directory, the open-file limit, the aggregator, the
+    server observer's first scrape); :meth:`requests_file` and :meth:`writer` while it runs;
+    :meth:`finish` once: ``result.json`` with the server's deltas and energy, the time series, the
+    causes of SLO misses, the batch scorecard (``--rate inf``), any block of the run's own (``sessions``),
+    secrets scrubbed, then the HDR log.
+    """
+
+    def __init__(self, out_dir: Path, cfg: LoadConfig, redactor: Redactor, *, server_observer: Any = None) -> None:
+        self.out_dir = out_dir
+        self.cfg = cfg
+        self.redactor = redactor
+        self.server_observer = server_observer
+        self.agg: Aggregator  # made by open()
+        self.started_at = dt.datetime.now(dt.UTC)
+        self.fd_limit = (0, 0)
+
+    async def open(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.fd_limit = raise_fd_limit()
+        self.agg = Aggregator(self.cfg.slos, spill_dir=self.out_dir)  # exact samples spill to an unnamed file there
+        self.started_at = dt.datetime.now(dt.UTC)
+        if self.server_observer is not None:
+            await self.server_observer.begin()  # /metrics scrape, energy window, power samples
+
+    def requests_file(self) -> IO[bytes]:
+        """``requests.jsonl``, unbuffered (:class:`~loadgen.engine.recordlog.RecordWriter`: whole lines only)."""
+        return open(self.out_dir / "requests.jsonl", "wb", buffering=0)
+
+    def writer(self, fh: IO[bytes], t0_ns: int, on_error: Callable[[str], None]) -> RecordWriter:
+        cfg = self.cfg
+        return RecordWriter(
+            fh, t0_ns, save_text=cfg.save_text, token_lists=cfg.token_lists, redactor=self.redactor, on_error=on_error
+        )
+
+    async def finish(
+        self,
+        outcome: RunOutcome,
+        cfg: LoadConfig,
+        endpoint: Described,
+        *,
+        workload: dict[str, Any],
+        config_record: dict[str, Any] | None,
+        workers: int = 1,
+        cluster: dict[str, Any] | None = None,
+        conditions_extra: dict[str, Any] | None = None,
+        blocks: dict[str, Any] | None = None,
+        merge: bool = True,
+    ) -> MeasuredRun:
+        """Write ``result.json`` and ``histograms.hlog``; ``cfg`` is the one the records' metrics used
+        (its ``latency_origin``), ``blocks`` the run's own top-level blocks (``sessions``)."""
+        agg, out_dir = self.agg, self.out_dir
+        agg.unsent = outcome.unsent
+        result = build_result(
+            agg, outcome, cfg, endpoint, started_at=self.started_at,
+            config_record={**(config_record or {}), "workload": workload}, fd_limit=self.fd_limit,
+        )  # fmt: skip
+        if cluster is not None:
+            result["conditions"]["cluster"] = cluster
+        if workers > 1 or cluster is not None:
+            result["conditions"]["workers"] = workers
+            if merge:
+                result["conditions"]["merge"] = {
+                    "per_request_metrics": "exact: every request's summary is shipped to the parent",
+                    "per_token_metrics": "HDR histograms merged from the workers: 3 significant digits (±0.1 %)",
+                }
+        if conditions_extra:
+            result["conditions"].update(conditions_extra)
+        if self.server_observer is not None:
+            await self.server_observer.end(result)  # result["server"]: /metrics deltas and energy
+            energy = (result.get("server") or {}).get("energy") or {}
+            if energy.get("energy_j"):
+                result["energy"] = {"joules": energy["energy_j"], **energy}
+        result.update(blocks or {})
+        from loadgen.engine.timeseries import series  # per-interval throughput and latency (sustained behaviour)
+
+        result["timeseries"] = series(
+            out_dir / "requests.jsonl", cfg.latency_origin, window=result["window"], server=result.get("server")
+        )
+        from loadgen.engine.why import why_of_dirs  # the cause of each SLO miss, from the same records
+
+        result["why"] = why_of_dirs([out_dir], cfg.slos, origin=cfg.latency_origin)
+        if cfg.max_throughput:  # --rate inf: the batch scorecard (loadgen.engine.throughput)
+            from loadgen.engine.throughput import scorecard as batch_scorecard
+
+            result["max_throughput"] = batch_scorecard(result, agg.win.tokens, cfg, out_dir / "requests.jsonl")
+        result = self.redactor.scrub(result)  # server-supplied text (/version, messages), by value
+        write_json(out_dir / "result.json", result)
+        write_hlog(out_dir / "histograms.hlog", agg, outcome)
+        return MeasuredRun(result, outcome, agg, out_dir)
+
+
+async def run_here(
+    files: RunFiles,
+    make_engine: Callable[[Callable[..., None], int], RunEngine],
     tokenizer: TokenCounter | None,
+    origin: Literal["scheduled", "sent"],
     on_record: Callable[[RequestRecord, RequestMetrics], None] | None,
-    install_signal_handlers: bool,
-    runner_hook: Callable[[Runner], None] | None,
+    runner_hook: Callable[[Any], None] | None,
+    on_turn: Callable[[RequestRecord, RequestMetrics, int], None] | None = None,
 ) -> RunOutcome:
-    """One process: the runner in this event loop; each record is aggregated and written at once."""
-    # The runner collects and freezes the heap before its first send; t0 is fixed here, before it, so
+    """One process: the engine ``make_engine(sink, t0_ns)`` builds runs in this event loop; each record
+    is aggregated and written at once (a session's with its ``turn``, also given to ``on_turn``).
+
+    A failed write of ``requests.jsonl`` stops sending at once (nothing more could be recorded) and
+    raises OutputError after the run, naming how many whole lines were kept."""
+    # The engine collects and freezes the heap before its first send; t0 is fixed here, before it, so
     # do the long part now: a full collection over a large heap (a test session, a notebook) took
-    # longer than the lead-in and made the first sends late. The runner's own pass then sees only
+    # longer than the lead-in and made the first sends late. The engine's own pass then sees only
     # what is not frozen, and it unfreezes everything at its end.
     gc.collect()
     warm_record_path()
     t0 = now_ns() + LEAD_IN_NS
-    runner: Runner | None = None
+    engine: RunEngine | None = None
 
     def write_failed(reason: str) -> None:
-        if runner is not None:  # stop sending at once: nothing more could be recorded
-            runner.cancel_reason = f"cancelled: {reason}"
-            runner.request_stop(interrupted=False, cancel_inflight=True)
+        if engine is not None:  # stop sending at once: nothing more could be recorded
+            engine.cancel_reason = f"cancelled: {reason}"
+            engine.request_stop(interrupted=False, cancel_inflight=True)
 
-    writer = RecordWriter(
-        fh, t0, save_text=cfg.save_text, token_lists=cfg.token_lists, redactor=redactor, on_error=write_failed
-    )
+    agg = files.agg
+    with files.requests_file() as fh:
+        writer = files.writer(fh, t0, write_failed)
 
-    def sink(rec: RequestRecord) -> None:
-        m = compute(rec, tokenizer, cfg.latency_origin)
-        agg.add(rec, m)
-        writer.write(rec, m)
-        if on_record is not None:
-            on_record(rec, m)
+        def sink(rec: RequestRecord, turn: int | None = None) -> None:
+            m = compute(rec, tokenizer, origin)
+            agg.add(rec, m)
+            if turn is not None and on_turn is not None:
+                on_turn(rec, m, turn)
+            writer.write(rec, m, turn)
+            if on_record is not None:
+                on_record(rec, m)
 
-    gc.freeze()
-    try:
-        runner = Runner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
-        if runner_hook is not None:
-            runner_hook(runner)
-        outcome = await runner.run()
-    finally:
-        gc.unfreeze()  # (the runner's end unfroze it already, unless it never ran)
+        gc.freeze()
+        try:
+            engine = make_engine(sink, t0)
+            if runner_hook is not None:
+                runner_hook(engine)
+            outcome = await engine.run()
+        finally:
+            gc.unfreeze()  # (the engine's end unfroze it already, unless it never ran)
     if writer.error is not None:
         raise OutputError(
             f"{writer.error}: sending stopped at once; the {writer.lines} whole lines written before are kept, "

@@ -167,8 +167,11 @@ class RecordWriter:
         self.lost = 0
         self.on_error = on_error
 
-    def write(self, rec: RequestRecord, m: RequestMetrics) -> None:
+    def write(self, rec: RequestRecord, m: RequestMetrics, turn: int | None = None) -> None:
+        """One request's line (:func:`record_line`; a session's turn adds ``turn``, its 0-based index)."""
         d = record_line(rec, m, self.t0_ns, save_text=self.save_text, token_lists=self.token_lists)
+        if turn is not None:
+            d["turn"] = turn
         if d["error_detail"] and self.redactor:
             d["error_detail"] = self.redactor(d["error_detail"])
         self.write_line(orjson.dumps(d) + b"\n")

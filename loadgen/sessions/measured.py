@@ -28,7 +28,6 @@ when fewer sessions are still running, is inside it; ``sessions.last_start_s`` a
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -37,17 +36,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadgen.core.clock import now_ns
-from loadgen.core.errors import ConfigError, OutputError
-from loadgen.core.metrics import RequestMetrics, compute, prefix_cache_hit_rate
+from loadgen.core.errors import ConfigError
+from loadgen.core.metrics import RequestMetrics, prefix_cache_hit_rate
 from loadgen.core.redact import Redactor
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints import Endpoint
-from loadgen.engine.recordlog import RecordWriter, record_line, write_hlog, write_json
-from loadgen.engine.results import Aggregator, summarize_exact
-from loadgen.engine.runner import LEAD_IN_NS
+from loadgen.engine.results import summarize_exact
 from loadgen.engine.runplan import LoadConfig
-from loadgen.measurement import MeasuredRun, build_result, raise_fd_limit
+from loadgen.measurement import MeasuredRun, RunFiles, run_here
 from loadgen.sessions.planning import plan_sessions
 from loadgen.sessions.turns import SessionPlan, SessionRunner, SessionStats
 from loadgen.workload.prompts import new_salt
@@ -195,59 +191,38 @@ async def measure_sessions(
 
         tokenizer = load_tokenizer(cfg.workload.tokenizer)
     plan, facts = plan_sessions(cfg, src, tokenizer)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd = raise_fd_limit()
-    agg = Aggregator(cfg.slos, spill_dir=out_dir)
+    files = RunFiles(out_dir, cfg, redactor, server_observer=server_observer)
+    await files.open()
     turns = _Turns()
-    started_at = dt.datetime.now(dt.UTC)
-    if server_observer is not None:
-        await server_observer.begin()
-    t0 = now_ns() + LEAD_IN_NS
-    runner: SessionRunner | None = None
     if workers > 1:
         from loadgen.sessions.spread import run_session_workers
 
         ep_cfg = endpoint.worker_config(workers)
         if ep_cfg is None:
             raise ConfigError("--workers needs an OpenAI-compatible endpoint")
-        with open(out_dir / "requests.jsonl", "wb", buffering=0) as fh:
-            outcome, st = run_session_workers(workers, ep_cfg, cfg, agg, fh, redactor, turns.add_line,
+        with files.requests_file() as fh:
+            outcome, st = run_session_workers(workers, ep_cfg, cfg, files.agg, fh, redactor, turns.add_line,
                                               on_record=on_record, on_summary=on_summary)  # fmt: skip
-        agg.unsent = outcome.unsent
-        return await _finish(cfg, src, plan, facts, tokenizer, endpoint, agg, outcome, st, turns, started_at, fd,
-                             out_dir, redactor, config_record, server_observer, conditions_extra, workers)  # fmt: skip
-    with open(out_dir / "requests.jsonl", "wb", buffering=0) as fh:
+    else:
+        runner: SessionRunner | None = None
 
-        def write_failed(reason: str) -> None:
-            if runner is not None:
-                runner.request_stop(interrupted=False)
+        def make(sink: Callable[..., None], t0: int) -> SessionRunner:
+            nonlocal runner
+            runner = SessionRunner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+            return runner
 
-        writer = RecordWriter(fh, t0, save_text=cfg.save_text, token_lists=cfg.token_lists, redactor=redactor,
-                              on_error=write_failed)  # fmt: skip
-
-        def sink(rec: RequestRecord, turn: int) -> None:
-            m = compute(rec, tokenizer, cfg.origin)
-            agg.add(rec, m)
-            turns.add(rec, m, turn)
-            d = record_line(rec, m, t0, save_text=cfg.save_text, token_lists=cfg.token_lists)
-            d["turn"] = turn
-            if d["error_detail"]:
-                d["error_detail"] = redactor(d["error_detail"])
-            writer.write_line(orjson.dumps(d) + b"\n")
-            if on_record is not None:
-                on_record(rec, m)
-
-        runner = SessionRunner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
-        if runner_hook is not None:
-            runner_hook(runner)
-        outcome = await runner.run()
-    if writer.error is not None:
-        raise OutputError(
-            f"{writer.error}: {writer.lines} whole lines kept, {writer.lost} records lost (no result.json)"
-        )
-    agg.unsent = outcome.unsent
-    return await _finish(cfg, src, plan, facts, tokenizer, endpoint, agg, outcome, runner.stats, turns, started_at,
-                         fd, out_dir, redactor, config_record, server_observer, conditions_extra, 1)  # fmt: skip
+        outcome = await run_here(files, make, tokenizer, cfg.origin, on_record, runner_hook, on_turn=turns.add)
+        assert runner is not None
+        st = runner.stats
+    workload = {"sessions": src.describe(), **facts, "api": plan.prompter.api,
+                "input_tokens_counted_by": "tokenizer" if tokenizer is not None else None}  # fmt: skip
+    # latency counts from each turn's due time in closed loop too (cfg.origin; LoadConfig.latency_origin says
+    # "sent" for closed-loop users): the recorded origin is the one the turns' metrics used
+    return await files.finish(
+        outcome, replace(cfg, concurrency=None), endpoint, workload=workload, config_record=config_record,
+        workers=workers, conditions_extra=conditions_extra, merge=False,
+        blocks={"sessions": sessions_block(cfg, src, plan, facts, st, turns)},
+    )  # fmt: skip
 
 
 TurnFacts = _Turns  # the public name (loadgen.locust.sessions gathers the same per-turn facts)
@@ -277,31 +252,3 @@ def sessions_block(
         "tool_wait_s": summarize_exact(st.tool_wait_s, 1.0),
         **turns.block(),
     }
-
-
-async def _finish(
-    cfg: LoadConfig, src: SessionSource, plan: SessionPlan, facts: dict[str, Any], tokenizer: Any, endpoint: Endpoint,
-    agg: Aggregator, outcome: Any, st: SessionStats, turns: _Turns, started_at: dt.datetime, fd: tuple[int, int],
-    out_dir: Path, redactor: Redactor, config_record: dict[str, Any] | None, server_observer: Any,
-    conditions_extra: dict[str, Any] | None, workers: int,
-) -> MeasuredRun:  # fmt: skip
-    """result.json (the ``sessions`` block from the merged :class:`~loadgen.sessions.turns.SessionStats`) and the hlog."""
-    workload = {"sessions": src.describe(), **facts, "api": plan.prompter.api,
-                "input_tokens_counted_by": "tokenizer" if tokenizer is not None else None}  # fmt: skip
-    # latency counts from each turn's due time in closed loop too (cfg.origin; LoadConfig.latency_origin says
-    # "sent" for closed-loop users): the recorded origin is the one the turns' metrics used
-    result = build_result(
-        agg, outcome, replace(cfg, concurrency=None), endpoint, started_at=started_at,
-        config_record={**(config_record or {}), "workload": workload}, fd_limit=fd,
-    )  # fmt: skip
-    if workers > 1:
-        result["conditions"]["workers"] = workers
-    result["sessions"] = sessions_block(cfg, src, plan, facts, st, turns)
-    if conditions_extra:
-        result["conditions"].update(conditions_extra)
-    if server_observer is not None:
-        await server_observer.end(result)
-    result = redactor.scrub(result)
-    write_json(out_dir / "result.json", result)
-    write_hlog(out_dir / "histograms.hlog", agg, outcome)
-    return MeasuredRun(result, outcome, agg, out_dir)
