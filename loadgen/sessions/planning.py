@@ -25,7 +25,7 @@ from loadgen.workload.session_checks import cap_waits, idle_cap_s
 from loadgen.workload.session_sources import SessionSource, load_sessions
 from loadgen.workload.sessions import Session, SessionPrompter
 
-__all__ = ["CLOSED_LOOP_SESSIONS", "MAX_SESSIONS", "check_sessions", "plan_sessions"]
+__all__ = ["CLOSED_LOOP_SESSIONS", "MAX_SESSIONS", "check_sessions", "plan_sessions", "shard_sessions"]
 
 MAX_SESSIONS = 1_000_000
 CLOSED_LOOP_SESSIONS = 10_000
@@ -114,3 +114,20 @@ def _cycle(base: list[Session], n: int) -> list[Session]:
             out.append(replace(s, session_id=f"{s.session_id}~{r}"))
         r += 1
     return out
+
+
+def shard_sessions(plan: SessionPlan, w: int, n: int) -> SessionPlan:
+    """Worker ``w`` of ``n``'s sessions: ``w, w + n, ...`` with their start offsets (whole sessions)."""
+    idx = range(w, len(plan.sessions), n)
+    warm = sum(1 for i in idx if i < plan.warmup_sessions)  # the plan's first sessions: this shard's first
+    conc = plan.concurrency // n + (1 if w < plan.concurrency % n else 0)
+    starts = [plan.start_offsets_ns[i] for i in idx] if plan.start_offsets_ns else []
+    first, k = list(plan.first_index), 0  # the whole plan's request indices: unique across workers
+    if not first:  # as SessionRunner numbers them in one process: the turns' positions in the plan
+        for s in plan.sessions:
+            first.append(k)
+            k += len(s.turns)
+    return replace(
+        plan, sessions=[plan.sessions[i] for i in idx], start_offsets_ns=starts, warmup_sessions=warm,
+        concurrency=max(conc, 1), first_index=[first[i] for i in idx],
+    )  # fmt: skip

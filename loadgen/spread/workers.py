@@ -26,6 +26,7 @@ hold times relative to the worker's own t0, the same instant on every host: no m
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -50,12 +51,14 @@ from loadgen.engine.results import Aggregator, RequestSummary, summarize
 from loadgen.engine.runner import LEAD_IN_NS, ClientStats, Runner, RunOutcome, RunPlan, realized_send_rps
 from loadgen.engine.runplan import build_plan, build_workload
 from loadgen.engine.stamp_lateness import StampLateness
+from loadgen.sessions.planning import plan_sessions, shard_sessions
+from loadgen.sessions.turns import SessionRunner
 
 BATCH = 64
 FLUSH_S = 0.05
 READY_TIMEOUT_S = 60.0
 
-SUMMARY_INSTANTS = ("scheduled_ns", "sent_ns", "end_ns")
+SUMMARY_INSTANTS = ("scheduled_ns", "sent_ns", "end_ns", "first_event_ns")
 """:class:`~loadgen.engine.results.RequestSummary` fields that are instants of the sender's monotonic clock."""
 SUMMARY_INSTANT_POINTS = ("ratelimit_points",)
 """Fields holding ``(instant_ns, value)`` pairs."""
@@ -209,9 +212,11 @@ async def worker_body(
     recv: Callable[[], tuple],
     *,
     install_signal_handlers: bool = True,
-    on_runner: Callable[[Runner], None] | None = None,
+    on_runner: Callable[[Any], None] | None = None,
 ) -> None:
-    """One worker's whole life, whatever carries its messages (a pipe here, a Ray actor's queues).
+    """One worker's whole life, whatever carries its messages (a pipe here, a Ray actor's queues), for
+    every kind of run: a plain plan's shard on a :class:`~loadgen.engine.runner.Runner`, or (``load.sessions``)
+    whole sessions on a :class:`~loadgen.sessions.turns.SessionRunner`.
 
     ``ep_cfg`` is the parent endpoint's :meth:`~loadgen.endpoints.base.Endpoint.worker_config`;
     the worker opens its own endpoint from it (:func:`~loadgen.endpoints.from_config`).
@@ -226,17 +231,31 @@ async def worker_body(
     ep = from_config(ep_cfg, redactor)
     await ep.open()
     try:
-        wl = build_workload(load)
-        plan = shard_plan(build_plan(load, wl), w, n)
-        tokenizer = wl.tokenizer
-        send(("ready", len(plan.schedule)))
+        sessions = getattr(load, "sessions", None) is not None
+        if sessions:  # whole sessions w, w + n, ... (loadgen.sessions.spread); latency from each turn's due time
+            tokenizer = None
+            if load.workload is not None and load.workload.tokenizer:
+                from loadgen.workload.tokenizer import load_tokenizer
+
+                tokenizer = load_tokenizer(load.workload.tokenizer)
+            splan = shard_sessions(plan_sessions(load, load.sessions, tokenizer)[0], w, n)
+            size, origin = sum(len(s.turns) for s in splan.sessions), load.origin
+        else:
+            wl = build_workload(load)
+            plan = shard_plan(build_plan(load, wl), w, n)
+            tokenizer = wl.tokenizer
+            size, origin = len(plan.schedule), load.latency_origin
+        send(("ready", size))
         msg = recv()
         if msg[0] != "go":
             return
         t0 = msg[1]
-        ship = RecordShipper(send, load, tokenizer, load.latency_origin, t0, redactor)
-
-        runner = Runner(ep, plan, ship.sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        ship = RecordShipper(send, load, tokenizer, origin, t0, redactor)
+        runner: Runner | SessionRunner
+        if sessions:
+            runner = SessionRunner(ep, splan, ship.sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        else:
+            runner = Runner(ep, plan, ship.sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
         if on_runner is not None:
             on_runner(runner)
         f = asyncio.create_task(ship.flusher())
@@ -247,23 +266,20 @@ async def worker_body(
         ship.flush()
         c = out.client
         lags = c.loop_lag_ms if len(c.loop_lag_ms) <= 20000 else c.loop_lag_ms[:: math.ceil(len(c.loop_lag_ms) / 20000)]
-        send(
-            (
-                "done",
-                {
-                    "interrupted": out.interrupted,
-                    "unsent": out.unsent,
-                    "unsent_warmup": out.unsent_warmup,
-                    "cpu_s": c.cpu_s,
-                    "wall_s": c.wall_s,
-                    "loop_lag_ms": lags,
-                    "aborted_reason": c.aborted_reason,
-                    "end_ns": out.end_ns,
-                    "stamp_lateness": runner.stamps.to_state(),  # merged exactly by the parent (Collector.outcome)
-                },
-                ship.histogram_states(),
-            )
-        )
+        stats: dict[str, Any] = {
+            "interrupted": out.interrupted,
+            "unsent": out.unsent,
+            "unsent_warmup": out.unsent_warmup,
+            "cpu_s": c.cpu_s,
+            "wall_s": c.wall_s,
+            "loop_lag_ms": list(lags),
+            "aborted_reason": c.aborted_reason,
+            "end_ns": out.end_ns,
+            "stamp_lateness": runner.stamps.to_state(),  # merged exactly by the parent (Collector.outcome)
+        }
+        if isinstance(runner, SessionRunner):
+            stats["sessions"] = dataclasses.asdict(runner.stats)  # merged by loadgen.sessions.spread.merge_stats
+        send(("done", stats, ship.histogram_states()))
     finally:
         await ep.close()
 
@@ -442,9 +458,9 @@ def run_workers(
 ) -> RunOutcome:
     """Run ``load`` over ``n`` worker processes; aggregate into ``agg``, write lines to ``fh``.
 
-    ``body`` replaces :func:`worker_body` (same signature and messages; a module-level function:
-    the session engine's, :mod:`loadgen.sessions.spread`), ``collector`` the parent's
-    :class:`Collector` (a subclass that reads more from each line).
+    ``body`` replaces :func:`worker_body` (same signature and messages; a module-level function),
+    ``collector`` the parent's :class:`Collector` (a subclass that reads more from each line: the
+    session run's, :mod:`loadgen.sessions.spread`).
 
     Blocking (call it outside an event loop or in a thread). SIGINT/SIGTERM to the
     parent are forwarded to the workers, which stop and drain as one process would.
