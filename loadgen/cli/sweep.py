@@ -214,7 +214,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     if base.sessions is not None:
         from loadgen.sweep.sessions import sessions_block
 
-        out.result["sessions"] = sessions_block(out.result, base, out_dir)
+        out.result["sessions"] = sessions_block(out.result, base)
     out.result = redactor.scrub(out.result)  # server-supplied text, by value
     write_json(out_dir / "sweep.json", out.result)
     write_report(out.result, out_dir)

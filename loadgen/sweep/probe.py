@@ -247,6 +247,10 @@ class Probe:
     sent_rps: float | None = None  # the rate really sent (open loop: achieved_send_rps; closed loop: sent_rps())
     judged_requests: int | None = None  # the fewest judged requests of any per-request target, all segments
     e2e_p99_ms: float | None = None  # of the first segment's successful requests (the plan's time estimate)
+    tpot_p50_ms: float | None = None  # the first segment's median TPOT (the interactivity curve's per-user rate)
+    # a session probe's per-turn-depth table and prefix-cache hit rate (sweep.json's sessions block)
+    by_turn: list[dict[str, Any]] | None = None
+    prefix_cache_hit_rate: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -525,6 +529,9 @@ def _finish_probe(
         targets=targets,
         judged_requests=min(judged) if judged else None,
         e2e_p99_ms=(first["latency_ms"].get("e2e") or {}).get("p99"),
+        tpot_p50_ms=(first["latency_ms"].get("tpot") or {}).get("p50"),
+        by_turn=(first.get("sessions") or {}).get("by_turn"),
+        prefix_cache_hit_rate=(first.get("sessions") or {}).get("prefix_cache_hit_rate"),
         sent_rps=closed_loop_sent_rps(results) if concurrency is not None else thr["achieved_send_rps"],
         offered_rps=rate,
         verdict=verdict,

@@ -394,14 +394,7 @@ class Sweep:
     def _interactivity(self) -> list[dict[str, Any]]:
         rows = []
         for p in self.probes:
-            tpot = None
-            try:
-                import orjson
-
-                res = orjson.loads((self.out_dir / p.dir / "result.json").read_bytes())
-                tpot = res["latency_ms"]["tpot"]["p50"]
-            except Exception:
-                pass
+            tpot = p.tpot_p50_ms  # in memory (Probe), never re-read from the probe's result.json
             per_user = (1000.0 / tpot) if tpot else None
             total = p.output_tps
             if p.stopped_early or p.verdict in ("invalid", "rate_limited", "interrupted"):

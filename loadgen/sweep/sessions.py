@@ -34,8 +34,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import MeasuredRun
@@ -90,24 +88,16 @@ def calibration_sps(base: LoadConfig, request_rps: float | None) -> float | None
     return request_rps / session_turns(base)[0]
 
 
-def _by_turn(out_dir: Path, probe_dir: str) -> tuple[list[dict[str, Any]], float | None]:
-    try:
-        res = orjson.loads((out_dir / probe_dir / "result.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return [], None
-    s = res.get("sessions") or {}
-    return s.get("by_turn") or [], s.get("prefix_cache_hit_rate")
-
-
-def sessions_block(result: dict[str, Any], base: LoadConfig, out_dir: Path) -> dict[str, Any]:
+def sessions_block(result: dict[str, Any], base: LoadConfig) -> dict[str, Any]:
     """``sweep.json`` ``sessions``: the unit, the source, salting and why it matters, per-probe depth tables."""
     src: SessionSource = base.sessions
     closed = any(p.get("concurrency") for p in result.get("probes") or [])
     mean, most = session_turns(base)
     probes = []
     for p in result.get("probes") or []:
-        by_turn, hit = _by_turn(out_dir, p["dir"])
-        probes.append({"dir": p["dir"], "prefix_cache_hit_rate": hit, "by_turn": by_turn})
+        # the probe's own figures, carried in memory (Probe.by_turn), never re-read from its result.json
+        probes.append({"dir": p["dir"], "prefix_cache_hit_rate": p.get("prefix_cache_hit_rate"),
+                       "by_turn": p.get("by_turn") or []})  # fmt: skip
     if src.salt_sessions:
         salting = (
             "each session salted apart (salt=on): prefixes are reused only inside a session, as the "
