@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from loadgen.core.clock import now_ns, wall_anchor
-from loadgen.core.types import RequestRecord
+from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import Endpoint
 from loadgen.engine.stamp_lateness import StampLateness, probe_loop
 
@@ -311,7 +311,35 @@ class RunEngine:
             k += 1
             gc.collect(2 if k % GC_FULL_EVERY == 0 else 1)
 
-    # -- the record path's end: finished records to the sink ----------------------------------
+    # -- the record path: one request's record, its end, the sink ------------------------------
+
+    def _new_record(self, spec: RequestSpec, phase: str, scheduled_ns: int, *, cap_wait_ns: int = 0) -> RequestRecord:
+        """The record of a request about to be sent, registered as in flight (the early-stop watch reads it)."""
+        rec = RequestRecord(
+            index=spec.index,
+            phase=phase,  # type: ignore[arg-type]  # phase is "warmup" or "measure"
+            scheduled_ns=scheduled_ns,
+            requested_input_tokens=spec.requested_input_tokens,
+            requested_output_tokens=spec.requested_output_tokens,
+            prefix_group=spec.prefix_group,
+            session_id=spec.session_id,
+            throttle_ns=cap_wait_ns,  # held by --max-concurrency: the client's own cap, not its lag
+        )
+        self.inflight_records[spec.index] = rec
+        return rec
+
+    def _ended_by(self, rec: RequestRecord, exc: BaseException) -> None:
+        """``rec`` ended by ``exc`` instead of by its endpoint: ``cancelled`` (a stop or the drain deadline,
+        with :attr:`cancel_reason`), or an internal error (an endpoint bug must not lose the record)."""
+        rec.status = "error"
+        if isinstance(exc, asyncio.CancelledError):
+            rec.error_kind = "cancelled"
+            rec.error_detail = self.cancel_reason
+            rec.end_ns = now_ns()
+        else:
+            rec.error_kind = rec.error_kind or "protocol"
+            rec.error_detail = f"internal error: {type(exc).__name__}: {exc}"
+            rec.end_ns = rec.end_ns or now_ns()
 
     def _finish_record(self, rec: RequestRecord) -> None:
         """A request ended: its record joins the sink's queue (handed over at once when not deferred)."""

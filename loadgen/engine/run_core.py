@@ -159,17 +159,7 @@ class RunnerCore(RunEngine):
         cap_wait_ns: int = 0,
     ) -> int | None:
         """Send one request and end it as one record; returns when it was done (None: prepared, never sent)."""
-        rec = RequestRecord(
-            index=spec.index,
-            phase=phase,  # type: ignore[arg-type]  # phase is "warmup" or "measured"
-            scheduled_ns=scheduled_ns,
-            requested_input_tokens=spec.requested_input_tokens,
-            requested_output_tokens=spec.requested_output_tokens,
-            prefix_group=spec.prefix_group,
-            session_id=spec.session_id,
-            throttle_ns=cap_wait_ns,  # held by --max-concurrency: the client's own cap, not its lag
-        )
-        self.inflight_records[spec.index] = rec
+        rec = self._new_record(spec, phase, scheduled_ns, cap_wait_ns=cap_wait_ns)
         try:
             if gate is None:
                 await self.endpoint.send(spec, rec)
@@ -182,15 +172,9 @@ class RunnerCore(RunEngine):
             if gate is not None and not gate.is_set():  # (only the dispatcher sets a gate)
                 self.inflight_records.pop(spec.index, None)
                 return None  # prepared but never sent (the run stopped first): counted unsent, no record
-            rec.status = "error"
-            rec.error_kind = "cancelled"
-            rec.error_detail = self.cancel_reason
-            rec.end_ns = now_ns()
-        except Exception as exc:  # an endpoint bug must not lose the record
-            rec.status = "error"
-            rec.error_kind = rec.error_kind or "protocol"
-            rec.error_detail = f"internal error: {type(exc).__name__}: {exc}"
-            rec.end_ns = rec.end_ns or now_ns()
+            self._ended_by(rec, asyncio.CancelledError())
+        except Exception as exc:
+            self._ended_by(rec, exc)
         finally:
             self.inflight_records.pop(spec.index, None)
             if sem is not None:

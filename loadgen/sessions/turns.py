@@ -233,35 +233,21 @@ class SessionRunner(RunEngine):
                 stats.unsent_turns += n - k
                 ok = False
                 break
-            rec = RequestRecord(
-                index=spec.index,
-                phase=phase,  # type: ignore[arg-type]  # phase is "warmup" or "measure"
-                scheduled_ns=due,
-                requested_input_tokens=spec.requested_input_tokens,
-                requested_output_tokens=spec.requested_output_tokens,
-                session_id=session.session_id,
-            )
-            self.inflight_records[spec.index] = rec
+            rec = self._new_record(spec, phase, due)  # (the spec carries the session id)
             try:
                 if gated:
                     await self._gated_send(spec, rec, due, i)
                 else:
                     self._dues.pop(i, None)
                     await self.endpoint.send(spec, rec)
-            except asyncio.CancelledError:
-                rec.status = "error"
-                rec.error_kind = "cancelled"
-                rec.error_detail = self.cancel_reason
-                rec.end_ns = now_ns()
+            except asyncio.CancelledError as exc:
+                self._ended_by(rec, exc)
                 self._finished(rec, k)
                 stats.unsent_turns += n - k - 1
                 stats.failed += 1
                 raise
-            except Exception as exc:  # an endpoint bug must not lose the record
-                rec.status = "error"
-                rec.error_kind = rec.error_kind or "protocol"
-                rec.error_detail = f"internal error: {type(exc).__name__}: {exc}"
-                rec.end_ns = rec.end_ns or now_ns()
+            except Exception as exc:
+                self._ended_by(rec, exc)
             finally:
                 self._dues.pop(i, None)
                 self.inflight_records.pop(spec.index, None)
