@@ -20,6 +20,7 @@ from typing import IO, Any, Literal, Protocol
 
 from loadgen.core.clock import now_ns
 from loadgen.core.conditions import client_conditions
+from loadgen.core.contract import RECORDS_SCHEMA_VERSION, RESULT_SCHEMA_VERSION
 from loadgen.core.errors import ConfigError, OutputError
 from loadgen.core.metrics import RequestMetrics, TokenCounter, compute
 from loadgen.core.redact import Redactor
@@ -35,7 +36,7 @@ from loadgen.spread.workers import run_workers
 from loadgen.version import __version__
 from loadgen.workload.prompts import new_salt
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = RESULT_SCHEMA_VERSION  # loadgen.core.contract: the versions and their notes
 
 
 def raise_fd_limit() -> tuple[int, int]:
@@ -291,7 +292,7 @@ def build_result(
     config_record: dict[str, Any],
     fd_limit: tuple[int, int],
 ) -> dict[str, Any]:
-    """The ``result.json`` body (schema_version 1).
+    """The ``result.json`` body (its schema: :mod:`loadgen.core.contract`, docs/schemas/result.schema.json).
 
     ``window`` is the measurement window (:mod:`loadgen.core.window`; times in seconds from t0)
     and every rate in ``throughput`` is over it, except the ``*_incl_drain`` figures;
@@ -308,6 +309,7 @@ def build_result(
     cond["t0_wall"] = dt.datetime.fromtimestamp(outcome.t0_wall_ns / 1e9, dt.UTC).isoformat()
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
+        "records_schema_version": RECORDS_SCHEMA_VERSION,  # requests.jsonl beside it (loadgen.core.contract)
         "loadgen_version": __version__,
         "started_at": started_at.isoformat(),
         "interrupted": outcome.interrupted,

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from loadgen.core.contract import check_version
 from loadgen.core.errors import InputFileError
 from loadgen.core.slo import SLOTarget, parse_slo
 
@@ -89,7 +90,11 @@ def _json(path: Path) -> dict[str, Any]:
 
 def load_result(path: Path) -> dict[str, Any] | None:
     """A probe's ``result.json``, or None when it is not there (a sweep copied without its probes)."""
-    return _json(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    doc = _json(path)
+    check_version(doc, "result", path)  # loadgen.core.contract: a newer result.json is refused in one line
+    return doc
 
 
 def _power_w(res: dict[str, Any] | None) -> float | None:
@@ -106,6 +111,7 @@ def load_sweep(path: str, label: str | None = None) -> SweepCapacity:
     p = Path(path)
     f = p / "sweep.json" if p.is_dir() else p
     doc = _json(f)
+    check_version(doc, "sweep", f)  # loadgen.core.contract: a newer sweep.json is refused in one line
     if "answer" not in doc or "probes" not in doc:
         raise InputFileError(str(f), None, "answer", "not a sweep.json (no answer or probes): give a sweep directory")
     try:

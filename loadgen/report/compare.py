@@ -44,6 +44,7 @@ from typing import Any
 import orjson
 
 from loadgen.check import QUALITY_ROWS, load_check, scorecard_values
+from loadgen.core.contract import check_version
 from loadgen.core.errors import InputFileError
 from loadgen.engine.throughput import WINDOW_RULE
 from loadgen.engine.timeseries import DRIFT_MIN_LATENCY_MS, DRIFT_THRESHOLD, drift, series
@@ -177,8 +178,9 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
     """
     f, kind = _pick(Path(path))
     doc = _load_json(f)
-    if kind == "run" and "answer" in doc:
+    if kind == "run" and isinstance(doc, dict) and "answer" in doc:
         kind = "sweep"
+    check_version(doc, "sweep" if kind == "sweep" else "result", f)  # loadgen.core.contract: read or refuse
     cfg = doc.get("config") or {}
     cond = doc.get("conditions") or {}
     ep = cond.get("endpoint") or {}

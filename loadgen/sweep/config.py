@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.core.contract import SWEEP_SCHEMA_VERSION
 from loadgen.core.slo import SLOTarget, judged_per_request
 from loadgen.core.stats import min_requests
 
-SWEEP_SCHEMA_VERSION = 1
+__all__ = ["LAG_FLOOR_MS", "LAG_FRACTION", "MAX_RERUNS", "SWEEP_SCHEMA_VERSION", "SweepConfig"]
+
 MAX_RERUNS = 2
 """A probe INVALID on the generator's checks (a transient client stall) is run again at most this often."""
 LAG_FLOOR_MS = 5.0

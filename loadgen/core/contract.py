@@ -1,0 +1,83 @@
+"""The result files are a versioned contract: ``result.json``, ``sweep.json`` and ``requests.jsonl``.
+
+Each kind of file has a schema version (an integer), a published JSON Schema
+(``docs/schemas/<kind>.schema.json``) and a note per version (``docs/schemas/CHANGES.md``). Any
+change to what a file holds bumps its version, with its note; a renamed key is written under both
+names for the versions that :data:`DEPRECATED_KEYS` states. ``result.json`` and ``sweep.json`` carry
+their ``schema_version``; ``requests.jsonl`` lines carry none (one version a file): its version is
+``result.json``'s ``records_schema_version`` (absent before version 2: then 1).
+
+Readers of files written earlier (``loadgen compare``, ``loadgen plan`` / ``capacity``) call
+:func:`check_version`: a version this loadgen reads (:data:`READS`) is read; a newer one, or a file
+that is not of that kind, is refused in one line naming the file and what would read it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.core.errors import InputFileError
+
+__all__ = [
+    "DEPRECATED_KEYS",
+    "READS",
+    "RECORDS_SCHEMA_VERSION",
+    "RESULT_SCHEMA_VERSION",
+    "SWEEP_SCHEMA_VERSION",
+    "check_version",
+    "records_version",
+]
+
+RESULT_SCHEMA_VERSION = 2
+"""``result.json``: 2 adds ``records_schema_version``, ``config.header_timeout`` and, for session runs,
+``timeseries`` and ``why`` (docs/schemas/CHANGES.md)."""
+SWEEP_SCHEMA_VERSION = 2
+"""``sweep.json``: 2 adds each probe's ``tpot_p50_ms``, ``by_turn`` and ``prefix_cache_hit_rate``."""
+RECORDS_SCHEMA_VERSION = 2
+"""``requests.jsonl``: 2 adds the error kind ``header_timeout``."""
+
+READS: dict[str, tuple[int, int]] = {"result": (1, 2), "sweep": (1, 2), "records": (1, 2)}
+"""The versions of each kind this loadgen reads (lowest, highest)."""
+
+DEPRECATED_KEYS: dict[str, dict[str, str]] = {"result": {}, "sweep": {}, "records": {}}
+"""Per kind, an old key -> its new name, written under both names until the version its note names."""
+
+_MARKS = {"result": ("counts", "latency_ms"), "sweep": ("answer", "probes")}
+
+
+def check_version(doc: Any, kind: str, path: object) -> int:
+    """The schema version of ``doc``, a ``kind`` (``"result"`` or ``"sweep"``) file read from ``path``.
+
+    Raises InputFileError, one line naming ``path``: not a JSON object, not a file of that kind (none of
+    its marking keys), or a version newer than :data:`READS` allows (written by a newer loadgen).
+    A file without ``schema_version`` but with the kind's keys is version 1 (the first files had it
+    always; a hand-edited one may not)."""
+    lo, hi = READS[kind]
+    where = str(path)
+    if not isinstance(doc, dict):
+        raise InputFileError(where, None, None, f"not a loadgen {kind}.json (not a JSON object)")
+    v = doc.get("schema_version")
+    if v is None:
+        if not all(k in doc for k in _MARKS[kind]):
+            keys = " or ".join(_MARKS[kind])
+            raise InputFileError(where, None, None, f"not a loadgen {kind}.json (no schema_version, no {keys})")
+        return 1
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise InputFileError(where, None, "schema_version", f"{v!r} is not a whole number")
+    if v > hi:
+        raise InputFileError(
+            where, None, "schema_version",
+            f"version {v}, written by a newer loadgen; this one reads {kind}.json versions {lo} to {hi} "
+            "(upgrade loadgen to read it)",
+        )  # fmt: skip
+    if v < lo:
+        raise InputFileError(
+            where, None, "schema_version", f"version {v}, older than this loadgen reads ({lo} to {hi})"
+        )
+    return v
+
+
+def records_version(result: dict[str, Any]) -> int:
+    """The schema version of the ``requests.jsonl`` beside ``result`` (its ``result.json``)."""
+    v = result.get("records_schema_version")
+    return v if isinstance(v, int) and not isinstance(v, bool) else 1
