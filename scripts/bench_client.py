@@ -291,11 +291,11 @@ def grid(a: argparse.Namespace) -> None:
     closed = [int(x) for x in levels if not x.startswith("r")]
     if a.server_ceiling and closed:
         n = a.ceiling_streams or 4 * max(closed)
-        r = run_reference(str(n), sim_args, a, client_cpus)
-        sc = r["server_cores"]
+        ceiling = run_reference(str(n), sim_args, a, client_cpus)
+        sc = ceiling["server_cores"]
         print(
-            f"server ceiling: the reference client at {n} streams got {r['output_tps']:.0f} output tok/s with the "
-            f"server at {sc:.2f} cores and the client at {r['cpu_cores']:.2f}: {r['output_tps'] / max(sc, 1e-9):.0f} "
+            f"server ceiling: the reference client at {n} streams got {ceiling['output_tps']:.0f} output tok/s with the "
+            f"server at {sc:.2f} cores and the client at {ceiling['cpu_cores']:.2f}: {ceiling['output_tps'] / max(sc, 1e-9):.0f} "
             f"tok/s per server core ({'the server is the limit' if sc > 0.9 else 'the server is not saturated'})"
         )
     print(
@@ -349,11 +349,11 @@ def grid(a: argparse.Namespace) -> None:
                 f"{name} {b['tps']:.0f} (x{now['tps'] / max(b['tps'], 1e-9):.2f}; per client core "
                 f"x{now['tps'] / max(now['cores'], 1e-9) / max(b['tps'] / max(b['cores'], 1e-9), 1e-9):.2f})"
             )
-        ref = med.get(("reference", level))
-        if ref:
+        ref_row = med.get(("reference", level))
+        if ref_row:
             parts.append(
-                f"reference {ref['tps']:.0f} (loadgen/reference {now['tps'] / max(ref['tps'], 1e-9):.2f}; per client core "
-                f"{now['tps'] / max(now['cores'], 1e-9) / max(ref['tps'] / max(ref['cores'], 1e-9), 1e-9):.2f})"
+                f"reference {ref_row['tps']:.0f} (loadgen/reference {now['tps'] / max(ref_row['tps'], 1e-9):.2f}; per client core "
+                f"{now['tps'] / max(now['cores'], 1e-9) / max(ref_row['tps'] / max(ref_row['cores'], 1e-9), 1e-9):.2f})"
             )
         if now["srv"] > 0.9:
             parts.append(f"server at {now['srv']:.2f} cores: the server may be the limit")

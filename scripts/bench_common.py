@@ -17,7 +17,7 @@ from loadgen.sim.launch import SimProcess
 
 def run_against(url: str, load: LoadConfig, out: Path, *, api: str = "completions", prefix: str = "b") -> MeasuredRun:
     async def go() -> MeasuredRun:
-        ep = OpenAIEndpoint(OpenAIConfig(base_url=url, api=api, request_id_prefix=prefix))  # type: ignore[arg-type]
+        ep = OpenAIEndpoint(OpenAIConfig(base_url=url, api=api, request_id_prefix=prefix))  # type: ignore[arg-type]  # api: "completions" or "chat"
         await ep.open()
         try:
             return await measure(ep, load, out, install_signal_handlers=False)

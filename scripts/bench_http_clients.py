@@ -26,8 +26,9 @@ import json
 import resource
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -203,7 +204,7 @@ def main() -> int:
     ap.add_argument("--cpus", action="store_true", help="server and client on separate CPUs")
     a = ap.parse_args()
     sim_cpus, client_cpus = cpu_split(1, a.cpus)
-    variants: dict[str, Callable[[str, int, int, int], Awaitable[int]]] = {
+    variants: dict[str, Callable[[str, int, int, int], Coroutine[Any, Any, int]]] = {
         "iter_any": lambda u, n, c, t: with_aiohttp(u, n, c, t, False),
         "pushed": lambda u, n, c, t: with_aiohttp(u, n, c, t, True),
         "raw": with_raw,

@@ -186,7 +186,7 @@ def gil_probe(variant: str, seconds: float, rate: float) -> tuple[list[float], l
         feeder.attach(SimpleNamespace(inflight_records=recs, t0_ns=1, plan=SimpleNamespace(schedule=None)))
         feeder._sent_runner = feeder.runner
         cat = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-        feeder._proc = cat  # type: ignore[assignment]  # a reader standing in for the view's process
+        feeder._proc = cat
         feeder._stop = stop
         send = feeder._send
 
@@ -223,7 +223,8 @@ def gil_probe(variant: str, seconds: float, rate: float) -> tuple[list[float], l
             cat.wait(timeout=10)
     # a deadline "meets" the view's work when it fell due while the view worked (or up to 1 ms before)
     ws = sorted(windows)
-    met, other = [], []
+    met: list[float] = []
+    other: list[float] = []
     for due, x in late:
         k = bisect.bisect_right(ws, (due + 1_000_000, 1 << 62)) - 1
         (met if k >= 0 and ws[k][1] >= due else other).append(x)
@@ -263,7 +264,7 @@ def exporter_cost_ms(rate: float, itl_tokens: int = 8, refreshes: int = 50) -> f
     batch = "".join(json.dumps({**line, "index": i}) + "\n" for i in range(int(rate * REFRESH_S)))
     ex = PromExporter(path, 0)
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(ex)  # type: ignore[arg-type]  # a duck-typed Collector
+    reg.register(ex)
     took = []
     for k in range(refreshes + 1):
         with open(path, "a") as fh:

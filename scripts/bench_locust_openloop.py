@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,11 +34,12 @@ RATE = 10.0
 USERS = 7
 
 
-def run(mode: str, duration_s: int, out: Path) -> dict[str, object]:
+def run(mode: str, duration_s: int, out: Path) -> dict[str, Any]:
     args = (
         ["--rate", str(RATE), "--arrival", "constant", "-u", "0"] if mode == "open" else ["-u", str(USERS), "-r", "100"]
     )
     with SimProcess(SLOW) as sim:
+        assert sim.url is not None
         cmd = [sys.executable, "-m", "loadgen.cli", "locust", "--endpoint", sim.url, "--input-tokens", "32",
                "--output-tokens", "32", "--out", str(out), "--headless", "-t", f"{duration_s}s",
                "--stop-timeout", "0", *args]  # fmt: skip
@@ -76,7 +78,7 @@ def main() -> None:
             v = r[key]
             cells.append(f"{v:24.3f}" if isinstance(v, float) else f"{str(v):>24}")
         print(f"{key:{w}}  " + "  ".join(cells))
-    err = abs(rows[0]["achieved_send_rps"] - RATE) / RATE * 100  # type: ignore[operator]
+    err = abs(rows[0]["achieved_send_rps"] - RATE) / RATE * 100
     print(f"\nopen loop: send rate {err:.2f} % off {RATE:g} req/s (bar 2 %); files in {base}")
 
 

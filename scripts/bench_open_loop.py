@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from bench_common import LoadConfig, SimProcess, pct, read_jsonl, run_against, t
 SIM = ["--slots", "512", "--ttft-ms", "2", "--itl-ms", "5", "--default-max-tokens", "8"]
 
 
-def one(arrival: str, rate: float, duration_s: float) -> dict[str, object]:
+def one(arrival: str, rate: float, duration_s: float) -> dict[str, Any]:
     d = tmpdir(f"bench-open-{arrival}-")
     truth_path = d / "truth.jsonl"
     with SimProcess(SIM + ["--truth-log", str(truth_path)]) as sim:
@@ -56,7 +57,7 @@ def one(arrival: str, rate: float, duration_s: float) -> dict[str, object]:
     }
 
 
-def overload(rate: float) -> dict[str, object]:
+def overload(rate: float) -> dict[str, Any]:
     d = tmpdir("bench-open-overload-")
     with SimProcess(SIM) as sim:
         load = LoadConfig(rate_rps=rate, arrival="constant", duration_s=5.0, input_tokens=8, output_tokens=2)

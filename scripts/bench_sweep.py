@@ -354,7 +354,7 @@ def pct_err(x: float, ref: float) -> float:
 
 
 def main() -> int:
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # stdout is a TextIOWrapper
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", choices=sorted(PROFILES), default="sharp")
     ap.add_argument("--probe-duration", type=float, help="seconds per probe (default 30; --quick 10)")

@@ -31,7 +31,8 @@ def one_run(i: int, requests: int) -> dict[str, float]:
         run = run_against(sim.url, load, d / "run", prefix=f"t{i}")
     t0 = run.result["conditions"]["t0_monotonic_ns"]
     truth = {t["request_id"]: t for t in read_jsonl(truth_path) if t.get("request_id")}
-    ttft_c, ttft_t, itl_c, itl_t, err_ttft, err_itl = [], [], [], [], [], []
+    ttft_c, ttft_t, itl_c, itl_t, err_ttft = [], [], [], [], []
+    err_itl: list[float] = []
     for r in read_jsonl(d / "run" / "requests.jsonl"):
         if r["phase"] != "measure" or r["status"] != "ok":
             continue

@@ -92,7 +92,7 @@ def check(
         )
 
         async def go() -> Any:
-            ep = OpenAIEndpoint(OpenAIConfig(base_url=sim.url, api="completions", request_id_prefix=prefix))  # type: ignore[arg-type]
+            ep = OpenAIEndpoint(OpenAIConfig(base_url=sim.url, api="completions", request_id_prefix=prefix))
             await ep.open()
             mem["endpoint_open"] = _mem_mib().get("VmRSS")
             tasks: list[asyncio.Task[None]] = []
@@ -126,7 +126,8 @@ def check(
         for t in read_jsonl(truth_path)
         if t.get("request_id") and t.get("first_token_ns") is not None
     }
-    rep, tru, true_itl = [], [], []
+    rep, tru = [], []
+    true_itl: list[float] = []
     for r in read_jsonl(d / "run" / "requests.jsonl"):
         if r["phase"] != "measure" or r["status"] != "ok" or r["ttft_ms"] is None:
             continue

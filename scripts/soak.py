@@ -140,6 +140,7 @@ async def soak(
             await asyncio.sleep(sample_s)
 
     with SimProcess(sim_args) as sim:
+        assert sim.url is not None
         fig["rss_start_mib"] = rss() / MiB
         fds0, tasks0 = fds(), len(asyncio.all_tasks())
 

@@ -1,13 +1,26 @@
-"""Shared pytest setup: the repo root on sys.path, the ``scripted_server`` and ``sim_url`` fixtures."""
+"""Shared pytest setup: the repo root on sys.path, hypothesis profiles, the ``scripted_server`` and ``sim_url`` fixtures.
+
+Hypothesis profiles: ``ci`` (no per-example deadline: the default 200 ms failed at 405 ms on a busy
+machine; derandomized, so a CI run is repeatable; on top of hypothesis' own ``ci`` profile, which also
+drops the example database, prints reproduction blobs and skips the ``too_slow`` health check) and
+``dev`` (hypothesis' defaults, even where ``CI`` is set). The env var ``HYPOTHESIS_PROFILE`` picks one;
+without it, ``ci`` when ``CI`` is set (to any value, as hypothesis reads it), else ``dev``.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("ci", settings.get_profile("ci"), deadline=None, derandomize=True)
+settings.register_profile("dev", settings.get_profile("default"))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if "CI" in os.environ else "dev"))
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:

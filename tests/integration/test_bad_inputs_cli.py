@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import gzip
-import os
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.fault_proxy import FaultServer
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(240)
 
 RUN = [
@@ -196,24 +195,19 @@ def _write_data(d: Path) -> None:
 
 
 def _cli(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    for k in ("OPENAI_API_KEY", "LOADGEN_TEST_UNSET_VAR", "COLUMNS", "LINES"):
-        env.pop(k, None)
-    if args[0] == "run" and "--out" not in args:
-        args = args + ["--out", str(out)]
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", *args],
+    """``loadgen ARGS`` in the case's directory; ``run`` writes into ``out`` unless the case names its own."""
+    return cli_run(
+        *args,
+        out=out if args[0] == "run" and "--out" not in args else None,
         cwd=out.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        env={"LOADGEN_TEST_UNSET_VAR": None},
     )
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess[str], Path]]:
+def results(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, tuple[subprocess.CompletedProcess[str], Path]]]:
     root = tmp_path_factory.mktemp("badcli")
     _write_data(root)
     ok = {"kind": "ok", "tokens": 4, "first_s": 0.001, "itl_s": 0.001}

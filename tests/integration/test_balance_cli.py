@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,14 +17,8 @@ from pathlib import Path
 import pytest
 
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.recording_server import RecordingServer, ok_stream
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def loadgen(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout_s, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +46,7 @@ RUN = ["--rate", "20", "--requests", "40", "--input-tokens", "16", "--output-tok
 @pytest.mark.timeout(180)
 def test_round_robin_spreads_evenly(sims: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "rr"
-    p = loadgen("run", "--endpoint", sims["a"], "--endpoint", sims["b"], *RUN, "--out", str(out))
+    p = cli_run("run", "--endpoint", sims["a"], "--endpoint", sims["b"], *RUN, out=out)
     assert p.returncode in (0, 1, 3), p.stdout[-3000:] + p.stderr[-3000:]  # 1: INVALID on a busy machine
     counts, reps = _replicas(out)
     assert set(counts) == {0, 1} and abs(counts[0] - counts[1]) <= 1 and sum(counts.values()) == 40
@@ -66,11 +57,12 @@ def test_round_robin_spreads_evenly(sims: dict[str, str], tmp_path: Path) -> Non
     assert f'endpoint = ["{sims["a"]}", "{sims["b"]}"]' in used  # the re-run loads both replicas
 
 
+@pytest.mark.timing
 @pytest.mark.timeout(180)
 def test_least_outstanding_sends_fewer_to_the_slow_replica(sims: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "lo"
-    p = loadgen("run", "--endpoint", sims["a"], "--endpoint", sims["slow"], "--balance", "least-outstanding", *RUN,
-                "--out", str(out))  # fmt: skip
+    p = cli_run("run", "--endpoint", sims["a"], "--endpoint", sims["slow"], "--balance", "least-outstanding", *RUN,
+                out=out)  # fmt: skip
     assert p.returncode in (0, 1, 3), p.stdout[-3000:] + p.stderr[-3000:]
     counts, reps = _replicas(out)
     assert sum(counts.values()) == 40 and counts[1] < counts[0], counts
@@ -80,13 +72,13 @@ def test_least_outstanding_sends_fewer_to_the_slow_replica(sims: dict[str, str],
 @pytest.mark.timeout(120)
 def test_a_replica_that_fails_preflight_is_named(sims: dict[str, str], tmp_path: Path) -> None:
     with RecordingServer(lambda n, req: ok_stream(), model="another-model") as other:
-        p = loadgen("run", "--endpoint", sims["a"], "--endpoint", other.url, *RUN, "--out", str(tmp_path / "m"))
+        p = cli_run("run", "--endpoint", sims["a"], "--endpoint", other.url, *RUN, out=tmp_path / "m")
     assert p.returncode == 2, p.stdout[-3000:] + p.stderr[-3000:]
     assert f"replica 2 of 2 ({other.url}/v1/completions)" in p.stderr and "another-model" in p.stderr
     closed = SimProcess([])
     url = str(closed.url)
     closed.stop()  # nothing listens there now
-    p = loadgen("run", "--endpoint", sims["a"], "--endpoint", url, *RUN, "--out", str(tmp_path / "u"))
+    p = cli_run("run", "--endpoint", sims["a"], "--endpoint", url, *RUN, out=tmp_path / "u")
     assert p.returncode == 3, p.stdout[-3000:] + p.stderr[-3000:]
     line = next(ln for ln in p.stderr.splitlines() if "replica 2 of 2" in ln)
     assert url in line and "did not pass discovery/pre-flight" in line
@@ -98,8 +90,8 @@ def test_each_replica_gets_only_its_own_credentials(tmp_path: Path) -> None:
         u1 = s1.url.replace("http://", "http://alice:first-secret-1@")
         u2 = s2.url.replace("http://", "http://bob:second-secret-2@")
         out = tmp_path / "cred"
-        p = loadgen("run", "--endpoint", u1, "--endpoint", u2, "--rate", "20", "--requests", "6", "--output-tokens",
-                    "3", "--quiet", "--out", str(out))  # fmt: skip
+        p = cli_run("run", "--endpoint", u1, "--endpoint", u2, "--rate", "20", "--requests", "6", "--output-tokens",
+                    "3", "--quiet", out=out)  # fmt: skip
         assert p.returncode in (0, 1, 3), p.stdout[-3000:] + p.stderr[-3000:]
         for srv, mine, theirs in ((s1, "alice:first-secret-1", "bob"), (s2, "bob:second-secret-2", "alice")):
             auths = {r["headers"].get("authorization") for r in srv.requests}
@@ -112,8 +104,8 @@ def test_each_replica_gets_only_its_own_credentials(tmp_path: Path) -> None:
 @pytest.mark.timeout(180)
 def test_sweep_balances_every_probe(sims: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    p = loadgen("sweep", "--endpoint", sims["a"], "--endpoint", sims["b"], "--slo", "ttft:p90<=2s", "--concurrency-levels",
-                "2", "--probe-duration", "1s", "--input-tokens", "16", "--output-tokens", "2", "--quiet", "--out", str(out))  # fmt: skip
+    p = cli_run("sweep", "--endpoint", sims["a"], "--endpoint", sims["b"], "--slo", "ttft:p90<=2s", "--concurrency-levels",
+                "2", "--probe-duration", "1s", "--input-tokens", "16", "--output-tokens", "2", "--quiet", out=out)  # fmt: skip
     assert (out / "sweep.json").is_file(), p.stdout[-3000:] + p.stderr[-3000:]  # any verdict: a busy machine may lag
     probes = [d for d in out.iterdir() if d.name.startswith("probe-") and (d / "result.json").is_file()]
     assert probes, p.stdout[-3000:]
@@ -128,9 +120,7 @@ def test_sweep_balances_every_probe(sims: dict[str, str], tmp_path: Path) -> Non
 @pytest.mark.timeout(120)
 def test_a_remote_replica_needs_yes(sims: dict[str, str], tmp_path: Path) -> None:
     # 192.0.2.1 is TEST-NET-1 (never routed): refused before anything is sent to any replica
-    p = loadgen(
-        "run", "--endpoint", sims["a"], "--endpoint", "http://192.0.2.1:8000", *RUN, "--out", str(tmp_path / "r")
-    )
+    p = cli_run("run", "--endpoint", sims["a"], "--endpoint", "http://192.0.2.1:8000", *RUN, out=tmp_path / "r")
     assert p.returncode == 2 and "pass --yes" in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
     assert (
         "http://192.0.2.1:8000 is not a loopback address" in p.stderr and not (tmp_path / "r" / "result.json").exists()

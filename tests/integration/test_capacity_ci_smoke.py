@@ -21,6 +21,8 @@ import pytest
 
 from tests.fixtures.cli_proc import REPO, cli_env
 
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 
 @pytest.mark.timeout(120)
 def test_two_seed_smoke_of_the_coverage_benchmark(tmp_path: Path) -> None:

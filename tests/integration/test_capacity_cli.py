@@ -17,11 +17,13 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.cli_proc import cli_run
+
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "capacity"
@@ -30,20 +32,15 @@ SLO = "ttft:p90<=200ms"  # p90: 29 requests decide a probe (p99 needs 299)
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 
 
-def loadgen(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout_s, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("capacity")
     rate = base / "rate"
     # one output token: fewer than 1,000 token stamps per probe, so a busy client is judged on its
     # event-loop lag (--max-loop-lag), not on the 3 ms stamp-lateness bound
-    p = loadgen("sweep", "--slo", SLO, "--calibration", "2s", "--precision", "25%", "--probe-duration",
+    p = cli_run("sweep", "--slo", SLO, "--calibration", "2s", "--precision", "25%", "--probe-duration",
                 "1s", "--input-tokens", "32", "--output-tokens", "1", "--max-loop-lag", "200ms", "--max-schedule-lag",
-                "100ms", "--sim-args", "--fifo --slots 2 --ttft-ms 40 --itl-ms 2", "--out", str(rate))  # fmt: skip
+                "100ms", "--sim-args", "--fifo --slots 2 --ttft-ms 40 --itl-ms 2", out=rate, timeout=240)  # fmt: skip
     assert "Traceback" not in p.stderr, p.stderr
     assert (rate / "sweep.json").is_file(), p.stdout[-3000:] + p.stderr[-3000:]
     return {"rate": rate, "base": base}
@@ -62,7 +59,7 @@ def test_the_live_sweep_records_its_effective_counts_and_capacity_ci_reads_them(
         assert len(t["tau"]) >= 1 and min(t["tau"]) >= 1.0
         lo, hi = t["bounds"]
         assert 0.0 <= lo <= hi <= 1.0
-    ci = loadgen("capacity", "ci", str(live["rate"]), timeout_s=60)
+    ci = cli_run("capacity", "ci", str(live["rate"]), timeout=60)
     assert ci.returncode == 0, ci.stdout + ci.stderr
     assert "effective counts" in " ".join(ci.stdout.split())
 
@@ -70,8 +67,8 @@ def test_the_live_sweep_records_its_effective_counts_and_capacity_ci_reads_them(
 @pytest.mark.timeout(400)
 def test_plan_from_a_live_sweep(live: dict[str, Path]) -> None:
     out = live["base"] / "plan"
-    p = loadgen("plan", "--capacity", str(live["rate"]), "--label", "live", "--demand", str(FIX / "day.csv"), "--slo", SLO, "--headroom", "10%",
-                "--prices", str(FIX / "prices.toml"), "--out", str(out))  # fmt: skip
+    p = cli_run("plan", "--capacity", str(live["rate"]), "--label", "live", "--demand", str(FIX / "day.csv"), "--slo", SLO, "--headroom", "10%",
+                "--prices", str(FIX / "prices.toml"), out=out)  # fmt: skip
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     answer = json.loads((live["rate"] / "sweep.json").read_text())["answer"]["max_rate_rps"]
     assert answer
@@ -85,9 +82,9 @@ def test_plan_from_a_live_sweep(live: dict[str, Path]) -> None:
     assert ci["ci_lower_rps"] is None or ci["ci_lower_rps"] <= answer
     assert ci["ci_upper_rps"] is None or ci["ci_upper_rps"] > answer
 
-    g = loadgen("capacity", "gate", "--baseline", str(FIX / "sim8"), "--candidate", str(live["rate"]))
+    g = cli_run("capacity", "gate", "--baseline", str(FIX / "sim8"), "--candidate", str(live["rate"]))
     assert g.returncode == 2 and "different SLOs" in g.stderr, g.stdout + g.stderr
-    same = loadgen("capacity", "gate", "--baseline", str(live["rate"]), "--candidate", str(live["rate"]))
+    same = cli_run("capacity", "gate", "--baseline", str(live["rate"]), "--candidate", str(live["rate"]))
     assert same.returncode == 0, same.stdout + same.stderr
 
 
@@ -96,11 +93,11 @@ def test_plan_from_a_live_sweep(live: dict[str, Path]) -> None:
 def test_pareto_and_plan_pages_in_chromium(live: dict[str, Path]) -> None:
     pytest.importorskip("matplotlib", reason="matplotlib not installed (extra: report)")
     pytest.importorskip("playwright", reason="playwright not installed (extra: ui-test)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import Request, sync_playwright
 
     par = live["base"] / "pareto"
-    p = loadgen("capacity", "pareto", str(FIX / "batch16"), str(FIX / "sim8"), "--label", "batch16", "--label", "sim8",
-                "--target-tps-per-user", "300", "--price-per-accelerator-hour", "2", "--out", str(par))  # fmt: skip
+    p = cli_run("capacity", "pareto", str(FIX / "batch16"), str(FIX / "sim8"), "--label", "batch16", "--label", "sim8",
+                "--target-tps-per-user", "300", "--price-per-accelerator-hour", "2", out=par)  # fmt: skip
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads((par / "pareto.json").read_text())
     batch = doc["systems"][0]
@@ -114,7 +111,7 @@ def test_pareto_and_plan_pages_in_chromium(live: dict[str, Path]) -> None:
     assert a["tps_per_accelerator"] == pytest.approx(x) and a["between"] == ["c4", "c1"]
     assert a["cost_per_million_output_tokens_usd"] == pytest.approx(2 / (x * 3600) * 1e6)
     plan = live["base"] / "plan-conc"
-    q = loadgen("plan", "--capacity", str(FIX / "batch16"), "--demand", str(FIX / "day.csv"), "--out", str(plan))
+    q = cli_run("plan", "--capacity", str(FIX / "batch16"), "--demand", str(FIX / "day.csv"), out=plan)
     assert q.returncode == 0 and "concurrency sweep" in q.stdout, q.stdout[-3000:] + q.stderr[-3000:]
 
     args = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
@@ -125,7 +122,12 @@ def test_pareto_and_plan_pages_in_chromium(live: dict[str, Path]) -> None:
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 url = page_path.resolve().as_uri()
                 asked: list[str] = []
-                page.on("request", lambda r, url=url, asked=asked: asked.append(r.url) if r.url != url else None)
+
+                def note(r: Request, url: str = url, asked: list[str] = asked) -> None:
+                    if r.url != url:
+                        asked.append(r.url)
+
+                page.on("request", note)
                 page.goto(url, wait_until="load", timeout=30_000)
                 assert asked == [], page_path  # self-contained
                 widths = page.evaluate(

@@ -171,7 +171,7 @@ async def replay(
         async with server as srv:
             cfg = OpenAIConfig(
                 base_url=srv.url,
-                api=api,  # type: ignore[arg-type]
+                api=api,  # type: ignore[arg-type]  # the case's api: "completions" or "chat"
                 model="scripted",
                 preflight=False,
                 timeout_s=CASE_TIMEOUT_S,
@@ -328,9 +328,9 @@ def check_expected(exp: dict[str, Any], r: Replayed, where: str) -> None:
             assert server is not None, f"{w}: the script has no such moment"
             _close(_ns_s(got), server, TOL_FLUSH_S, f"{w} vs server")
         elif key == "itl_s":
-            got = [v / 1e9 for v in m.itl_ns]
-            assert len(got) == len(want), f"{w}: {got}"
-            for j, (a, b) in enumerate(zip(got, want)):
+            itl_s = [v / 1e9 for v in m.itl_ns]
+            assert len(itl_s) == len(want), f"{w}: {itl_s}"
+            for j, (a, b) in enumerate(zip(itl_s, want)):
                 _close(a, b, TOL_RIGHT_S, f"{w}[{j}]")
         elif key == "itl_mean_s":
             assert m.itl_ns, f"{w}: no ITL samples"
@@ -426,6 +426,7 @@ measurement fault is systematic and fails every attempt; wrong counts, statuses 
 missing samples fail at once."""
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("case,crlf", _params())
 def test_case(case: dict[str, Any] | None, crlf: bool, scripted_server: Any) -> None:
     assert case is not None
@@ -552,5 +553,5 @@ def test_goodput_denominator_exact_window() -> None:
     )
     for r in (zero, one):
         agg.add(r, metrics.compute(r))
-    res = agg.slo_result()
-    assert res is not None and res["denominator"] == 2 and res["conforming_requests"] == 1
+    mixed = agg.slo_result()
+    assert mixed is not None and mixed["denominator"] == 2 and mixed["conforming_requests"] == 1

@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.cli import main
+from loadgen.core.contract import RESULT_SCHEMA_VERSION
+from tests.fixtures.cli_proc import cli_run
 
-REPO = Path(__file__).resolve().parents[2]
 NOWHERE = ["--endpoint", "http://127.0.0.1:9"]
 
 DOCUMENTED_KEYS = {
@@ -39,21 +39,6 @@ DOCUMENTED_KEYS = {
 }
 LATENCY_KEYS = {"ttft", "time_to_first_answer_token", "itl", "inter_chunk", "tpot", "e2e", "schedule_lag", "error_e2e"}
 SUMMARY_KEYS = {"count", "mean", "p50", "p90", "p95", "p99", "p999", "max"}
-
-
-def run_cli(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    for k in ("OPENAI_API_KEY", "COLUMNS", "LINES"):
-        env.pop(k, None)
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -117,7 +102,7 @@ def test_usage_error(args: list[str], message: str, tmp_path: Path) -> None:
 
 
 def test_usage_error_exit_code_in_a_real_process(tmp_path: Path) -> None:
-    p = run_cli([*NOWHERE, "--rate", "5", "--concurrency", "2", "--out", str(tmp_path / "out")])
+    p = cli_run("run", *NOWHERE, "--rate", "5", "--concurrency", "2", out=tmp_path / "out")
     assert p.returncode == 2
     assert p.stdout == ""
     assert p.stderr.splitlines()[-1] == "Error: --rate (open loop) and --concurrency (closed loop) clash: give one"
@@ -129,8 +114,15 @@ def test_usage_error_exit_code_in_a_real_process(tmp_path: Path) -> None:
 
 def test_unreachable_endpoint_exits_3(tmp_path: Path) -> None:
     port = free_port()
-    p = run_cli(
-        ["--endpoint", f"http://127.0.0.1:{port}", "--rate", "5", "--requests", "3", "--out", str(tmp_path / "out")],
+    p = cli_run(
+        "run",
+        "--endpoint",
+        f"http://127.0.0.1:{port}",
+        "--rate",
+        "5",
+        "--requests",
+        "3",
+        out=tmp_path / "out",
         timeout=30,
     )
     assert p.returncode == 3, p.stderr
@@ -144,8 +136,15 @@ def test_unreachable_endpoint_exits_3(tmp_path: Path) -> None:
 
 def test_unreachable_endpoint_error_is_one_line(tmp_path: Path) -> None:
     port = free_port()
-    p = run_cli(
-        ["--endpoint", f"http://127.0.0.1:{port}", "--rate", "5", "--requests", "3", "--out", str(tmp_path / "out")],
+    p = cli_run(
+        "run",
+        "--endpoint",
+        f"http://127.0.0.1:{port}",
+        "--rate",
+        "5",
+        "--requests",
+        "3",
+        out=tmp_path / "out",
         timeout=30,
     )
     assert p.returncode == 3
@@ -160,12 +159,12 @@ def test_unreachable_endpoint_error_is_one_line(tmp_path: Path) -> None:
 
 def test_open_loop_run_writes_documented_files(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p = run_cli(["--rate", "20", "--requests", "30", "--output-tokens", "4", "--out", str(out)])
+    p = cli_run("run", "--rate", "20", "--requests", "30", "--output-tokens", "4", out=out)
     assert p.returncode in (0, 1), p.stderr
     assert "Traceback" not in p.stderr
     res, lines = load(out)
     assert p.returncode == expected_rc(res)
-    assert res["schema_version"] == 1
+    assert res["schema_version"] == RESULT_SCHEMA_VERSION  # loadgen.core.contract (version 1 until issue 29)
     assert DOCUMENTED_KEYS <= set(res)
     assert "slo" not in res
     assert res["interrupted"] is False
@@ -219,8 +218,8 @@ def test_open_loop_run_writes_documented_files(tmp_path: Path) -> None:
 def test_every_request_failed_exits_6(tmp_path: Path) -> None:
     """A run whose measured requests all failed is no measurement: exit 6, one line on stderr."""
     out = tmp_path / "out"
-    p = run_cli(
-        ["--rate", "20", "--requests", "10", "--output-tokens", "4", "--sim-args", "--fault-500 1.0", "--out", str(out)]
+    p = cli_run(
+        "run", "--rate", "20", "--requests", "10", "--output-tokens", "4", "--sim-args", "--fault-500 1.0", out=out
     )
     assert "Traceback" not in p.stderr
     assert p.returncode == 6, (p.returncode, p.stderr)
@@ -232,7 +231,7 @@ def test_every_request_failed_exits_6(tmp_path: Path) -> None:
 
 def test_closed_loop_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p = run_cli(["--concurrency", "4", "--requests", "20", "--output-tokens", "4", "--out", str(out)])
+    p = cli_run("run", "--concurrency", "4", "--requests", "20", "--output-tokens", "4", out=out)
     assert p.returncode in (0, 1), p.stderr
     res, lines = load(out)
     assert p.returncode == expected_rc(res)
@@ -254,7 +253,7 @@ def test_closed_loop_run(tmp_path: Path) -> None:
 
 def test_warmup_requests_are_excluded(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p = run_cli(["--rate", "20", "--warmup", "5", "--requests", "20", "--output-tokens", "4", "--out", str(out)])
+    p = cli_run("run", "--rate", "20", "--warmup", "5", "--requests", "20", "--output-tokens", "4", out=out)
     assert p.returncode in (0, 1), p.stderr
     res, lines = load(out)
     assert res["counts"]["requests"] == 20
@@ -265,10 +264,11 @@ def test_warmup_requests_are_excluded(tmp_path: Path) -> None:
     assert sorted(ln["index"] for ln in lines if ln["phase"] == "measure") == list(range(5, 25))
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("slo,met", [("ttft:p99<=1ms", False), ("ttft:p99<=10s", True)])
 def test_slo_verdict(slo: str, met: bool, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p = run_cli(["--rate", "20", "--requests", "10", "--output-tokens", "4", "--slo", slo, "--out", str(out)])
+    p = cli_run("run", "--rate", "20", "--requests", "10", "--output-tokens", "4", "--slo", slo, out=out)
     res, _ = load(out)
     assert res["slo"]["met"] is met
     (t,) = res["slo"]["targets"]
@@ -292,7 +292,7 @@ def test_embedded_sim_started_once_and_stopped(tmp_path: Path, monkeypatch: pyte
     real = launch.subprocess.Popen
     sims: list[subprocess.Popen[bytes]] = []
 
-    class Spy(real):  # type: ignore[misc, valid-type]
+    class Spy(real):  # type: ignore[misc, valid-type]  # the Popen class read at run time
         def __init__(self, cmd: Any, *a: Any, **k: Any) -> None:
             super().__init__(cmd, *a, **k)
             if "loadgen.sim" in list(cmd):

@@ -6,27 +6,16 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from loadgen.cli import main
+from tests.fixtures.cli_proc import cli_run
 
-REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-config-SENTINEL-98765"
-
-
-def _loadgen(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    for k in ("OPENAI_API_KEY", "COLUMNS", "LINES"):
-        env.pop(k, None)
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=cwd or REPO)  # fmt: skip
 
 
 def _ran(p: subprocess.CompletedProcess[str]) -> None:
@@ -36,10 +25,10 @@ def _ran(p: subprocess.CompletedProcess[str]) -> None:
 
 def test_run_config_used_repeats_the_run_without_secrets(sim_url: str, tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    _ran(_loadgen("run", "--endpoint", sim_url, "--request-rate", "40", "--num-prompts", "12", "--input-tokens",
-                  "uniform:20,40", "--output-tokens", "6", "--seed", "7", "--label", "system-a", "--header",
-                  f"Authorization: Bearer {SECRET}", "--header", "X-Team: perf", "--extra-body",
-                  f'{{"temperature": 0.5, "api_key": "{SECRET}"}}', "--out", str(a)))  # fmt: skip
+    _ran(cli_run("run", "--endpoint", sim_url, "--request-rate", "40", "--num-prompts", "12", "--input-tokens",
+                 "uniform:20,40", "--output-tokens", "6", "--seed", "7", "--label", "system-a", "--header",
+                 f"Authorization: Bearer {SECRET}", "--header", "X-Team: perf", "--extra-body",
+                 f'{{"temperature": 0.5, "api_key": "{SECRET}"}}', out=a))  # fmt: skip
     used = (a / "config.used.toml").read_text()
     assert SECRET not in used and "Authorization" in used  # named in a comment, never its value
     cfg = tomllib.loads(used)
@@ -48,8 +37,8 @@ def test_run_config_used_repeats_the_run_without_secrets(sim_url: str, tmp_path:
     assert json.loads(cfg["extra-body"]) == {"temperature": 0.5, "api_key": "***"}
     assert "out" not in cfg and "salt" not in cfg  # a re-run writes a new directory, with a fresh salt
     # the re-run, from another directory, with the secret given again and a new label (the command line wins)
-    _ran(_loadgen("run", "--config", str(a / "config.used.toml"), "--label", "system-b", "--header",
-                  f"Authorization: Bearer {SECRET}", "--out", str(b), cwd=tmp_path))  # fmt: skip
+    _ran(cli_run("run", "--config", str(a / "config.used.toml"), "--label", "system-b", "--header",
+                 f"Authorization: Bearer {SECRET}", out=b, cwd=tmp_path))  # fmt: skip
     ra, rb = (json.loads((d / "result.json").read_text()) for d in (a, b))
     for k in ("rate", "n_requests", "input_tokens", "output_tokens", "seed", "endpoint", "arrival", "timeout"):
         assert ra["config"][k] == rb["config"][k], k
@@ -67,7 +56,7 @@ def test_run_config_used_repeats_the_run_without_secrets(sim_url: str, tmp_path:
         assert float(row["e2e_ms"]) == line["e2e_ms"] and int(row["output_tokens"]) == line["output_tokens"]
     # --label names the system in the scorecard
     cmp_out = tmp_path / "cmp"
-    p = _loadgen("compare", str(a), str(b), "--force", "--out", str(cmp_out))
+    p = cli_run("compare", str(a), str(b), "--force", out=cmp_out)
     assert p.returncode == 0, p.stderr
     card = json.loads((cmp_out / "scorecard.json").read_text())
     assert [s["label"] for s in card["systems"]] == ["system-a", "system-b"]
@@ -76,7 +65,7 @@ def test_run_config_used_repeats_the_run_without_secrets(sim_url: str, tmp_path:
 def test_yaml_config_and_its_errors(sim_url: str, tmp_path: Path) -> None:
     y = tmp_path / "run.yaml"
     y.write_text(f"endpoint: {sim_url}\nrate: 50\nnum_prompts: 5\noutput-tokens: 4\nslo: 'e2e:p99<=60s'\n")
-    _ran(_loadgen("run", "--config", str(y), "--out", str(tmp_path / "y")))
+    _ran(cli_run("run", "--config", str(y), out=tmp_path / "y"))
     r = json.loads((tmp_path / "y" / "result.json").read_text())
     assert r["counts"]["requests"] == 5 and r["config"]["slos"] == ["e2e:p99<=60s"] and r["config"]["rate"] == 50.0
     bad = tmp_path / "bad.toml"
@@ -100,12 +89,12 @@ def test_sweep_from_a_config_file_and_again_from_its_config_used(tmp_path: Path)
     conf.write_text('slo = ["ttft:p50<=2s"]\nprobe-duration = "1s"\ncalibration = "0"\nstart-rate = 20\n'
                     'max-rate = 30\nprecision = "90%"\ninput-tokens = 16\noutput-tokens = 4\n'
                     'sim-args = "--ttft-ms 1 --itl-ms 1"\nlabel = "sim-fast"\n')  # fmt: skip
-    p = _loadgen("sweep", "--config", str(conf), "--out", str(tmp_path / "s1"))
+    p = cli_run("sweep", "--config", str(conf), out=tmp_path / "s1")
     assert p.returncode in (0, 5), p.stderr[-2000:]  # 5: a lower bound when the busy client was the limit
     used = tomllib.loads((tmp_path / "s1" / "config.used.toml").read_text())
     assert used == {**tomllib.loads(conf.read_text()), "input-tokens": "16", "output-tokens": "4",
                     "start-rate": 20.0, "max-rate": 30.0}  # fmt: skip
-    p = _loadgen("sweep", "--config", str(tmp_path / "s1" / "config.used.toml"), "--out", str(tmp_path / "s2"))
+    p = cli_run("sweep", "--config", str(tmp_path / "s1" / "config.used.toml"), out=tmp_path / "s2")
     assert p.returncode in (0, 5), p.stderr[-2000:]
     s1, s2 = (json.loads((tmp_path / d / "sweep.json").read_text()) for d in ("s1", "s2"))
     assert s1["config"]["label"] == s2["config"]["label"] == "sim-fast"
@@ -117,8 +106,6 @@ def test_sweep_from_a_config_file_and_again_from_its_config_used(tmp_path: Path)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    p = _loadgen(
-        "sweep", "--config", str(conf), "--endpoint", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "s3")
-    )
+    p = cli_run("sweep", "--config", str(conf), "--endpoint", f"http://127.0.0.1:{port}", out=tmp_path / "s3")
     assert p.returncode == 3 and "cannot reach" in p.stderr, p.stderr
     assert not (tmp_path / "s3" / "config.used.toml").exists()

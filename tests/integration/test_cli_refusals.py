@@ -9,22 +9,13 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.fixtures.cli_proc import cli_run
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "capacity"
-
-
-def loadgen(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env.pop("OPENAI_API_KEY", None)
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout_s, env=env)  # fmt: skip
 
 
 def test_plan_refuses_a_session_sweep(tmp_path: Path) -> None:
@@ -34,22 +25,22 @@ def test_plan_refuses_a_session_sweep(tmp_path: Path) -> None:
     doc["sessions"] = {"unit": "sessions/s", "source": {"source": "synthetic"}, "salted_per_session": True}
     (sweep / "sweep.json").write_text(json.dumps(doc))
     out = tmp_path / "plan"
-    p = loadgen("plan", "--capacity", str(sweep), "--demand", str(FIX / "day.csv"), "--out", str(out))
+    p = cli_run("plan", "--capacity", str(sweep), "--demand", str(FIX / "day.csv"), out=out)
     assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
     err = " ".join(p.stderr.split())  # click may wrap the line
     assert "is a session sweep" in err and "sessions/s" in err and "without --sessions" in err, p.stderr
     assert not out.exists()  # refused before anything was written
     # the same sweep without its sessions block plans (the refusal is for the session sweep only)
-    p = loadgen("plan", "--capacity", str(FIX / "sim2"), "--demand", str(FIX / "day.csv"), "--out", str(out))
+    p = cli_run("plan", "--capacity", str(FIX / "sim2"), "--demand", str(FIX / "day.csv"), out=out)
     assert p.returncode == 0 and (out / "plan.json").is_file(), p.stdout[-2000:] + p.stderr[-2000:]
 
 
 def test_run_refuses_a_brace_list_in_sim_and_serve_args(tmp_path: Path) -> None:
     for flag, value in (("--sim-args", "--fifo --slots {4,8}"), ("--serve-args", "--tensor-parallel-size {1,2}")):
         extra = ["--serve", "vllm"] if flag == "--serve-args" else []
-        p = loadgen("run", *extra, flag, value, "--rate", "1", "--requests", "1", "--out", str(tmp_path / "r"))
+        p = cli_run("run", *extra, flag, value, "--rate", "1", "--requests", "1", out=tmp_path / "r")
         err = " ".join(p.stderr.split())
         assert p.returncode == 2 and "scaling sweep" in err and "loadgen sweep" in err, p.stderr
         assert "did not start" not in err  # refused before any server was started
-    p = loadgen("locust", "--sim-args", "--slots {2,4}", "--headless", "--out", str(tmp_path / "l"))
+    p = cli_run("locust", "--sim-args", "--slots {2,4}", "--headless", out=tmp_path / "l")
     assert p.returncode == 2 and "scaling sweep" in " ".join(p.stderr.split()), p.stderr

@@ -34,6 +34,10 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.cli_proc import cli_env, cli_run
+
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 pytest.importorskip("ray", reason="Ray is not installed: pip install 'loadgen[cluster]' to run the --cluster tests")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,13 +50,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    env["COLUMNS"] = "250"
-    env.pop("OPENAI_API_KEY", None)
-    return env
+    return cli_env(RAY_ENV)
 
 
 @pytest.fixture(scope="module")
@@ -132,17 +134,6 @@ def _pids_with_arg(text: str) -> list[int]:
     return out
 
 
-def _cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", *args],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def _lines(p: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
 
@@ -187,19 +178,18 @@ RUN = [
 
 def test_run_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
-    pc = _cli(
-        [
-            *RUN,
-            "--cluster",
-            ray_head,
-            "--out",
-            str(tmp_path / "cluster"),
-            "--sim-args",
-            f"{SIM_ARGS} --truth-log {truth}",
-        ]
+    pc = cli_run(
+        *RUN,
+        "--cluster",
+        ray_head,
+        "--out",
+        str(tmp_path / "cluster"),
+        "--sim-args",
+        f"{SIM_ARGS} --truth-log {truth}",
+        env=RAY_ENV,
     )
     assert pc.returncode in (0, 1), pc.stderr[-3000:]
-    pl = _cli([*RUN, "--out", str(tmp_path / "local"), "--sim-args", SIM_ARGS])
+    pl = cli_run(*RUN, "--out", str(tmp_path / "local"), "--sim-args", SIM_ARGS, env=RAY_ENV)
     assert pl.returncode in (0, 1), pl.stderr[-3000:]
     rc = json.loads((tmp_path / "cluster" / "result.json").read_text())
     rl = json.loads((tmp_path / "local" / "result.json").read_text())
@@ -257,8 +247,8 @@ SWEEP = [
 
 
 def test_sweep_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -> None:
-    pc = _cli([*SWEEP, "--cluster", ray_head, "--out", str(tmp_path / "cluster")])
-    pl = _cli([*SWEEP, "--out", str(tmp_path / "local")])
+    pc = cli_run(*SWEEP, "--cluster", ray_head, out=tmp_path / "cluster", env=RAY_ENV)
+    pl = cli_run(*SWEEP, out=tmp_path / "local", env=RAY_ENV)
     assert pc.returncode == 0, pc.stdout[-3000:] + pc.stderr[-3000:]
     assert pl.returncode == 0, pl.stdout[-3000:] + pl.stderr[-3000:]
     sc = json.loads((tmp_path / "cluster" / "sweep.json").read_text())

@@ -107,6 +107,7 @@ def bare_head() -> Iterator[tuple[str, str]]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.mark.timing
 def test_cli_run_on_nodes_without_loadgen_ships_the_drivers_package(bare_head: tuple[str, str], tmp_path: Path) -> None:
     address, _ = bare_head
     # the driver runs its installed loadgen from another directory: Ray hands the driver's sys.path[0]

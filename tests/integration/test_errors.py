@@ -13,11 +13,8 @@ exactly one request per measured request: ``--no-preflight``).
 from __future__ import annotations
 
 import json
-import os
 import resource
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,34 +23,15 @@ import pytest
 
 from loadgen.core.types import ERROR_KINDS
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.recording_server import RecordingServer, ok_stream
 
-REPO = Path(__file__).resolve().parents[2]
 N_REQ = 30
 RATE = "40"
 OUT_TOKENS = 16
-RUN_TIMEOUT_S = 60
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def run_cli(
-    args: list[str], *, timeout: float = RUN_TIMEOUT_S, preexec_fn: Any = None, env_extra: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.pop("OPENAI_API_KEY", None)
-    env.update(env_extra or {})
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        preexec_fn=preexec_fn,
-    )
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -164,10 +142,11 @@ def fault_run(kind: str, tmp_root: Path, embedded: bool = False) -> dict[str, An
     ]
     t0 = time.monotonic()
     if embedded:
-        proc = run_cli(args + ["--sim-args", " ".join(sim_args)])
+        proc = cli_run("run", *args, "--sim-args", " ".join(sim_args))
     else:
         with SimProcess(sim_args) as sim:
-            proc = run_cli(args + ["--endpoint", sim.url])
+            assert sim.url is not None
+            proc = cli_run("run", *args, "--endpoint", sim.url)
             # stalled handlers end (and log) after their stall; wait for them, bounded
             wait_lines(truth, N_REQ, 8.0)
     run = {
@@ -187,6 +166,7 @@ def _prefix(lines_truth: list[dict[str, Any]]) -> str:
     return prefixes.pop()
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize(
     "kind,embedded",
     [(k, False) for k in FAULTS] + [("500", True)],
@@ -250,6 +230,7 @@ def test_fault_kind(kind: str, embedded: bool, tmp_path_factory: pytest.TempPath
         assert run["wall_s"] < 25
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("kind", sorted(CLIENT_LEAVES))
 def test_truth_log_keeps_fault_kind(kind: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     run = fault_run(kind, tmp_path_factory.mktemp("faults"))
@@ -268,19 +249,9 @@ def test_preflight_request_count(tmp_path: Path) -> None:
         with SimProcess(
             ["--truth-log", str(truth), "--ttft-ms", "5", "--itl-ms", "1"] + (["--strict"] if strict else [])
         ) as sim:
-            proc = run_cli(
-                [
-                    "--endpoint",
-                    sim.url,
-                    "--rate",
-                    RATE,
-                    "--requests",
-                    "5",
-                    "--output-tokens",
-                    "4",
-                    "--out",
-                    str(d / "out"),
-                ]
+            assert sim.url is not None
+            proc = cli_run(
+                "run", "--endpoint", sim.url, "--rate", RATE, "--requests", "5", "--output-tokens", "4", out=d / "out"
             )
         assert proc.returncode in (0, 1), proc.stderr
         res = json.loads((d / "out" / "result.json").read_text())
@@ -307,22 +278,20 @@ def test_preflight_request_count(tmp_path: Path) -> None:
 def test_connect_refused_mid_run(tmp_path: Path) -> None:
     answer = 10
     with TinyServer(answer_limit=answer) as srv:
-        proc = run_cli(
-            [
-                "--endpoint",
-                srv.url,
-                "--rate",
-                RATE,
-                "--requests",
-                str(N_REQ),
-                "--output-tokens",
-                "3",
-                "--no-preflight",
-                "--model",
-                "x",
-                "--out",
-                str(tmp_path / "out"),
-            ]
+        proc = cli_run(
+            "run",
+            "--endpoint",
+            srv.url,
+            "--rate",
+            RATE,
+            "--requests",
+            str(N_REQ),
+            "--output-tokens",
+            "3",
+            "--no-preflight",
+            "--model",
+            "x",
+            out=tmp_path / "out",
         )
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
@@ -346,20 +315,18 @@ def test_connect_refused_mid_run(tmp_path: Path) -> None:
 
 def test_discovery_refused_exits_3(tmp_path: Path) -> None:
     port = free_port()
-    proc = run_cli(
-        [
-            "--endpoint",
-            f"http://127.0.0.1:{port}",
-            "--rate",
-            RATE,
-            "--requests",
-            "5",
-            "--no-preflight",
-            "--model",
-            "x",
-            "--out",
-            str(tmp_path / "out"),
-        ],
+    proc = cli_run(
+        "run",
+        "--endpoint",
+        f"http://127.0.0.1:{port}",
+        "--rate",
+        RATE,
+        "--requests",
+        "5",
+        "--no-preflight",
+        "--model",
+        "x",
+        out=tmp_path / "out",
         timeout=30,
     )
     assert proc.returncode == 3, proc.stderr
@@ -381,22 +348,21 @@ def test_client_limit(tmp_path: Path) -> None:
 
     n = 40
     with SimProcess(["--truth-log", str(truth), "--slow-ms", "500", "--ttft-ms", "5", "--itl-ms", "1"]) as sim:
-        proc = run_cli(
-            [
-                "--endpoint",
-                sim.url,
-                "--rate",
-                "400",
-                "--arrival",
-                "constant",
-                "--requests",
-                str(n),
-                "--output-tokens",
-                "4",
-                "--no-preflight",
-                "--out",
-                str(tmp_path / "out"),
-            ],
+        assert sim.url is not None
+        proc = cli_run(
+            "run",
+            "--endpoint",
+            sim.url,
+            "--rate",
+            "400",
+            "--arrival",
+            "constant",
+            "--requests",
+            str(n),
+            "--output-tokens",
+            "4",
+            "--no-preflight",
+            out=tmp_path / "out",
             preexec_fn=low_fd_limit,
         )
         wait_lines(truth, 1, 5.0)

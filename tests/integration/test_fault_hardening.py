@@ -33,11 +33,12 @@ import pytest
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.engine.runplan import LoadConfig
 from loadgen.workload.spec import WorkloadOptions
-from tests.fixtures.fault_matrix import OK, REPO, TOKENS, go, load, run_cli
+from tests.fixtures.cli_proc import cli_run
+from tests.fixtures.fault_matrix import OK, REPO, TOKENS, go, load
 from tests.fixtures.fault_proxy import STREAM_HEAD, FaultServer, b64, check_run, chunk, run_inprocess, text_event
 from tests.fixtures.side_server import SideServer
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
 IDLE_CLOSE_S = 0.060
 
@@ -198,8 +199,8 @@ def test_idle_timeout_ends_a_stalled_stream_cli(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with FaultServer({"mode": "raw", "default": stall, "models": ["m"]}) as srv:
         t = time.monotonic()
-        p = run_cli(["--endpoint", srv.url, "--model", "m", "--requests", "2", "--rate", "4", "--no-preflight",
-                     "--timeout", "60s", "--idle-timeout", "1s", "--out", str(out)], timeout=60)  # fmt: skip
+        p = cli_run("run", "--endpoint", srv.url, "--model", "m", "--requests", "2", "--rate", "4", "--no-preflight",
+                    "--timeout", "60s", "--idle-timeout", "1s", out=out, timeout=60)  # fmt: skip
         wall = time.monotonic() - t
     assert p.returncode not in (0, 2), (p.returncode, p.stderr[-2000:])
     assert wall < 30.0
@@ -237,7 +238,7 @@ def test_preflight_stall_names_the_phase(name: str, tmp_path: Path) -> None:
     routes, phase = PREFLIGHT_CASES[name]
     with SideServer(routes) as srv:
         t = time.monotonic()
-        p = run_cli(_run_args(srv.url, tmp_path / "out"), timeout=60)
+        p = cli_run("run", *_run_args(srv.url, tmp_path / "out"), timeout=60)
         wall = time.monotonic() - t
     err = p.stderr.strip()
     assert p.returncode == 3, (p.returncode, err[-2000:])

@@ -59,7 +59,7 @@ from tests.fixtures.fault_proxy import (
     truth_for,
 )
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.timing]
 
 N_MIXED = 12
 
@@ -163,7 +163,7 @@ def test_dns_failure_sends_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Any:
     truth = tmp_path_factory.mktemp("sim") / "truth.jsonl"
     with SimProcess(["--ttft-ms", "20", "--itl-ms", "5", "--slots", "256", "--truth-log", str(truth)]) as s:
-        s.truth_path = truth  # type: ignore[attr-defined]
+        s.truth_path = truth  # type: ignore[attr-defined]  # the truth log rides on the fixture
         yield s
 
 

@@ -23,10 +23,11 @@ import pytest
 
 from loadgen.core.errors import ProtocolError
 from loadgen.core.sse import SSEDecoder
-from tests.fixtures.fault_matrix import OK, check_no_retries, check_success_untouched, go, load, run_cli
+from tests.fixtures.cli_proc import cli_run
+from tests.fixtures.fault_matrix import OK, check_no_retries, check_success_untouched, go, load
 from tests.fixtures.fault_proxy import FaultServer, check_run, make_self_signed, run_inprocess
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.timing]
 
 
 # --------------------------------------------------------------------------- a 64 MiB line
@@ -218,9 +219,9 @@ def test_tls_cli_verification_on_by_default_off_only_when_asked(
     cert, key = certs["ip"]
     common = ["--rate", "20", "--requests", "4", "--output-tokens", "4", "--input-tokens", "8", "--model", "m"]
     with FaultServer({"mode": "raw", "default": OK, "tls": {"cert": cert, "key": key}}) as srv:
-        p = run_cli(["--endpoint", srv.url, *common, "--out", str(tmp_path / "verify")])
+        p = cli_run("run", "--endpoint", srv.url, *common, out=tmp_path / "verify")
         assert srv.requests() == []
-        q = run_cli(["--endpoint", srv.url, *common, "--insecure", "--out", str(tmp_path / "insecure")])
+        q = cli_run("run", "--endpoint", srv.url, *common, "--insecure", out=tmp_path / "insecure")
     assert p.returncode == 3, p.stderr
     assert "Traceback" not in p.stderr
     lines = p.stderr.strip().splitlines()
@@ -239,7 +240,7 @@ def test_tls_hostname_mismatch_with_a_trusted_certificate(certs: dict[str, tuple
     common = ["--rate", "20", "--requests", "2", "--output-tokens", "4", "--input-tokens", "8", "--model", "m"]
     cert, key = certs["other"]
     with FaultServer({"mode": "raw", "default": OK, "tls": {"cert": cert, "key": key}}) as srv:
-        p = run_cli(["--endpoint", srv.url, *common, "--out", str(tmp_path / "a")], {"SSL_CERT_FILE": cert})
+        p = cli_run("run", "--endpoint", srv.url, *common, out=tmp_path / "a", env={"SSL_CERT_FILE": cert})
         assert srv.requests() == []
     assert p.returncode == 3, p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
@@ -283,24 +284,22 @@ def test_redirect_cli_discovery_and_requests(tmp_path: Path) -> None:
     with FaultServer({"mode": "raw", "default": OK}) as other:
         redirect = {"kind": "status", "status": 307, "headers": {"Location": other.url + "/v1/completions"}}
         with FaultServer({"mode": "raw", "default": redirect, "redirect_all": True}) as srv:
-            p = run_cli(
-                [
-                    "--endpoint",
-                    srv.url,
-                    "--model",
-                    "m",
-                    "--rate",
-                    "20",
-                    "--requests",
-                    "4",
-                    "--output-tokens",
-                    "4",
-                    "--api-key-env",
-                    "LG_REDIRECT_KEY",
-                    "--out",
-                    str(tmp_path / "o"),
-                ],
-                {"LG_REDIRECT_KEY": "sk-SENTINEL-cli-redirect"},
+            p = cli_run(
+                "run",
+                "--endpoint",
+                srv.url,
+                "--model",
+                "m",
+                "--rate",
+                "20",
+                "--requests",
+                "4",
+                "--output-tokens",
+                "4",
+                "--api-key-env",
+                "LG_REDIRECT_KEY",
+                out=tmp_path / "o",
+                env={"LG_REDIRECT_KEY": "sk-SENTINEL-cli-redirect"},
             )
             seen = srv.events("req")
         time.sleep(0.1)

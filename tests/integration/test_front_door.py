@@ -7,9 +7,7 @@ plain HTTP server that is not OpenAI-compatible (404 for everything), both on 12
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,24 +16,9 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.fixtures.cli_proc import cli_run
+
 SWEEP_SHORT = ["--slo", "ttft:p90<=2s", "--probe-duration", "2s", "--input-tokens", "16", "--output-tokens", "8"]
-
-
-def cli(cmd: str, args: list[str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env["COLUMNS"] = "250"  # one line stays one line
-    for k in ("OPENAI_API_KEY", "LINES"):
-        env.pop(k, None)
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", cmd, *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def error_line(p: subprocess.CompletedProcess[str]) -> str:
@@ -86,8 +69,8 @@ def not_openai() -> Iterator[tuple[str, list[str]]]:
 
 def test_run_wrong_model_is_named_before_any_load(sim_url: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    p = cli("run", ["--endpoint", sim_url, "--model", "no-such-model", "--rate", "20", "--requests", "20",
-                    "--out", str(out)])  # fmt: skip
+    p = cli_run("run", "--endpoint", sim_url, "--model", "no-such-model", "--rate", "20", "--requests", "20",
+                out=out)  # fmt: skip
     assert p.returncode == 2, p.stdout + p.stderr
     line = error_line(p)
     assert "HTTP 404" in line and "The model `no-such-model` does not exist" in line, line
@@ -96,7 +79,7 @@ def test_run_wrong_model_is_named_before_any_load(sim_url: str, tmp_path: Path) 
 
 def test_sweep_wrong_model_stops_before_calibration(sim_url: str, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    p = cli("sweep", ["--endpoint", sim_url, "--model", "no-such-model", *SWEEP_SHORT, "--out", str(out)])
+    p = cli_run("sweep", "--endpoint", sim_url, "--model", "no-such-model", *SWEEP_SHORT, out=out)
     assert p.returncode == 2, p.stdout + p.stderr
     line = error_line(p)
     assert "HTTP 404" in line and "does not exist" in line, line
@@ -106,7 +89,7 @@ def test_sweep_wrong_model_stops_before_calibration(sim_url: str, tmp_path: Path
 
 def test_run_not_openai_compatible_without_model(not_openai: tuple[str, list[str]], tmp_path: Path) -> None:
     url, seen = not_openai
-    p = cli("run", ["--endpoint", url, "--rate", "20", "--requests", "20", "--out", str(tmp_path / "run")])
+    p = cli_run("run", "--endpoint", url, "--rate", "20", "--requests", "20", out=tmp_path / "run")
     assert p.returncode == 2, p.stdout + p.stderr  # was exit 3, "/v1/models lists none"
     line = error_line(p)
     assert "GET" in line and "/v1/models" in line and "HTTP 404" in line and "Not Found" in line, line
@@ -116,7 +99,7 @@ def test_run_not_openai_compatible_without_model(not_openai: tuple[str, list[str
 def test_sweep_not_openai_compatible_with_model(not_openai: tuple[str, list[str]], tmp_path: Path) -> None:
     url, seen = not_openai
     out = tmp_path / "sweep"
-    p = cli("sweep", ["--endpoint", url, "--model", "m", *SWEEP_SHORT, "--out", str(out)])
+    p = cli_run("sweep", "--endpoint", url, "--model", "m", *SWEEP_SHORT, out=out)
     assert p.returncode == 2, p.stdout + p.stderr
     line = error_line(p)
     assert "POST" in line and "/v1/completions" in line and "HTTP 404" in line, line
@@ -124,10 +107,11 @@ def test_sweep_not_openai_compatible_with_model(not_openai: tuple[str, list[str]
     assert not out.exists() or not any(out.iterdir())
 
 
+@pytest.mark.timing
 def test_full_path_endpoint_picks_the_api(sim_url: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    p = cli("run", ["--endpoint", sim_url + "/v1/chat/completions", "--rate", "20", "--requests", "10",
-                    "--input-tokens", "16", "--output-tokens", "8", "--out", str(out)])  # fmt: skip
+    p = cli_run("run", "--endpoint", sim_url + "/v1/chat/completions", "--rate", "20", "--requests", "10",
+                "--input-tokens", "16", "--output-tokens", "8", out=out)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr  # was exit 6: every request an http_error
     said = [ln for ln in p.stderr.splitlines() if "/v1/chat/completions" in ln]
     assert len(said) == 1 and "--api chat" in said[0], p.stderr
@@ -138,6 +122,6 @@ def test_full_path_endpoint_picks_the_api(sim_url: str, tmp_path: Path) -> None:
 
 
 def test_full_path_endpoint_clashing_api_is_a_usage_error(tmp_path: Path) -> None:
-    p = cli("run", ["--endpoint", "http://127.0.0.1:9/v1/completions", "--api", "chat", "--rate", "5",
-                    "--requests", "5", "--out", str(tmp_path / "run")])  # fmt: skip
+    p = cli_run("run", "--endpoint", "http://127.0.0.1:9/v1/completions", "--api", "chat", "--rate", "5",
+                "--requests", "5", out=tmp_path / "run")  # fmt: skip
     assert p.returncode == 2 and "clashes with --api chat" in error_line(p), p.stderr

@@ -108,6 +108,7 @@ def _requests(out: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("via", ["flag", "config_file"])
 def test_run_against_a_server_that_never_answers_ends_at_the_header_timeout(
     hung: HungServer, tmp_path: Path, via: str
@@ -126,7 +127,7 @@ def test_run_against_a_server_that_never_answers_ends_at_the_header_timeout(
         args += ["--config", str(cfg)]
     out = tmp_path / "out"
     t = time.monotonic()
-    p = cli_run("run", args, out, timeout=90)
+    p = cli_run("run", *args, out=out, timeout=90)
     wall = time.monotonic() - t
     assert p.returncode == EXIT_ALL_FAILED, (p.returncode, p.stderr[-3000:])
     assert "header_timeout 2" in p.stderr, p.stderr[-3000:]

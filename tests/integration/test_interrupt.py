@@ -20,6 +20,8 @@ import pytest
 from loadgen.workload.arrivals import arrival_offsets_ns
 from tests.fixtures.cli_proc import CliProc, cli_procs
 
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 RATE = 20.0
 DURATION_S = 60.0
 SCHEDULE_LEN = len(arrival_offsets_ns("poisson", RATE, duration_s=DURATION_S, seed=0))
@@ -75,7 +77,7 @@ def check_interrupted(run: Run, rc: int) -> tuple[dict[str, Any], list[dict[str,
     return res, lines
 
 
-def test_sigint_drains_in_flight(start) -> None:  # type: ignore[no-untyped-def]
+def test_sigint_drains_in_flight(start: Callable[[list[str]], Run]) -> None:
     run = start([*BASE_ARGS, "--sim-args", SIM])
     run.wait_for(lambda: len(run.lines()) >= 10, 30.0, "10 finished requests")
     rc, took = run.signal_and_wait(signal.SIGINT)
@@ -90,7 +92,7 @@ def test_sigint_drains_in_flight(start) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_stop_cancels_requests_past_the_grace(start, sig: int) -> None:  # type: ignore[no-untyped-def]
+def test_stop_cancels_requests_past_the_grace(start: Callable[[list[str]], Run], sig: int) -> None:
     # every request stalls 10 s half-way: none can finish inside the 2 s grace
     run = start([*BASE_ARGS, "--sim-args", f"{SIM} --fault-stall 1.0 --stall-ms 10000"])
     run.wait_for(run.jsonl.exists, 30.0, "the run to start")
@@ -114,7 +116,7 @@ def test_stop_cancels_requests_past_the_grace(start, sig: int) -> None:  # type:
     assert 1.9 <= took < 2.0 + 8.0  # waited for the grace, not for the 10 s stall
 
 
-def test_second_sigint_cancels_at_once(start) -> None:  # type: ignore[no-untyped-def]
+def test_second_sigint_cancels_at_once(start: Callable[[list[str]], Run]) -> None:
     args = [a if a != "2s" else "30s" for a in BASE_ARGS]  # --drain-grace 30s
     run = start([*args, "--sim-args", f"{SIM} --fault-stall 1.0 --stall-ms 10000"])
     run.wait_for(run.jsonl.exists, 30.0, "the run to start")
@@ -132,7 +134,7 @@ def test_second_sigint_cancels_at_once(start) -> None:  # type: ignore[no-untype
 # Ctrl-C during the pre-flight (issue 20 item 12), for run and sweep: discovery (GET /v1/models)
 # and the pre-flight POST never answer; exit 130 at once, no traceback. (run during discovery is
 # also tests/integration/test_fault_hardening.py's.)
-PREFLIGHT_STALLS = {
+PREFLIGHT_STALLS: dict[str, tuple[dict[str, dict[str, Any]], tuple[str, str | None]]] = {
     "discovery": ({"GET /v1/models": {"kind": "never"}}, ("GET", "/v1/models")),
     "preflight_post": (
         {"GET /v1/models": {"kind": "ok", "body": b'{"data": [{"id": "m"}]}'}, "POST": {"kind": "never"}},

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(REPO))
 
@@ -167,7 +169,8 @@ class OtlpReceiver:
             ExportMetricsServiceResponse,
         )
 
-        received = self.received = []
+        self.received: list[tuple[str, Any]] = []  # (path, ExportMetricsServiceRequest)
+        received = self.received
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # http.server's name for it

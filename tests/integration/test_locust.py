@@ -29,7 +29,10 @@ from loadgen.sim import SimProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HAVE_LOCUST = importlib.util.find_spec("locust") is not None
-pytestmark = pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'")
+pytestmark = [
+    pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'"),
+    pytest.mark.timing,
+]
 
 TOL_MS = 2.0
 
@@ -158,6 +161,7 @@ def _truth_run(tmp_path: Path) -> None:
     tmp_path.mkdir()
     truth_path = tmp_path / "truth.jsonl"
     with SimProcess(["--ttft-ms", "30", "--itl-ms", "10", "--truth-log", str(truth_path)]) as sim:
+        assert sim.url is not None
         res = run_locust(
             ["--endpoint", sim.url, "--input-tokens", "32", "--output-tokens", "16",
              "--headless", "-u", "1", "-r", "10", "-t", "8s"], tmp_path, "truth",
@@ -203,6 +207,7 @@ def test_master_and_two_workers_merge_exactly(tmp_path: Path) -> None:
     port = free_port()
     out = tmp_path / "dist"
     with SimProcess(["--ttft-ms", "20", "--itl-ms", "5"]) as sim:
+        assert sim.url is not None
         master = Child(
             ["--endpoint", sim.url, "--output-tokens", "16", "--out", str(out), "--headless", "--master",
              "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "2",
@@ -265,9 +270,11 @@ def test_open_loop_keeps_rate_when_endpoint_slows(tmp_path: Path) -> None:
     slow = ["--slots", "4", "--ttft-ms", "50", "--itl-ms", "20"]  # ~5.8 req/s of 32 tokens at most
     common = ["--input-tokens", "32", "--output-tokens", "32", "--headless", "-t", "8s", "--stop-timeout", "0"]
     with SimProcess(slow) as sim:
+        assert sim.url is not None
         open_res = run_locust(["--endpoint", sim.url, "--rate", "10", "--arrival", "constant", "-u", "0", *common],
                               tmp_path, "open")  # fmt: skip
     with SimProcess(slow) as sim:
+        assert sim.url is not None
         closed_res = run_locust(["--endpoint", sim.url, "-u", "7", "-r", "100", *common], tmp_path, "closed")
     sent = open_res["throughput"]["achieved_send_rps"]
     assert abs(sent - 10.0) / 10.0 <= 0.02, open_res["throughput"]
@@ -308,6 +315,7 @@ def test_stop_timeout_lets_inflight_finish_and_errors_by_kind(tmp_path: Path) ->
     """A long enough --stop-timeout: in-flight requests finish; failures are counted by kind
     both in result.json and in Locust's failures table."""
     with SimProcess(["--ttft-ms", "300", "--itl-ms", "5", "--fault-429", "0.3", "--seed", "3"]) as sim:
+        assert sim.url is not None
         res = run_locust(
             ["--endpoint", sim.url, "--no-preflight", "--output-tokens", "8", "--headless", "-u", "2", "-r", "100",
              "-t", "3s", "--stop-timeout", "10", "--csv", str(tmp_path / "lc")], tmp_path, "drain",
@@ -372,6 +380,7 @@ def test_inflight_cap_exhaustion_is_the_servers_backlog(tmp_path: Path) -> None:
     """Open loop whose in-flight cap runs out: the dispatcher waits, the requests are marked, and the wait
     is the server's backlog (every slot in flight there; issue 20 item 14), not "limited by client"."""
     with SimProcess(["--ttft-ms", "600", "--itl-ms", "5"]) as sim:
+        assert sim.url is not None
         res = run_locust(
             ["--endpoint", sim.url, "--no-preflight", "--output-tokens", "4", "--rate", "10", "--arrival", "constant",
              "--max-concurrency", "2", "--headless", "-u", "0", "-t", "4s", "--stop-timeout", "5"], tmp_path, "cap",

@@ -153,6 +153,7 @@ def replay(make_server: Any, replayer: GeventReplayer, c: dict[str, Any], crlf: 
     return [Replayed(s, r, metrics.compute(r), lg, c["api"]) for s, r, lg in zip(scripts, recs, logs)]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("case,crlf", _params())
 def test_case_through_locust_client(case: dict[str, Any] | None, crlf: bool, scripted_server: Any,
                                     replayer: GeventReplayer) -> None:  # fmt: skip

@@ -35,7 +35,10 @@ from tests.fixtures.recording_server import RecordingServer, ok_stream
 from tests.integration.test_locust import HAVE_LOCUST, Child, free_port
 from tests.integration.test_secrets import leaks, new_key
 
-pytestmark = pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'")
+pytestmark = [
+    pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'"),
+    pytest.mark.timing,
+]
 
 ENV_NAME = "LOADGEN_TEST_SENTINEL_KEY"
 

@@ -10,8 +10,6 @@ session header. No timing bound is asserted beyond causality (truth-log order, e
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -20,12 +18,11 @@ import numpy as np
 import pytest
 
 from loadgen.sim import SimProcess
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.recording_server import RecordingServer, sse
 from tests.integration.test_locust import (
     HAVE_LOCUST,
-    REPO_ROOT,
     Child,
-    child_env,
     free_port,
     read_jsonl,
     run_locust,
@@ -43,6 +40,7 @@ def _by_session(recs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return {sid: sorted(turns, key=lambda r: r["turn"]) for sid, turns in out.items()}
 
 
+@pytest.mark.timing
 def test_users_are_sessions_against_the_truth_log(tmp_path: Path) -> None:
     truth_path = tmp_path / "truth.jsonl"
     res = run_locust(
@@ -111,6 +109,7 @@ def _reply_stream(n: int) -> bytes:
     return out + b"data: [DONE]\n\n"
 
 
+@pytest.mark.timing
 def test_history_carries_the_actual_replies_and_the_session_header(tmp_path: Path) -> None:
     replies: dict[int, str] = {}
 
@@ -141,28 +140,25 @@ def test_history_carries_the_actual_replies_and_the_session_header(tmp_path: Pat
     assert checked >= 2
 
 
-def locust_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", "locust", *args], cwd=REPO_ROOT, env=child_env(),
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
-
-
 def test_sessions_refuse_open_loop_options_and_bad_sources(tmp_path: Path) -> None:
-    p = locust_cli("--sessions", "synthetic,turns=2", "--rate", "5", "--headless", "--out", str(tmp_path / "a"))
+    p = cli_run("locust", "--sessions", "synthetic,turns=2", "--rate", "5", "--headless", out=tmp_path / "a")
     assert p.returncode == 2 and "a Locust user is a session" in p.stderr, p.stderr
-    p = locust_cli("--session-header", "X-Session-ID", "--headless", "--out", str(tmp_path / "b"))
+    p = cli_run("locust", "--session-header", "X-Session-ID", "--headless", out=tmp_path / "b")
     assert p.returncode == 2 and "--session-header goes with --sessions" in p.stderr, p.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"session_id": "a", "turns": [{"new_tokens": 5}]}\n')
-    p = locust_cli("--sessions", str(bad), "--headless", "--out", str(tmp_path / "c"))
+    p = cli_run("locust", "--sessions", str(bad), "--headless", out=tmp_path / "c")
     assert p.returncode == 2 and "bad.jsonl" in p.stderr and "output_tokens" in p.stderr, p.stderr
 
 
+@pytest.mark.timing
 def test_master_and_two_workers_run_disjoint_sessions_merged_exactly(tmp_path: Path) -> None:
     """Master + 2 workers: each worker runs its own share of the plan's sessions (no session on two workers, no
     request index twice); the master's records, per-turn facts and session counts are the workers' summed."""
     port = free_port()
     out = tmp_path / "dist"
     with SimProcess(["--ttft-ms", "5", "--itl-ms", "2", "--prefix-cache-blocks", "4000"]) as sim:
+        assert sim.url is not None
         master = Child(
             ["--endpoint", sim.url, "--sessions", "synthetic,turns=3,input=10,output=4,delay=50ms", "--out", str(out),
              "--headless", "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),

@@ -19,7 +19,10 @@ import pytest
 
 from tests.integration.test_locust import HAVE_LOCUST, Child, free_port, read_jsonl
 
-pytestmark = pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'")
+pytestmark = [
+    pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'"),
+    pytest.mark.timing,
+]
 
 
 def test_locust_statistics_count_each_request_once(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from tests.integration.test_locust import HAVE_LOCUST, Child, free_port
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 HAVE_PLAYWRIGHT = importlib.util.find_spec("playwright") is not None
 pytestmark = [
+    pytest.mark.timing,  # asserts timing figures: the serial phase
     pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'"),
     pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (Debian: apt-get install chromium)"),
     pytest.mark.skipif(

@@ -14,22 +14,17 @@ ranks two such runs at one batch, and keeps an open-loop run out of them. ~25 s.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_run
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 SLOTS, ITL_MS, OUT_TOKENS = 16, 20, 32
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], capture_output=True, text=True, timeout=180,
-                          cwd=str(REPO), env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="240"))  # fmt: skip
 
 
 def valid_but_for_stamps(res: dict, proc: subprocess.CompletedProcess[str]) -> None:
@@ -62,11 +57,11 @@ def test_rate_inf_batch_scorecard_matches_the_truth_and_compares(tmp_path: Path)
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     with SimProcess(sim_args) as sim:
         assert sim.url is not None
-        ra = _cli("run", "--endpoint", sim.url, "--rate", "inf", "--requests", "200", "--max-concurrency", str(SLOTS),
-                  *load, "--cost-per-hour", "2", "--power-w", "300", "--out", str(a))  # fmt: skip
-        rb = _cli("run", "--endpoint", sim.url, "--profile", "throughput", "--requests", "64",
-                  "--max-concurrency", str(SLOTS), *load, "--out", str(b))  # fmt: skip
-        rc = _cli("run", "--endpoint", sim.url, "--rate", "20", "--requests", "30", *load, "--out", str(c))
+        ra = cli_run("run", "--endpoint", sim.url, "--rate", "inf", "--requests", "200", "--max-concurrency", str(SLOTS),
+                     *load, "--cost-per-hour", "2", "--power-w", "300", out=a, timeout=180)  # fmt: skip
+        rb = cli_run("run", "--endpoint", sim.url, "--profile", "throughput", "--requests", "64",
+                     "--max-concurrency", str(SLOTS), *load, out=b, timeout=180)  # fmt: skip
+        rc = cli_run("run", "--endpoint", sim.url, "--rate", "20", "--requests", "30", *load, out=c, timeout=180)
     for proc, d in ((ra, a), (rb, b)):
         assert (d / "result.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
         valid_but_for_stamps(json.loads((d / "result.json").read_text()), proc)
@@ -99,11 +94,11 @@ def test_rate_inf_batch_scorecard_matches_the_truth_and_compares(tmp_path: Path)
     assert json.loads((b / "result.json").read_text())["max_throughput"]["batch"] == SLOTS
 
     # the scorecard: two max-throughput runs at one batch are ranked; an open-loop run is kept out
-    both = _cli("compare", str(a), str(b), "--label", "A", "--label", "B", "--out", str(tmp_path / "ab"))
+    both = cli_run("compare", str(a), str(b), "--label", "A", "--label", "B", out=tmp_path / "ab")
     assert both.returncode == 0, both.stderr[-2000:]
     assert "max-throughput: sustained output tok/s" in both.stdout
     rows = {r["key"]: r for r in json.loads((tmp_path / "ab" / "scorecard.json").read_text())["rows"]}
     assert rows["tp_sustained_output_tps"]["best"] in ("A", "B")
-    mixed = _cli("compare", str(a), str(c), "--label", "A", "--label", "C", "--out", str(tmp_path / "ac"))
+    mixed = cli_run("compare", str(a), str(c), "--label", "A", "--label", "C", out=tmp_path / "ac")
     assert mixed.returncode == 0, mixed.stderr[-2000:]
     assert "max_throughput differs" in mixed.stdout and "not a max-throughput run" in mixed.stdout

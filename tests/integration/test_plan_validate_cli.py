@@ -14,22 +14,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli_proc import cli_run
+
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 ROOT = Path(__file__).resolve().parents[2]
 SIM2 = ROOT / "tests" / "fixtures" / "capacity" / "sim2"
 SATURATION_RPS = 2 / 0.040  # the profile's two FIFO servers, 40 ms a request
-
-
-def loadgen(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout_s, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
 
 
 def _validation(out: Path) -> dict:
@@ -46,7 +42,7 @@ def test_validate_holds_at_the_planned_size_and_not_one_fewer(tmp_path: Path) ->
     common = ["plan", "--capacity", str(SIM2), "--demand", str(demand), "--validate", "--validate-seconds", "6s"]
 
     out = tmp_path / "planned"
-    p = loadgen(*common, "--out", str(out))
+    p = cli_run(*common, out=out, timeout=180)
     v = _validation(out) if (out / "plan.json").is_file() else None
     assert v is not None, p.stdout[-3000:] + p.stderr[-3000:]
     assert v["replicas"] == v["planned_replicas"] == 2 and v["slice"]["start_s"] == 3600
@@ -64,7 +60,7 @@ def test_validate_holds_at_the_planned_size_and_not_one_fewer(tmp_path: Path) ->
         assert "HELD" in p.stdout and "Validation by replay" in (out / "plan.html").read_text()
 
     fewer = tmp_path / "fewer"
-    q = loadgen(*common, "--validate-replicas", "1", "--out", str(fewer))
+    q = cli_run(*common, "--validate-replicas", "1", out=fewer, timeout=180)
     w = _validation(fewer) if (fewer / "plan.json").is_file() else None
     assert w is not None, q.stdout[-3000:] + q.stderr[-3000:]
     assert w["replicas"] == 1 and w["planned_replicas"] == 2
@@ -86,16 +82,16 @@ def test_validate_against_real_replicas_and_its_usage_errors(tmp_path: Path) -> 
     doc = json.loads((SIM2 / "sweep.json").read_text())
     doc["config"]["embedded_simulated_endpoint"] = False
     (real / "sweep.json").write_text(json.dumps(doc))
-    p = loadgen("plan", "--capacity", str(real), *common[3:], "--out", str(tmp_path / "x"))
+    p = cli_run("plan", "--capacity", str(real), *common[3:], out=tmp_path / "x", timeout=180)
     assert p.returncode == 2 and "give --validate-endpoint URL once per replica (2)" in p.stderr, p.stderr
     sims = [SimProcess("--fifo --slots 2 --ttft-ms 40 --itl-ms 2".split()) for _ in range(2)]
     try:
         urls = [str(s.url) for s in sims]
-        q = loadgen(*common, "--validate-endpoint", urls[0], "--out", str(tmp_path / "y"))
+        q = cli_run(*common, "--validate-endpoint", urls[0], out=tmp_path / "y", timeout=180)
         assert q.returncode == 2 and "given 1 times: the validation needs 2 replicas" in q.stderr, q.stderr
         out = tmp_path / "z"
-        r = loadgen("plan", "--capacity", str(real), *common[3:], "--validate-endpoint", urls[0], "--validate-endpoint",
-                    urls[1], "--balance", "least-outstanding", "--out", str(out))  # fmt: skip
+        r = cli_run("plan", "--capacity", str(real), *common[3:], "--validate-endpoint", urls[0], "--validate-endpoint",
+                    urls[1], "--balance", "least-outstanding", out=out, timeout=180)  # fmt: skip
     finally:
         for s in sims:
             s.stop()

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from loadgen.core.clock import now_ns
 from loadgen.core.metrics import compute
 from loadgen.core.types import RequestRecord, RequestSpec
@@ -26,6 +28,7 @@ from tests.fixtures.fake_platforms import BufferingProxy, PlatformServer, openai
 MS = 1_000_000
 
 
+@pytest.mark.timing
 def test_buffered_stream_through_proxy_has_no_tpot() -> None:
     writes = openai_chat_writes(
         ["a", "b", "c", "d"],
@@ -54,6 +57,7 @@ def test_buffered_stream_through_proxy_has_no_tpot() -> None:
     assert buffered.ok and buffered.buffered and buffered.completion_tokens == 4
     assert len({e.t_ns for e in buffered.events}) == 1
     m = compute(buffered)
+    assert m.ttft_ns is not None
     assert m.ttft_ns == m.e2e_ns and m.ttft_ns >= 110 * MS
     assert m.tpot_ns is None and m.itl_ns == [] and m.inter_chunk_ns == []
     assert direct.ok and not direct.buffered

@@ -10,7 +10,7 @@ nanosecond values of TTFT/TPOT from the same bytes: tests/unit/test_provider_par
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -18,6 +18,7 @@ from loadgen.core.clock import now_ns
 from loadgen.core.metrics import compute
 from loadgen.core.redact import Redactor
 from loadgen.core.types import RequestRecord, RequestSpec
+from loadgen.endpoints.anthropic import AnthropicEndpoint
 from loadgen.endpoints.providers import make_endpoint
 from tests.fixtures.fake_platforms import (
     PlatformServer,
@@ -47,6 +48,7 @@ def check_stamps(rec: RequestRecord, flushes: list[int], token_write_idx: list[i
         assert 0 <= ev.t_ns - flushes[i] <= LATE_NS, (ev.t_ns - flushes[i]) / 1e6
 
 
+@pytest.mark.timing
 def test_azure_deployment_stream_with_content_filter_chunks() -> None:
     async def go() -> None:
         writes = azure_chat_writes(
@@ -94,6 +96,7 @@ def test_azure_deployment_stream_with_content_filter_chunks() -> None:
     asyncio.run(go())
 
 
+@pytest.mark.timing
 def test_anthropic_messages_stream() -> None:
     async def go() -> None:
         writes = anthropic_writes(
@@ -118,7 +121,7 @@ def test_anthropic_messages_stream() -> None:
             models=["claude-sonnet-4-20250514"],
         ) as srv:
             key = "sk-ant-api03-SENTINEL0123456789"
-            ep = make_endpoint("anthropic", base_url=srv.url, model="claude-x", api_key=key)
+            ep = cast(AnthropicEndpoint, make_endpoint("anthropic", base_url=srv.url, model="claude-x", api_key=key))
             await ep.open()
             try:
                 rec = await one(ep)
@@ -151,6 +154,7 @@ def test_anthropic_messages_stream() -> None:
             ]
             check_stamps(rec, log.flush_ns, idx)
             m = compute(rec)
+            assert m.ttft_ns is not None and m.time_to_first_answer_token_ns is not None
             assert m.output_tokens == 9 and m.ttft_ns < m.time_to_first_answer_token_ns
 
     asyncio.run(go())
@@ -160,7 +164,7 @@ def test_anthropic_failures() -> None:
     async def go() -> None:
         no_stop = anthropic_writes([("text", [(0.01, "a")])], output_deltas=[(0.02, 1)], stop=False)
         err = anthropic_writes([("text", [(0.01, "a")])], stop=False) + [anthropic_error_event(0.02)]
-        scripts = [
+        scripts: list[dict[str, Any]] = [
             {"writes": no_stop},
             {"writes": err},
             {
@@ -217,6 +221,7 @@ def test_openai_quota_headers_retry_after_ms_and_opt_in_retry() -> None:
                 await retrying.close()
             assert first.error_kind == "rate_limited" and first.retry_after_s == 0.08  # retry-after-ms wins
             assert first.ratelimit == {"remaining_requests": 0, "reset_requests_s": 0.08}
+            assert second.attempts is not None
             assert second.ok and len(second.attempts) == 1 and second.attempts[0]["http_status"] == 429
             assert len(srv.posts) == 3  # one try without --retry-429, two with it
             gap = srv.posts[2].arrival_ns - srv.posts[1].arrival_ns
@@ -269,7 +274,7 @@ def test_keys_never_reach_the_record(provider: str) -> None:
                 rec = await one(ep)
             finally:
                 await ep.close()
-        assert rec.http_status == 401 and key not in (rec.error_detail or "") and "***" in rec.error_detail
+        assert rec.http_status == 401 and key not in (rec.error_detail or "") and "***" in (rec.error_detail or "")
         assert key not in repr(ep.describe())
 
     asyncio.run(go())

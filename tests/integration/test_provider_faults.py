@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,25 +25,8 @@ import pytest
 from loadgen.core.clock import now_ns
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.providers import make_endpoint
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.fake_platforms import PlatformServer, anthropic_writes, azure_chat_writes, openai_chat_writes
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def run_cli(args: list[str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    for k in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
-        env.pop(k, None)
-    env["AZ_TEST_KEY"] = "azure-test-key-0123456789"
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_run_azure_content_filter_is_filtered_and_minus_one_quota_is_unknown(tmp_path: Path) -> None:
@@ -68,10 +48,11 @@ def test_run_azure_content_filter_is_filtered_and_minus_one_quota_is_unknown(tmp
         scripts.append({"writes": w, "headers": headers})
     out = tmp_path / "out"
     with PlatformServer(scripts) as srv:
-        p = run_cli(
-            ["--provider", "azure", "--endpoint", srv.url, "--deployment", "d", "--api-key-env", "AZ_TEST_KEY",
-             "--rate", "20", "--arrival", "constant", "--requests", str(n), "--no-preflight",
-             "--input-tokens", "10", "--output-tokens", "3", "--slo", "ttft:p99<=5s", "--out", str(out)]
+        p = cli_run(
+            "run", "--provider", "azure", "--endpoint", srv.url, "--deployment", "d", "--api-key-env", "AZ_TEST_KEY",
+            "--rate", "20", "--arrival", "constant", "--requests", str(n), "--no-preflight",
+            "--input-tokens", "10", "--output-tokens", "3", "--slo", "ttft:p99<=5s",
+            out=out, env={"AZ_TEST_KEY": "azure-test-key-0123456789"},
         )  # fmt: skip
     assert "Traceback" not in p.stderr, p.stderr
     res = json.loads((out / "result.json").read_text())
@@ -86,6 +67,7 @@ def test_run_azure_content_filter_is_filtered_and_minus_one_quota_is_unknown(tmp
     assert not {"limit_tokens", "remaining_tokens", "reset_tokens_s"} & set(series)
 
 
+@pytest.mark.timing
 def test_run_anthropic_stream_left_open_after_message_stop_ends_there(tmp_path: Path) -> None:
     # message_stop at 30 ms, then the body stays open for 20 s; the request deadline is 8 s
     w = anthropic_writes([("text", [(0.01, "Hi"), (0.02, " there")])], input_tokens=20, output_deltas=[(0.03, 2)])
@@ -93,9 +75,9 @@ def test_run_anthropic_stream_left_open_after_message_stop_ends_there(tmp_path: 
     out = tmp_path / "out"
     with PlatformServer(scripts, models=["claude-test"]) as srv:
         t0 = time.monotonic()
-        p = run_cli(
-            ["--provider", "anthropic", "--endpoint", srv.url, "--model", "claude-test", "--rate", "20",
-             "--requests", "3", "--output-tokens", "2", "--timeout", "8s", "--out", str(out)]
+        p = cli_run(
+            "run", "--provider", "anthropic", "--endpoint", srv.url, "--model", "claude-test", "--rate", "20",
+            "--requests", "3", "--output-tokens", "2", "--timeout", "8s", out=out,
         )  # fmt: skip
         wall_s = time.monotonic() - t0
     assert "Traceback" not in p.stderr, p.stderr
@@ -148,9 +130,9 @@ def test_run_tls_handshake_that_never_finishes_is_one_line_naming_tls(
     hanging_tls: HangingTCPServer, tmp_path: Path
 ) -> None:
     port = hanging_tls.port
-    p = run_cli(
-        ["--endpoint", f"https://127.0.0.1:{port}", "--model", "m", "--rate", "5", "--requests", "2",
-         "--connect-timeout", "1s", "--out", str(tmp_path / "out")]
+    p = cli_run(
+        "run", "--endpoint", f"https://127.0.0.1:{port}", "--model", "m", "--rate", "5", "--requests", "2",
+        "--connect-timeout", "1s", out=tmp_path / "out",
     )  # fmt: skip
     assert p.returncode == 3, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
@@ -182,6 +164,7 @@ def test_request_whose_tls_handshake_never_finishes_is_a_timeout_naming_tls(hang
     assert rec.error_detail == f"TLS handshake with 127.0.0.1:{hanging_tls.port} did not finish within 0.5 s"
 
 
+@pytest.mark.timing
 def test_run_stream_in_two_reads_a_few_ms_apart_is_buffered(tmp_path: Path) -> None:
     # 8 tokens: the first 4 chunks written at 200 ms, the rest 3 ms later (a proxy flushing twice)
     n = 4
@@ -190,9 +173,9 @@ def test_run_stream_in_two_reads_a_few_ms_apart_is_buffered(tmp_path: Path) -> N
                                                                    "total_tokens": 16})  # fmt: skip
     out = tmp_path / "out"
     with PlatformServer([{"writes": w} for _ in range(n)]) as srv:
-        p = run_cli(
-            ["--endpoint", srv.url, "--api", "chat", "--model", "scripted", "--rate", "20", "--arrival", "constant",
-             "--requests", str(n), "--no-preflight", "--output-tokens", "8", "--out", str(out)]
+        p = cli_run(
+            "run", "--endpoint", srv.url, "--api", "chat", "--model", "scripted", "--rate", "20",
+            "--arrival", "constant", "--requests", str(n), "--no-preflight", "--output-tokens", "8", out=out,
         )  # fmt: skip
     assert "Traceback" not in p.stderr, p.stderr
     res = json.loads((out / "result.json").read_text())

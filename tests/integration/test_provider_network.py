@@ -77,6 +77,7 @@ def test_keep_alive_first_request_pays_the_setup(cert: tuple[Path, Path]) -> Non
         first, *rest = recs
         assert first.connection_reused is False
         assert first.dns_ns is not None and first.dns_ns >= 0  # "localhost" is resolved
+        assert first.tcp_connect_ns is not None and first.tls_ns is not None and first.connect_ns is not None
         assert first.tcp_connect_ns > 0 and first.tls_ns > 0
         assert first.connect_ns >= first.tcp_connect_ns + first.tls_ns
         for r in rest:
@@ -85,6 +86,7 @@ def test_keep_alive_first_request_pays_the_setup(cert: tuple[Path, Path]) -> Non
         # TTFT with the set-up (from the scheduled time) and without it (from the send)
         dns, tcp, tls, headers, ttft_sent = network_ns(first)
         ttft = compute(first).ttft_ns
+        assert ttft is not None and ttft_sent is not None and tcp is not None and tls is not None
         assert headers is not None and 0 < headers <= ttft_sent
         assert ttft - ttft_sent >= tcp + tls
         assert ttft_sent >= 30 * MS  # the server's first token at 30 ms after the request
@@ -100,6 +102,7 @@ def test_no_reuse_every_request_pays_the_setup(cert: tuple[Path, Path]) -> None:
             assert srv.connections == 3
         assert all(r.ok for r in recs)
         for r in recs:
+            assert r.tls_ns is not None and r.tcp_connect_ns is not None
             assert r.connection_reused is False and r.tls_ns > 0 and r.tcp_connect_ns > 0
         assert recs[1].dns_ns == 0  # from aiohttp's DNS cache
         assert ep.describe()["client"]["connection_reuse"] == "none"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,25 +25,12 @@ from typing import Any
 import pytest
 
 from loadgen.cli.run import run_cmd
+from tests.fixtures.cli_proc import cli_run
 
 WIRED = any(p.name == "provider" for p in run_cmd.params)
 pytestmark = pytest.mark.skipif(not WIRED, reason="--provider/--price-* not wired into loadgen.cli yet")
 
-REPO = Path(__file__).resolve().parents[2]
 P_IN, P_OUT = 2.5, 10.0
-
-
-def run_cli(
-    args: list[str], env_extra: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    for k in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
-        env.pop(k, None)
-    env.update(env_extra or {})
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def all_output_text(out: Path, p: subprocess.CompletedProcess[str]) -> str:
@@ -81,36 +67,33 @@ def test_run_azure_cost_and_quota_series(tmp_path: Path) -> None:
     key = "azure-SENTINEL-KEY-7d1f0c2b9a"
     out = tmp_path / "out"
     try:
-        p = run_cli(
-            [
-                "run",
-                "--provider",
-                "azure",
-                "--endpoint",
-                srv.url,
-                "--deployment",
-                "gpt4o",
-                "--api-key-env",
-                "AZ_TEST_KEY",
-                "--rate",
-                "20",
-                "--arrival",
-                "constant",
-                "--requests",
-                str(n),
-                "--no-preflight",
-                "--input-tokens",
-                "100",
-                "--output-tokens",
-                "3",
-                "--price-input-per-million",
-                str(P_IN),
-                "--price-output-per-million",
-                str(P_OUT),
-                "--out",
-                str(out),
-            ],
-            env_extra={"AZ_TEST_KEY": key},
+        p = cli_run(
+            "run",
+            "--provider",
+            "azure",
+            "--endpoint",
+            srv.url,
+            "--deployment",
+            "gpt4o",
+            "--api-key-env",
+            "AZ_TEST_KEY",
+            "--rate",
+            "20",
+            "--arrival",
+            "constant",
+            "--requests",
+            str(n),
+            "--no-preflight",
+            "--input-tokens",
+            "100",
+            "--output-tokens",
+            "3",
+            "--price-input-per-million",
+            str(P_IN),
+            "--price-output-per-million",
+            str(P_OUT),
+            out=out,
+            env={"AZ_TEST_KEY": key},
         )
     finally:
         srv.stop_thread()
@@ -136,27 +119,24 @@ def test_run_anthropic(tmp_path: Path) -> None:
     key = "sk-ant-SENTINEL-0a9b8c7d6e"
     out = tmp_path / "out"
     try:
-        p = run_cli(
-            [
-                "run",
-                "--provider",
-                "anthropic",
-                "--endpoint",
-                srv.url,
-                "--model",
-                "claude-test",
-                "--api-key-env",
-                "ANT_TEST_KEY",
-                "--rate",
-                "20",
-                "--requests",
-                "3",
-                "--output-tokens",
-                "2",
-                "--out",
-                str(out),
-            ],
-            env_extra={"ANT_TEST_KEY": key},
+        p = cli_run(
+            "run",
+            "--provider",
+            "anthropic",
+            "--endpoint",
+            srv.url,
+            "--model",
+            "claude-test",
+            "--api-key-env",
+            "ANT_TEST_KEY",
+            "--rate",
+            "20",
+            "--requests",
+            "3",
+            "--output-tokens",
+            "2",
+            out=out,
+            env={"ANT_TEST_KEY": key},
         )
     finally:
         srv.stop_thread()
@@ -202,6 +182,7 @@ def _sweep(sim_args: list[str], out: Path, **scfg_kw: Any) -> Any:
         return asyncio.run(go())
 
 
+@pytest.mark.timing
 def test_sweep_dominated_by_429_is_limited_by_rate_limit(tmp_path: Path) -> None:
     outcome = _sweep(
         ["--fault-429", "0.9", "--seed", "3", "--ttft-ms", "5", "--itl-ms", "1"],
@@ -220,6 +201,7 @@ def test_sweep_dominated_by_429_is_limited_by_rate_limit(tmp_path: Path) -> None
     assert "quota" in answer_line(outcome.result)
 
 
+@pytest.mark.timing
 def test_sweep_priced_per_token_reports_cost_per_million_output_tokens(tmp_path: Path) -> None:
     from loadgen.core.pricing import TokenPrices
 

@@ -50,7 +50,7 @@ from loadgen.cli import main as cli_main
 from loadgen.sim.launch import SimProcess
 from tests.readme_commands import ShellCommand, help_examples, readme_commands
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "loadgen" / "data"

@@ -24,8 +24,9 @@ from loadgen.measurement import measure
 from loadgen.serve import ServerObserver, ServerProcess, launch
 from loadgen.serve.process import group_alive
 from loadgen.serve.vllm import find_server_python
+from tests.fixtures.cli_proc import cli_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "servers" / "pytriton" / "tiny_llm.py"
@@ -63,7 +64,7 @@ def _measure(srv: ServerProcess, protocol: str, out: Path, **load: Any) -> tuple
     cfg = LoadConfig(**{"concurrency": 4, "requests": 40, "input_tokens": 16, "output_tokens": 16, **load})
 
     async def go() -> dict[str, Any]:
-        ep = TritonEndpoint(TritonConfig(url=str(url), protocol=protocol, model="tiny_llm"))  # type: ignore[arg-type]
+        ep = TritonEndpoint(TritonConfig(url=str(url), protocol=protocol, model="tiny_llm"))  # type: ignore[arg-type]  # protocol: "http" or "grpc"
         obs = ServerObserver.for_server(srv, model="tiny_llm", sample_period_s=0.5)
         await ep.open()
         try:
@@ -125,7 +126,7 @@ def test_error_inside_the_stream(triton: ServerProcess, protocol: str) -> None:
         from loadgen.core.clock import now_ns
         from loadgen.core.types import RequestRecord, RequestSpec
 
-        ep = TritonEndpoint(TritonConfig(url=str(url), protocol=protocol, model="tiny_llm",  # type: ignore[arg-type]
+        ep = TritonEndpoint(TritonConfig(url=str(url), protocol=protocol, model="tiny_llm",  # type: ignore[arg-type]  # protocol: "http" or "grpc"
                                          sampling_parameters={"fail_after": 3}))  # fmt: skip
         await ep.open()
         try:
@@ -216,7 +217,7 @@ def _measure_model(srv: ServerProcess, protocol: str, url: str, model: str, out:
     cfg = LoadConfig(concurrency=2, requests=8, input_tokens=8, output_tokens=5)
 
     async def go() -> dict[str, Any]:
-        ep = TritonEndpoint(TritonConfig(url=url, protocol=protocol, model=model))  # type: ignore[arg-type]
+        ep = TritonEndpoint(TritonConfig(url=url, protocol=protocol, model=model))  # type: ignore[arg-type]  # protocol: "http" or "grpc"
         await ep.open()
         try:
             return (await measure(ep, cfg, out, install_signal_handlers=False)).result
@@ -240,17 +241,6 @@ def test_vllm_backend_template_fails_cleanly_without_the_backend(tmp_path: Path)
     assert "\n" not in msg and "unable to find backend library for backend 'vllm'" in msg
 
 
-def _cli(cmd: str, args: list[str], timeout: float = 120) -> Any:
-    import subprocess
-    import sys
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env["COLUMNS"] = "250"
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", cmd, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
-
-
 @pytest.mark.parametrize("api", ["triton-grpc", "triton-http"])
 def test_cli_run_triton(triton: ServerProcess, tmp_path: Path, api: str) -> None:
     """As the README types it: the gRPC form is a bare host:port on loopback (no --yes asked)."""
@@ -258,9 +248,9 @@ def test_cli_run_triton(triton: ServerProcess, tmp_path: Path, api: str) -> None
     if api == "triton-grpc":
         url = url.split("://", 1)[-1]
     out = tmp_path / api
-    p = _cli("run", ["--api", api, "--endpoint", url, "--model", "tiny_llm", "--rate", "20", "--requests", "20",
-                     "--input-tokens", "16", "--output-tokens", "8", "--out", str(out),
-                     "--max-schedule-lag", "1s", "--max-loop-lag", "1s"])  # fmt: skip  # a busy CI core
+    p = cli_run("run", "--api", api, "--endpoint", url, "--model", "tiny_llm", "--rate", "20", "--requests", "20",
+                "--input-tokens", "16", "--output-tokens", "8", "--out", str(out),
+                "--max-schedule-lag", "1s", "--max-loop-lag", "1s")  # fmt: skip  # a busy CI core
     assert p.returncode == 0, p.stdout + p.stderr  # was exit 2: unknown api 'triton-http' (and --yes for host:port)
     res = json.loads((out / "result.json").read_text())
     assert res["counts"]["completed"] == 20 and res["counts"]["failed"] == 0, res["counts"]
@@ -270,10 +260,10 @@ def test_cli_run_triton(triton: ServerProcess, tmp_path: Path, api: str) -> None
 def test_cli_sweep_triton_grpc(triton: ServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     url = str(triton.info["grpc_url"]).split("://", 1)[-1]
-    p = _cli("sweep", ["--api", "triton-grpc", "--endpoint", url, "--model", "tiny_llm", "--slo", "ttft:p90<=2s",
-                       "--probe-duration", "2s", "--calibration", "0", "--start-rate", "10", "--min-rate", "10",
-                       "--max-rate", "20", "--input-tokens", "16", "--output-tokens", "8",
-                       "--out", str(out)], timeout=240)  # fmt: skip
+    p = cli_run("sweep", "--api", "triton-grpc", "--endpoint", url, "--model", "tiny_llm", "--slo", "ttft:p90<=2s",
+                "--probe-duration", "2s", "--calibration", "0", "--start-rate", "10", "--min-rate", "10",
+                "--max-rate", "20", "--input-tokens", "16", "--output-tokens", "8",
+                out=out, timeout=240)  # fmt: skip
     assert "Traceback" not in p.stderr and "unknown api" not in p.stderr, p.stderr
     assert p.returncode in (0, 1, 5), p.stdout + p.stderr
     res = json.loads((out / "sweep.json").read_text())

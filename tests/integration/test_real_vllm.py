@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,9 +27,10 @@ from loadgen.engine.runner import Runner, RunPlan
 from loadgen.serve import ServerObserver, ServerProcess, ServerStartError, launch
 from loadgen.serve.process import group_alive
 from loadgen.serve.vllm import find_server_python
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.tiny_model import build_tiny_model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 REPO = Path(__file__).resolve().parents[2]
 # --dtype float32: vLLM's CPU attention picks its AMX kernel for bfloat16 when the CPU reports AMX; on
@@ -104,7 +103,7 @@ def _run_exact(srv: ServerProcess, model_dir: Path, api: str, n: int = 12) -> li
     records: list[RequestRecord] = []
 
     async def go() -> None:
-        ep = OpenAIEndpoint(OpenAIConfig(base_url=srv.base_url, api=api, model="tiny"))  # type: ignore[arg-type]
+        ep = OpenAIEndpoint(OpenAIConfig(base_url=srv.base_url, api=api, model="tiny"))  # type: ignore[arg-type]  # api: "completions" or "chat"
         await ep.open()
         try:
             plan = RunPlan(mode="closed", concurrency=3, make_spec=make, max_requests=n, drain_grace_s=60)
@@ -127,17 +126,11 @@ def test_exact_input_and_output_lengths(vllm: ServerProcess, model_dir: Path, ap
         assert r.events and r.events[0].t_ns > r.scheduled_ns
 
 
-def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(REPO))  # fmt: skip
-
-
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_cli_run(vllm: ServerProcess, tmp_path: Path, api: str) -> None:
     out = tmp_path / "run"
-    p = _cli("run", "--endpoint", vllm.base_url, "--api", api, "--model", "tiny", "--concurrency", "4",
-             "--requests", "16", "--input-tokens", "48", "--output-tokens", "12", "--out", str(out))  # fmt: skip
+    p = cli_run("run", "--endpoint", vllm.base_url, "--api", api, "--model", "tiny", "--concurrency", "4",
+                "--requests", "16", "--input-tokens", "48", "--output-tokens", "12", out=out, timeout=300)  # fmt: skip
     res = json.loads((out / "result.json").read_text())
     # a 16-request run is too short to be VALID (minimum requests and duration), and the
     # server shares this machine's two cores with the client (lag, streams bunched into one
@@ -282,7 +275,9 @@ def test_bad_model_path_fails_cleanly(tmp_path: Path) -> None:
     log = (tmp_path / "vllm-server.log").read_text()
     import re
 
-    pgid = int(re.search(r"process group (\d+)", log).group(1))  # type: ignore[union-attr]
+    found = re.search(r"process group (\d+)", log)
+    assert found is not None
+    pgid = int(found.group(1))
     assert not group_alive(pgid)
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
@@ -362,8 +357,8 @@ def test_server_gauges_on_the_client_time_axis(vllm: ServerProcess, tmp_path: Pa
     trace.write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["timestamp_ms"])))
     out = tmp_path / "run"
     period_s = 0.1
-    p = _cli("run", "--endpoint", vllm.base_url, "--model", "tiny", "--trace", str(trace), "--server-metrics",
-             f"{vllm.base_url}/metrics", "--server-metrics-interval", f"{period_s * 1000:g}ms", "--out", str(out))  # fmt: skip
+    p = cli_run("run", "--endpoint", vllm.base_url, "--model", "tiny", "--trace", str(trace), "--server-metrics",
+                f"{vllm.base_url}/metrics", "--server-metrics-interval", f"{period_s * 1000:g}ms", out=out, timeout=300)  # fmt: skip
     assert p.returncode in (0, 1), p.stderr[-2000:]  # a burst of 30 may make the run INVALID (schedule lag)
     res = json.loads((out / "result.json").read_text())
     assert res["counts"]["completed"] == len(rows) and res["server"]["kind"] == "vllm"

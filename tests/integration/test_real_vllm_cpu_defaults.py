@@ -19,6 +19,7 @@ from loadgen.serve.vllm import find_server_python, is_cpu_build
 from tests.fixtures.tiny_model import build_tiny_model
 
 pytestmark = [
+    pytest.mark.timing,  # asserts timing figures: the serial phase
     pytest.mark.slow,
     pytest.mark.skipif(
         os.environ.get("CI") == "true",

@@ -16,13 +16,12 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from loadgen.report.sweep_report import write_report
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.report_data import H200_SERVER, make_sweep
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
@@ -37,13 +36,6 @@ pytestmark = [
 ]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def loadgen(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "250"}  # the console table on one line per row
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout_s, env=env)  # fmt: skip
 
 
 # in the page: every <td> outside the files row, with its link count and computed text decoration
@@ -54,20 +46,20 @@ SVG_SIZES_JS = "() => [...document.querySelectorAll('figure svg')].map(s => s.ge
 
 @pytest.mark.timeout(180)
 def test_sweep_report_and_scorecard_in_chromium(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import Request, sync_playwright
 
     live = tmp_path / "live"
-    p = loadgen("sweep", "--slo", "ttft:p50<=100ms", "--slo", "e2e:p50<=400ms", "--concurrency-levels", "1,4,16",
+    p = cli_run("sweep", "--slo", "ttft:p50<=100ms", "--slo", "e2e:p50<=400ms", "--concurrency-levels", "1,4,16",
                 "--probe-duration", "1s", "--calibration", "0", "--input-tokens", "32", "--output-tokens", "8",
                 "--cost-per-hour", "1.5", "--max-loop-lag", "200ms", "--sim-args", "--slots 4 --ttft-ms 10 --itl-ms 3",
-                "--out", str(live))  # fmt: skip
+                out=live)  # fmt: skip
     assert (live / "report.html").is_file(), p.stdout[-2000:] + p.stderr[-2000:]
     fixture = tmp_path / "h200"
     doc = make_sweep(fixture, rates=[10.0, 20.0, 40.0, 30.0, 35.0], fail_from_rps=35.0, stopped_rps=40.0,
                      cost_per_hour=8.8, server=H200_SERVER)  # fmt: skip
     write_report(doc, fixture)
     card = tmp_path / "card"
-    c = loadgen("compare", str(live), str(fixture), "--label", "sim", "--label", "h200", "--force", "--out", str(card))
+    c = cli_run("compare", str(live), str(fixture), "--label", "sim", "--label", "h200", "--force", out=card)
     assert c.returncode == 0, c.stdout[-2000:] + c.stderr[-2000:]
     assert "2 x NVIDIA H200 (driver 570.1)" in c.stdout and "$8.80" in c.stdout  # the rows that say what it is
     rows = {r["key"]: r["values"] for r in json.loads((card / "scorecard.json").read_text())["description_rows"]}
@@ -83,7 +75,12 @@ def test_sweep_report_and_scorecard_in_chromium(tmp_path: Path) -> None:
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 url = path.resolve().as_uri()
                 asked: list[str] = []
-                page.on("request", lambda r, url=url, asked=asked: asked.append(r.url) if r.url != url else None)
+
+                def note(r: Request, url: str = url, asked: list[str] = asked) -> None:
+                    if r.url != url:
+                        asked.append(r.url)
+
+                page.on("request", note)
                 page.goto(url, wait_until="load", timeout=30_000)
                 page.screenshot(path=str(shots / f"report-page-{name}.png"), full_page=True)
                 assert [u for u in asked if not u.startswith("data:")] == [], name  # self-contained

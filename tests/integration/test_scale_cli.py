@@ -12,9 +12,6 @@ agree with the sizes' own sweep.json files.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,22 +22,18 @@ from loadgen.capacity import load_sweep
 from loadgen.capacity.scaling import scaling_document
 from loadgen.cli import sweep_exit_code
 from loadgen.cli.scale import ScaledOutcome
+from tests.fixtures.cli_proc import cli_run
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def loadgen(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout_s, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 
 @pytest.mark.timeout(300)
 def test_sweep_per_size_then_scaling_table_and_scorecard(tmp_path: Path) -> None:
     out = tmp_path / "scale"
-    p = loadgen("sweep", "--slo", "ttft:p90<=300ms", "--calibration", "0", "--start-rate", "8", "--precision", "50%",
+    p = cli_run("sweep", "--slo", "ttft:p90<=300ms", "--calibration", "0", "--start-rate", "8", "--precision", "50%",
                 "--probe-duration", "1s", "--max-extensions", "0", "--input-tokens", "16", "--output-tokens", "1",
                 "--max-loop-lag", "200ms", "--max-schedule-lag", "50ms", "--quiet",
-                "--sim-args", "--fifo --slots {1,2} --ttft-ms 40 --itl-ms 2", "--out", str(out))  # fmt: skip
+                "--sim-args", "--fifo --slots {1,2} --ttft-ms 40 --itl-ms 2", out=out, timeout=240)  # fmt: skip
     said = p.stdout[-4000:] + p.stderr[-4000:]
     assert "Traceback" not in p.stderr, said
     docs = [json.loads((out / f"size-{n}" / "sweep.json").read_text()) for n in (1, 2)]
@@ -62,7 +55,7 @@ def test_sweep_per_size_then_scaling_table_and_scorecard(tmp_path: Path) -> None
         eff = scaling["rows"][1]["efficiency"]
         assert eff == pytest.approx(docs[1]["answer"]["max_rate_rps"] / (2 * docs[0]["answer"]["max_rate_rps"]))
         # the user's own scorecard over the two folders says the same
-        c = loadgen("compare", str(out / "size-1"), str(out / "size-2"), "--out", str(tmp_path / "card"))
+        c = cli_run("compare", str(out / "size-1"), str(out / "size-2"), out=tmp_path / "card")
         assert c.returncode == 0, c.stdout + c.stderr
         assert "scaling efficiency" in c.stdout and "per accelerator" in c.stdout
         for card_dir in (out / "scorecard", tmp_path / "card"):

@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+import pytest
+
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.recording_server import RecordingServer, http, ok_stream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,21 +56,6 @@ def leaks(text: str, secret: str) -> list[str]:
     return found
 
 
-def run_cli(args: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.pop("OPENAI_API_KEY", None)
-    env.update(env_extra)
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def assert_no_leaks(out: Path, proc: subprocess.CompletedProcess[str], keys: dict[str, str]) -> None:
     texts = {"stdout": proc.stdout, "stderr": proc.stderr}
     files = sorted(p for p in out.rglob("*") if p.is_file())
@@ -94,21 +82,19 @@ def test_keys_stay_out_ok_then_refused(tmp_path: Path) -> None:
     keys = {"env": new_key(), "x-api-key": new_key(), "query": new_key(), "body": new_key()}
     with RecordingServer(lambda n, r: ok_stream(), refuse_after=10) as srv:
         out = tmp_path / "out"
-        proc = run_cli(
-            [
-                *COMMON,
-                "--endpoint",
-                f"http://127.0.0.1:{srv.port}/v1?api_key={keys['query']}&x=1",
-                "--api-key-env",
-                ENV_NAME,
-                "--header",
-                f"x-api-key: {keys['x-api-key']}",
-                "--extra-body",
-                json.dumps({"api_key": keys["body"], "temperature": 0}),
-                "--out",
-                str(out),
-            ],
-            {ENV_NAME: keys["env"]},
+        proc = cli_run(
+            "run",
+            *COMMON,
+            "--endpoint",
+            f"http://127.0.0.1:{srv.port}/v1?api_key={keys['query']}&x=1",
+            "--api-key-env",
+            ENV_NAME,
+            "--header",
+            f"x-api-key: {keys['x-api-key']}",
+            "--extra-body",
+            json.dumps({"api_key": keys["body"], "temperature": 0}),
+            out=out,
+            env={ENV_NAME: keys["env"]},
         )
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
@@ -157,24 +143,22 @@ def test_keys_stay_out_of_echoed_errors(tmp_path: Path) -> None:
     keys = {"env": new_key(), "authorization": new_key(), "x-api-key": new_key(), "query": new_key(), "body": new_key()}
     with RecordingServer(_echo_errors(keys)) as srv:
         out = tmp_path / "out"
-        proc = run_cli(
-            [
-                *COMMON,
-                "--no-preflight",
-                "--endpoint",
-                f"http://127.0.0.1:{srv.port}?token={keys['query']}",
-                "--api-key-env",
-                ENV_NAME,
-                "--header",
-                f"Authorization: Bearer {keys['authorization']}",
-                "--header",
-                f"x-api-key: {keys['x-api-key']}",
-                "--extra-body",
-                json.dumps({"auth": {"api_key": keys["body"]}}),
-                "--out",
-                str(out),
-            ],
-            {ENV_NAME: keys["env"]},
+        proc = cli_run(
+            "run",
+            *COMMON,
+            "--no-preflight",
+            "--endpoint",
+            f"http://127.0.0.1:{srv.port}?token={keys['query']}",
+            "--api-key-env",
+            ENV_NAME,
+            "--header",
+            f"Authorization: Bearer {keys['authorization']}",
+            "--header",
+            f"x-api-key: {keys['x-api-key']}",
+            "--extra-body",
+            json.dumps({"auth": {"api_key": keys["body"]}}),
+            out=out,
+            env={ENV_NAME: keys["env"]},
         )
     assert proc.returncode in (0, 1, 6), proc.stderr  # 6: every request failed (on purpose here)
     assert "Traceback" not in proc.stderr
@@ -194,8 +178,8 @@ def test_userinfo_key_stays_out(tmp_path: Path) -> None:
     basic = "Basic " + base64.b64encode(f"bob:{key}".encode()).decode()
     with RecordingServer(_echo_errors({"userinfo": key}), refuse_after=None) as srv:
         out = tmp_path / "out"
-        proc = run_cli(
-            [*COMMON, "--no-preflight", "--endpoint", f"http://bob:{key}@127.0.0.1:{srv.port}", "--out", str(out)], {}
+        proc = cli_run(
+            "run", *COMMON, "--no-preflight", "--endpoint", f"http://bob:{key}@127.0.0.1:{srv.port}", out=out
         )
     assert proc.returncode in (0, 1, 6), proc.stderr  # 6: every request failed (on purpose here)
     assert "Traceback" not in proc.stderr
@@ -212,18 +196,16 @@ def test_userinfo_with_api_key(tmp_path: Path) -> None:
     keys = {"env": new_key(), "userinfo": new_key()}
     with RecordingServer(lambda n, r: ok_stream()) as srv:
         out = tmp_path / "out"
-        proc = run_cli(
-            [
-                *COMMON,
-                "--no-preflight",
-                "--endpoint",
-                f"http://bob:{keys['userinfo']}@127.0.0.1:{srv.port}",
-                "--api-key-env",
-                ENV_NAME,
-                "--out",
-                str(out),
-            ],
-            {ENV_NAME: keys["env"]},
+        proc = cli_run(
+            "run",
+            *COMMON,
+            "--no-preflight",
+            "--endpoint",
+            f"http://bob:{keys['userinfo']}@127.0.0.1:{srv.port}",
+            "--api-key-env",
+            ENV_NAME,
+            out=out,
+            env={ENV_NAME: keys["env"]},
         )
     assert {n: leaks(proc.stdout + proc.stderr, k) for n, k in keys.items()} == {n: [] for n in keys}
     assert "Traceback" not in proc.stderr
@@ -243,20 +225,18 @@ def test_key_cut_by_error_truncation(tmp_path: Path) -> None:
 
     with RecordingServer(respond) as srv:
         out = tmp_path / "out"
-        proc = run_cli(
-            [
-                *COMMON,
-                "--requests",
-                "3",
-                "--no-preflight",
-                "--endpoint",
-                f"http://127.0.0.1:{srv.port}",
-                "--api-key-env",
-                ENV_NAME,
-                "--out",
-                str(out),
-            ],
-            {ENV_NAME: key},
+        proc = cli_run(
+            "run",
+            *COMMON,
+            "--requests",
+            "3",
+            "--no-preflight",
+            "--endpoint",
+            f"http://127.0.0.1:{srv.port}",
+            "--api-key-env",
+            ENV_NAME,
+            out=out,
+            env={ENV_NAME: key},
         )
     assert proc.returncode in (0, 1, 6), proc.stderr  # 6: every request failed (on purpose here)
     res, lines = load(out)
@@ -276,17 +256,15 @@ def test_server_text_and_code_query_stay_out(tmp_path: Path) -> None:
     keys = {"env": new_key(), "code": new_key()}
     with RecordingServer(lambda n, r: ok_stream(), get={"/version": _version_echo}) as srv:
         out = tmp_path / "out"
-        proc = run_cli(
-            [
-                *COMMON,
-                "--endpoint",
-                f"http://127.0.0.1:{srv.port}/v1?code={keys['code']}",
-                "--api-key-env",
-                ENV_NAME,
-                "--out",
-                str(out),
-            ],
-            {ENV_NAME: keys["env"]},
+        proc = cli_run(
+            "run",
+            *COMMON,
+            "--endpoint",
+            f"http://127.0.0.1:{srv.port}/v1?code={keys['code']}",
+            "--api-key-env",
+            ENV_NAME,
+            out=out,
+            env={ENV_NAME: keys["env"]},
         )
     assert proc.returncode in (0, 1), proc.stderr
     res, _ = load(out)
@@ -299,7 +277,7 @@ def test_server_text_and_code_query_stay_out(tmp_path: Path) -> None:
 
 def test_a_mistyped_header_is_not_echoed() -> None:
     key = new_key()
-    proc = run_cli([*COMMON, "--endpoint", "http://127.0.0.1:9", "--header", f"Authorization Bearer {key}"], {})
+    proc = cli_run("run", *COMMON, "--endpoint", "http://127.0.0.1:9", "--header", f"Authorization Bearer {key}")
     assert proc.returncode == 2
     assert "Authorization" in proc.stderr and "Traceback" not in proc.stderr
     assert leaks(proc.stdout + proc.stderr, key) == []
@@ -312,7 +290,7 @@ def test_header_env_keeps_the_secret_off_the_command_line(tmp_path: Path) -> Non
     with RecordingServer(lambda n, r: ok_stream()) as srv:
         out = tmp_path / "out"
         args = [*COMMON, "--endpoint", f"http://127.0.0.1:{srv.port}", "--header-env", f"x-api-key={ENV_NAME}"]
-        proc = run_cli([*args, "--out", str(out)], {ENV_NAME: key})
+        proc = cli_run("run", *args, out=out, env={ENV_NAME: key})
     assert proc.returncode in (0, 1), proc.stderr
     assert all(r["headers"]["x-api-key"] == key for r in srv.requests)
     assert key not in " ".join(args)
@@ -328,7 +306,7 @@ def test_a_config_file_with_secrets_must_be_private(tmp_path: Path) -> None:
     cfg.chmod(0o644)
     with RecordingServer(lambda n, r: ok_stream()) as srv:
         args = [*COMMON, "--endpoint", f"http://127.0.0.1:{srv.port}", "--config", str(cfg)]
-        refused = run_cli([*args, "--out", str(tmp_path / "a")], {})
+        refused = cli_run("run", *args, out=tmp_path / "a")
         assert refused.returncode == 2 and not srv.requests
         assert (
             f"holds secrets (header Authorization) and is readable by group or others (mode 0644): chmod 600 {cfg}"
@@ -336,7 +314,7 @@ def test_a_config_file_with_secrets_must_be_private(tmp_path: Path) -> None:
         )
         assert leaks(refused.stdout + refused.stderr, key) == []
         cfg.chmod(0o600)
-        proc = run_cli([*args, "--out", str(tmp_path / "b")], {})
+        proc = cli_run("run", *args, out=tmp_path / "b")
     assert proc.returncode in (0, 1), proc.stderr
     assert all(r["headers"]["authorization"] == f"Bearer {key}" for r in srv.requests)
     assert_no_leaks(tmp_path / "b", proc, {"config": key})
@@ -380,6 +358,7 @@ def test_no_process_loadgen_starts_shows_a_secret(tmp_path: Path) -> None:
     assert all(r["headers"].get("x-api-key") == keys["header-env"] for r in srv.requests if r["method"] == "POST")
 
 
+@pytest.mark.timing
 def test_url_option_credentials_stay_out(tmp_path: Path, sim_url: str) -> None:
     """Credentials in the URL options beside --endpoint (issue 33 item 2): ``--server-metrics`` and
     ``--otlp-endpoint`` each with a userinfo key and a query key. Both are used whole (the scrapes and the
@@ -394,7 +373,7 @@ def test_url_option_credentials_stay_out(tmp_path: Path, sim_url: str) -> None:
         args = ["--endpoint", sim_url, "--rate", "20", "--requests", "20", "--output-tokens", "3",
                 "--server-metrics", metrics, "--server-metrics-interval", "0.2s",
                 "--otlp-endpoint", otlp_url, "--otlp-interval", "1s", "--out", str(out)]  # fmt: skip
-        proc = run_cli(args, {})
+        proc = cli_run("run", *args)
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
     # used whole: the OTLP receiver got the userinfo as HTTP Basic and the query key

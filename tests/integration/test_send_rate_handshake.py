@@ -30,6 +30,8 @@ import pytest
 
 from tests.fixtures.fake_platforms import self_signed_cert
 
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 REPO = Path(__file__).resolve().parents[2]
 HANDSHAKE_S = 0.06
 

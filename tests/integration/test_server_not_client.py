@@ -13,26 +13,19 @@ Through the real command line against the embedded simulated endpoint on 127.0.0
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+import pytest
 
+from tests.fixtures.cli_proc import cli_run
 
-def run(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", *args, "--out", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 
 def test_a_full_max_concurrency_is_the_servers_backlog_not_client_lag(tmp_path: Path) -> None:
     # 20 req/s offered; 2 slots of 300 ms each serve ~6.7 req/s: the cap holds the dispatcher for seconds
-    p = run(["--rate", "20", "--requests", "40", "--output-tokens", "4", "--max-concurrency", "2",
-             "--sim-args", "--ttft-ms 300 --itl-ms 1"], tmp_path / "o")  # fmt: skip
+    p = cli_run("run", "--rate", "20", "--requests", "40", "--output-tokens", "4", "--max-concurrency", "2",
+                "--sim-args", "--ttft-ms 300 --itl-ms 1", out=tmp_path / "o")  # fmt: skip
     res = json.loads((tmp_path / "o" / "result.json").read_text())
     assert res["counts"]["requests"] == 40 and res["counts"]["unsent"] == 0, res["counts"]  # no abort
     checks = {c["name"]: c for c in res["validity"]["checks"]}
@@ -48,8 +41,8 @@ def test_a_full_max_concurrency_is_the_servers_backlog_not_client_lag(tmp_path: 
 
 
 def test_mostly_failed_run_is_a_fail_not_a_success(tmp_path: Path) -> None:
-    p = run(["--rate", "20", "--requests", "40", "--output-tokens", "4", "--no-preflight",
-             "--sim-args", "--fault-500 0.8 --ttft-ms 5 --itl-ms 1"], tmp_path / "o")  # fmt: skip
+    p = cli_run("run", "--rate", "20", "--requests", "40", "--output-tokens", "4", "--no-preflight",
+                "--sim-args", "--fault-500 0.8 --ttft-ms 5 --itl-ms 1", out=tmp_path / "o")  # fmt: skip
     res = json.loads((tmp_path / "o" / "result.json").read_text())
     failed = res["counts"]["failed"]
     assert failed > 20, res["counts"]  # 80 % of 40 (binomial: under 21 about once in 10^5)

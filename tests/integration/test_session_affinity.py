@@ -4,31 +4,19 @@ stable value per session (routers pin a session to a replica by it), seen by a r
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.recording_server import RecordingServer, ok_stream
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def loadgen(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.pop("OPENAI_API_KEY", None)
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
 
 
 def test_each_turn_carries_its_sessions_id_in_the_session_header(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with RecordingServer(lambda n, req: ok_stream()) as srv:
-        p = loadgen("run", "--endpoint", srv.url, "--api", "completions", "--sessions",
+        p = cli_run("run", "--endpoint", srv.url, "--api", "completions", "--sessions",
                     "synthetic,turns=3,input=20,output=3,delay=10ms", "--rate", "20", "--requests", "4",
-                    "--session-header", "X-Session-ID", "--no-preflight", "--quiet", "--out", str(out))  # fmt: skip
+                    "--session-header", "X-Session-ID", "--no-preflight", "--quiet", out=out)  # fmt: skip
         posts = [r for r in srv.requests if r["method"] == "POST"]
     assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 1: INVALID (lag) on a busy machine
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
@@ -45,8 +33,8 @@ def test_each_turn_carries_its_sessions_id_in_the_session_header(tmp_path: Path)
 
 
 def test_session_header_needs_sessions_and_a_header_name(tmp_path: Path) -> None:
-    p = loadgen("run", "--rate", "1", "--requests", "1", "--session-header", "X-Session-ID", "--out", str(tmp_path))
+    p = cli_run("run", "--rate", "1", "--requests", "1", "--session-header", "X-Session-ID", out=tmp_path)
     assert p.returncode == 2 and "--session-header goes with --sessions" in p.stderr, p.stderr
-    p = loadgen("run", "--sessions", "synthetic,turns=2", "--rate", "1", "--requests", "1", "--session-header",
-                "X Session", "--out", str(tmp_path))  # fmt: skip
+    p = cli_run("run", "--sessions", "synthetic,turns=2", "--rate", "1", "--requests", "1", "--session-header",
+                "X Session", out=tmp_path)  # fmt: skip
     assert p.returncode == 2 and "not an HTTP header name" in p.stderr, p.stderr

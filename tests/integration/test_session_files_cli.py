@@ -12,15 +12,14 @@ from __future__ import annotations
 import concurrent.futures
 import importlib.util
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.fixtures.cli_proc import cli_run
+
 RUN = ["run", "--rate", "2", "--requests", "2", "--api", "chat"]
 TURN = '{"new_tokens": 5, "output_tokens": 2'
 GOOD = '{"session_id": "ok", "turns": [' + TURN + "}]}"
@@ -54,15 +53,6 @@ FILES = {
 HAVE_LOCUST = importlib.util.find_spec("locust") is not None
 
 
-def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    for k in ("OPENAI_API_KEY", "COLUMNS", "LINES"):
-        env.pop(k, None)
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
-
-
 def _one_error(p: subprocess.CompletedProcess[str], f: Path, field: str, out: Path) -> None:
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
     assert p.returncode == 2, (p.returncode, p.stderr[-800:])
@@ -84,7 +74,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_run_refuses_each_hostile_file_in_one_line_before_load(files: dict[str, Path], tmp_path: Path) -> None:
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         jobs = {
-            name: pool.submit(_cli, [*RUN, "--sessions", str(f), "--out", str(tmp_path / name)], tmp_path)
+            name: pool.submit(cli_run, *RUN, "--sessions", str(f), out=tmp_path / name, cwd=tmp_path)
             for name, f in files.items()
         }
         for name, job in jobs.items():
@@ -93,16 +83,16 @@ def test_run_refuses_each_hostile_file_in_one_line_before_load(files: dict[str, 
 
 def test_sweep_refuses_a_hostile_file_in_one_line_before_load(files: dict[str, Path], tmp_path: Path) -> None:
     f = files["huge-delay.jsonl"]
-    p = _cli(["sweep", "--sessions", str(f), "--slo", "ttft:p90<=80ms", "--api", "chat", "--out", str(tmp_path / "s")],
-             tmp_path)  # fmt: skip
+    p = cli_run("sweep", "--sessions", str(f), "--slo", "ttft:p90<=80ms", "--api", "chat", out=tmp_path / "s",
+                cwd=tmp_path)  # fmt: skip
     _one_error(p, f, "turns[1].delay_s", tmp_path / "s")
 
 
 @pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'")
 def test_locust_refuses_a_hostile_file_once_before_any_user(files: dict[str, Path], tmp_path: Path) -> None:
     f = files["huge-delay.jsonl"]
-    p = _cli(["locust", "--sessions", str(f), "--api", "chat", "--headless", "-u", "2", "-t", "3s",
-              "--out", str(tmp_path / "l")], tmp_path)  # fmt: skip
+    p = cli_run("locust", "--sessions", str(f), "--api", "chat", "--headless", "-u", "2", "-t", "3s",
+                out=tmp_path / "l", cwd=tmp_path)  # fmt: skip
     _one_error(p, f, "turns[1].delay_s", tmp_path / "l")
 
 
@@ -113,7 +103,7 @@ def test_a_year_long_start_gap_is_capped_with_one_warning(tmp_path: Path) -> Non
         '{"session_id": "b", "start_s": 31536000, "turns": [' + TURN + "}]}\n"
     )
     out = tmp_path / "dry"
-    p = _cli(["run", "--sessions", str(f), "--api", "chat", "--dry-run", "--out", str(out)], tmp_path)
+    p = cli_run("run", "--sessions", str(f), "--api", "chat", "--dry-run", out=out, cwd=tmp_path)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
     warnings = [ln for ln in p.stderr.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and str(f) in warnings[0] and "idle cap of 1 h" in warnings[0], p.stderr

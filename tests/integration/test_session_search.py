@@ -12,36 +12,33 @@ band; the 0.9-1.1 band on a quiet machine is ``scripts/bench_sessions search``).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+import pytest
 
 from loadgen.core.slo import parse_slo
 from loadgen.sim.model import SimParams
 from loadgen.sim.session_reference import session_capacity
 from loadgen.workload.session_sources import load_sessions, parse_session_source
+from tests.fixtures.cli_proc import cli_run
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 SIM = "--slots 16 --ttft-ms 2 --prefill-per-token-ms 0.25 --itl-ms 2 --prefix-cache-blocks 20000"
 SOURCE = "synthetic,turns=3,input=60,output=4,delay=50ms,salt={}"
 SLO = "ttft:p90<=80ms"
 
 
 def sweep_cli(out: Path, salt: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    for k in ("OPENAI_API_KEY", "LINES"):
-        env.pop(k, None)
-    env["COLUMNS"] = "200"
-    cmd = [
-        sys.executable, "-m", "loadgen.cli", "sweep", "--sessions", SOURCE.format(salt), "--slo", SLO,
+    return cli_run(
+        "sweep", "--sessions", SOURCE.format(salt), "--slo", SLO,
         "--api", "completions", "--sim-args", SIM, "--probe-duration", "3s", "--calibration", "0",
         # lag up to 10 ms moves an 80 ms TTFT by at most 12 %: fewer INVALID probes on a busy 2-core machine
         "--max-schedule-lag", "10ms",
         "--out", str(out), *args,
-    ]  # fmt: skip
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+        timeout=240,
+    )  # fmt: skip
 
 
 def test_session_sweep_cli_lands_near_the_reference_and_salting_off_rises(tmp_path: Path) -> None:
@@ -90,11 +87,7 @@ def test_session_sweep_cli_lands_near_the_reference_and_salting_off_rises(tmp_pa
 
     # the scorecard's row for session sweeps: sessions/s, not req/s (loadgen compare)
     card = tmp_path / "card"
-    c = subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "compare", str(out), str(out), "--label", "a", "--label", "b",
-         "--out", str(card)], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
+    c = cli_run("compare", str(out), str(out), "--label", "a", "--label", "b", out=card)
     assert c.returncode == 0, c.stderr
     rows = {r["key"]: r for r in json.loads((card / "scorecard.json").read_text())["rows"]}
     assert rows["max_session_rps"]["label"] == "max session rate meeting the SLO (sessions/s)"

@@ -13,29 +13,16 @@ The two sessions start 0.2 s apart (``--rate 5 --arrival constant``): their own 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.tokenizer import tokenizer_dir  # noqa: F401 - fixture
 
 REPO = Path(__file__).resolve().parents[2]
 TRACELAB = REPO.parent / "shared" / "traces" / "sessions" / "tracelab_example_round_trace.jsonl"
-
-
-def run_cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    for k in ("OPENAI_API_KEY", "COLUMNS", "LINES"):
-        env.pop(k, None)
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", *args], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=timeout,
-    )  # fmt: skip
 
 
 def _read(out: Path, truth: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -53,11 +40,11 @@ def test_synthetic_conversations_exact_history_and_cache_hits(tokenizer_dir: Pat
     pytest.importorskip("tokenizers")
     out, truth = tmp_path / "run", tmp_path / "truth.jsonl"
     tok = str(tokenizer_dir)
-    p = run_cli([
-        "--sessions", "synthetic,turns=10,input=30,output=6,delay=50ms,system=40",
+    p = cli_run(
+        "run", "--sessions", "synthetic,turns=10,input=30,output=6,delay=50ms,system=40",
         "--rate", "4", "--requests", "4", "--api", "chat", "--tokenizer", tok, "--out", str(out),
         "--sim-args", f"--tokenizer {tok} --prefix-cache-blocks 4000 --itl-ms 2 --ttft-ms 5 --truth-log {truth}",
-    ])  # fmt: skip
+    )  # fmt: skip
     assert p.returncode in (0, 1), p.stderr  # 1: INVALID (lag) on a busy machine is allowed; the facts below must hold
     result, recs, truth_by = _read(out, truth)
     assert len(recs) == 40 and all(r["status"] == "ok" for r in recs)
@@ -84,15 +71,16 @@ def test_synthetic_conversations_exact_history_and_cache_hits(tokenizer_dir: Pat
     assert "prefix-cache hit rate" in p.stdout and "per turn depth" in p.stdout
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(not TRACELAB.exists(), reason="shared session traces not present")
 @pytest.mark.parametrize("scale", [0.02, 0.04])
 def test_trace_replay_keeps_causality_at_two_time_scales(tmp_path: Path, scale: float) -> None:
     out, truth = tmp_path / "run", tmp_path / "truth.jsonl"
-    p = run_cli([
-        "--sessions", f"{TRACELAB},time_scale={scale},token_scale=0.01", "--rate", "5", "--arrival", "constant",
+    p = cli_run(
+        "run", "--sessions", f"{TRACELAB},time_scale={scale},token_scale=0.01", "--rate", "5", "--arrival", "constant",
         "--api", "chat", "--out", str(out),
         "--sim-args", f"--prefix-cache-blocks 4000 --itl-ms 1 --ttft-ms 2 --truth-log {truth}",
-    ])  # fmt: skip
+    )  # fmt: skip
     assert p.returncode in (0, 1), p.stderr
     result, recs, truth_by = _read(out, truth)
     assert len(recs) == 19 and all(r["status"] == "ok" for r in recs)
@@ -122,10 +110,10 @@ def test_closed_loop_sessions_and_a_failed_turn_ends_its_session(tmp_path: Path)
     """``--concurrency 2``: never more than two sessions at once, each replaced when it ends; a turn the
     server fails (``--fault-500``) ends its session, the turns after it are counted unsent, not sent."""
     out = tmp_path / "run"
-    p = run_cli([
-        "--sessions", "synthetic,turns=4,input=10,output=3,delay=20ms", "--concurrency", "2", "--requests", "6",
+    p = cli_run(
+        "run", "--sessions", "synthetic,turns=4,input=10,output=3,delay=20ms", "--concurrency", "2", "--requests", "6",
         "--out", str(out), "--sim-args", "--fault-500 0.25 --seed 7 --itl-ms 1 --ttft-ms 2",
-    ])  # fmt: skip
+    )  # fmt: skip
     assert p.returncode in (0, 1), p.stderr
     result = json.loads((out / "result.json").read_text())
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
@@ -155,16 +143,14 @@ def test_closed_loop_sessions_and_a_failed_turn_ends_its_session(tmp_path: Path)
 @pytest.mark.skipif(not TRACELAB.exists(), reason="shared session traces not present")
 def test_dry_run_writes_the_session_schedule_and_trace_inspect_describes_sessions(tmp_path: Path) -> None:
     out = tmp_path / "dry"
-    p = run_cli(["--sessions", "synthetic,turns=3,delay=1s", "--rate", "2", "--requests", "2", "--dry-run",
-                 "--out", str(out)])  # fmt: skip
+    p = cli_run("run", "--sessions", "synthetic,turns=3,delay=1s", "--rate", "2", "--requests", "2", "--dry-run",
+                out=out)  # fmt: skip
     assert p.returncode == 0, p.stderr
     lines = [json.loads(x) for x in (out / "schedule.jsonl").read_text().splitlines()]
     assert [(x["session_id"], x["turn"]) for x in lines] == [(f"s{i}", k) for i in range(2) for k in range(3)]
     assert lines[0]["start_s"] == 0.0 and lines[3]["start_s"] > 0  # first turns absolute...
     assert all(x["delay_s"] == 1.0 and "start_s" not in x for x in lines if x["turn"])  # ...later turns as delays
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    q = subprocess.run([sys.executable, "-m", "loadgen.cli", "trace", "inspect", str(TRACELAB), "--json"], cwd=REPO,
-                       env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    q = cli_run("trace", "inspect", str(TRACELAB), "--json", timeout=60)
     assert q.returncode == 0, q.stderr
     st = json.loads(q.stdout)
     assert st["format"] == "tracelab" and st["sessions"] == 2 and st["turns"] == 19
@@ -177,11 +163,11 @@ def test_sessions_over_two_workers_match_the_truth_log(tmp_path: Path) -> None:
     record one request in the simulator's truth log (and no request there without its record), the
     truth log's prompt and cached tokens on each record, the counts and the ``sessions`` block merged."""
     out, truth = tmp_path / "run", tmp_path / "truth.jsonl"
-    p = run_cli([
-        "--sessions", "synthetic,turns=4,input=30,output=5,delay=20ms", "--rate", "10", "--requests", "10",
+    p = cli_run(
+        "run", "--sessions", "synthetic,turns=4,input=30,output=5,delay=20ms", "--rate", "10", "--requests", "10",
         "--warmup", "2", "--workers", "2", "--api", "completions", "--out", str(out),
         "--sim-args", f"--prefix-cache-blocks 4000 --itl-ms 1 --ttft-ms 2 --truth-log {truth}",
-    ])  # fmt: skip
+    )  # fmt: skip
     assert p.returncode in (0, 1), p.stderr  # 1: INVALID (lag) on a busy machine; the counts below must hold
     result, recs, truth_by = _read(out, truth)
     assert len(recs) == 48 and all(r["status"] == "ok" for r in recs)

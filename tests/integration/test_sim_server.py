@@ -190,6 +190,7 @@ def test_lenient_mode_accepts_vllm_extras_and_rejects_bad_input(sim_url: str) ->
 def test_tokens_per_chunk(tmp_path: Path) -> None:
     truth = tmp_path / "t.jsonl"
     with SimProcess([*FAST, "--tokens-per-chunk", "3", "--truth-log", str(truth)]) as proc:
+        assert proc.url is not None
         r = post(proc.url + "/v1/completions", {"prompt": "x", "max_tokens": 9, "stream": True},
                  {"x-request-id": "k3"})  # fmt: skip
         texts = [ev["choices"][0]["text"] for ev in r.json_events()]
@@ -207,6 +208,7 @@ def test_tokens_per_chunk(tmp_path: Path) -> None:
 
 def test_strict_mode_rejects_unknown_fields() -> None:
     with SimProcess([*FAST, "--strict"]) as proc:
+        assert proc.url is not None
         url = proc.url + "/v1/chat/completions"
         msgs = [{"role": "user", "content": "hi"}]
         for extra in ({"ignore_eos": True}, {"min_tokens": 3}, {"top_k": 5},
@@ -230,6 +232,7 @@ def test_strict_mode_rejects_unknown_fields() -> None:
 def _fault_run(tmp_path: Path, flags: list[str], body: dict[str, Any]) -> tuple[Reply, dict[str, Any], str]:
     truth = tmp_path / "t.jsonl"
     with SimProcess([*FAST, "--truth-log", str(truth), *flags]) as proc:
+        assert proc.url is not None
         r = post(proc.url + "/v1/completions", body)
         lines = wait_truth(truth, 1)
     assert len(lines) == 1
@@ -300,10 +303,11 @@ def _is_json(text: str) -> bool:
 
 
 def test_faults_are_seeded(tmp_path: Path) -> None:
-    outcomes = []
+    outcomes: list[list[int]] = []
     for _ in range(2):
         truth = tmp_path / f"t{len(outcomes)}.jsonl"
         with SimProcess([*FAST, "--fault-500", "0.5", "--seed", "3", "--truth-log", str(truth)]) as proc:
+            assert proc.url is not None
             statuses = [post(proc.url + "/v1/completions", {"prompt": "x", "max_tokens": 1}).status
                         for _ in range(12)]  # fmt: skip
         outcomes.append(statuses)
@@ -326,6 +330,7 @@ def test_truth_log_matches_requests(tmp_path: Path) -> None:
         ))  # fmt: skip
 
     with SimProcess([*FAST, "--truth-log", str(truth)]) as proc:
+        assert proc.url is not None
         replies = asyncio.run(many(proc.url))
         lines = wait_truth(truth, 6)
     assert all(r.status == 200 for r in replies)
@@ -347,6 +352,7 @@ def test_truth_log_matches_requests(tmp_path: Path) -> None:
             assert len(line["chunks"]) == 16
 
 
+@pytest.mark.timing
 def test_lone_request_timing(tmp_path: Path) -> None:
     """TTFT within 3 ms of 100 ms; gaps: mean within 1 ms and median within 2 ms of 20 ms,
     each within 8 ms (server-side truth).
@@ -359,6 +365,7 @@ def test_lone_request_timing(tmp_path: Path) -> None:
     args = ["--ttft-ms", "100", "--itl-ms", "20", "--default-max-tokens", "8", "--truth-log", str(truth)]
     failures = []
     with SimProcess(args) as proc:
+        assert proc.url is not None
         post(proc.url + "/v1/completions", {"prompt": "warm up", "max_tokens": 1})
         for attempt in range(3):
             r = post(proc.url + "/v1/completions", {"prompt": "hello world", "stream": True})
@@ -391,6 +398,7 @@ def test_client_gone_is_logged(tmp_path: Path) -> None:
                 resp.close()
 
     with SimProcess([*FAST, "--truth-log", str(truth)]) as proc:
+        assert proc.url is not None
         asyncio.run(go(proc.url + "/v1/completions"))
         lines = wait_truth(truth, 1)
         after = post(proc.url + "/v1/completions", {"prompt": "x", "max_tokens": 2})
@@ -402,6 +410,7 @@ def test_secrets_never_logged_and_clean_sigterm(tmp_path: Path) -> None:
     truth = tmp_path / "t.jsonl"
     proc = SimProcess([*FAST, "--truth-log", str(truth)])
     try:
+        assert proc.url is not None
         post(proc.url + "/v1/completions", {"prompt": "x", "max_tokens": 2, "stream": True})
         post(proc.url + "/v1/completions", {"prompt": "x", "model": "nope"})
         wait_truth(truth, 2)
@@ -458,6 +467,7 @@ def test_orphaned_server_exits_with_its_parent() -> None:
         pytest.fail("orphaned sim server kept running")
 
 
+@pytest.mark.timing
 def test_arrival_is_stamped_when_the_socket_is_read_not_when_the_handler_runs(tmp_path: Path) -> None:
     """A burst: two requests written together, the first one's handler blocks its loop for
     60 ms (a slow body parse). The second request's ``arrival_ns`` must be when its bytes
@@ -480,7 +490,7 @@ def test_arrival_is_stamped_when_the_socket_is_read_not_when_the_handler_runs(tm
                 _time.sleep(0.06)  # blocks the server's event loop, as a big body parse would
             return real_parse(raw, api)
 
-        server._parse = slow_parse  # type: ignore[method-assign]
+        server._parse = slow_parse  # type: ignore[method-assign]  # a slow parse patched in
         port = await server.start("127.0.0.1", 0)
         try:
             body = json.dumps({"prompt": "a b c", "max_tokens": 1, "stream": False}).encode()

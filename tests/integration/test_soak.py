@@ -32,11 +32,13 @@ from typing import Any
 import pytest
 
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.fault_proxy import server_down_and_back
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_soak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,10 +113,11 @@ def test_soak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Any:
     truth = tmp_path_factory.mktemp("sim") / "truth.jsonl"
     with SimProcess(["--ttft-ms", "20", "--itl-ms", "5", "--slots", "256", "--truth-log", str(truth)]) as s:
-        s.truth_path = truth  # type: ignore[attr-defined]
+        s.truth_path = truth  # type: ignore[attr-defined]  # the truth log rides on the fixture
         yield s
 
 
+@pytest.mark.timing
 @pytest.mark.timeout(120)
 def test_server_down_10s_and_back(sim: Any, tmp_path: Path) -> None:
     server_down_and_back(sim, tmp_path, down_s=10.0, before_s=1.0, after_s=1.5, rate=5.0)
@@ -148,38 +151,27 @@ def _schedule_hashes(hash_seed: str) -> dict[str, str]:
 
 
 def _dry_run(out: Path, hash_seed: str, *extra: str) -> bytes:
-    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "loadgen.cli",
-            "run",
-            "--endpoint",
-            "http://127.0.0.1:9",
-            "--rate",
-            "80",
-            "--requests",
-            "400",
-            "--warmup",
-            "10",
-            "--arrival",
-            "gamma",
-            "--burstiness",
-            "0.5",
-            "--seed",
-            "11",
-            "--dry-run",
-            "--out",
-            str(out),
-            *extra,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    p = cli_run(
+        "run",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--rate",
+        "80",
+        "--requests",
+        "400",
+        "--warmup",
+        "10",
+        "--arrival",
+        "gamma",
+        "--burstiness",
+        "0.5",
+        "--seed",
+        "11",
+        "--dry-run",
+        "--out",
+        str(out),
+        *extra,
+        env={"PYTHONHASHSEED": hash_seed},
     )
     assert p.returncode == 0, p.stderr
     return (out / "schedule.jsonl").read_bytes()

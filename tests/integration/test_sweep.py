@@ -29,21 +29,21 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from loadgen.core.contract import SWEEP_SCHEMA_VERSION
 from loadgen.core.slo import SLOTarget, parse_slo
 from loadgen.core.stats import min_requests
 from loadgen.sim.model import SimParams, capacity_rps
 from loadgen.sim.reference import percentile_at, reference_max_rate
+from tests.fixtures.cli_proc import cli_run
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 # The fast profile: 64 slots, 5 ms prefill, 5 ms decode step + 0.5 ms per extra sequence,
 # 16 input / 16 output tokens. Capacity about 73 req/s; TTFT p90 <= 100 ms holds up to about
@@ -62,6 +62,15 @@ LAG_BOUND_MS = 100.0
 RELAXED_BOUNDS = ["--max-schedule-lag", f"{LAG_BOUND_MS:g}ms", "--max-loop-lag", f"{LAG_BOUND_MS:g}ms"]
 
 SWEEP_KEYS = {"schema_version", "slo", "conditions", "answer", "probes"}
+
+
+def _validate_sweep(res: dict[str, Any]) -> None:
+    """A fresh sweep.json against the published schema (docs/schemas, loadgen.core.contract)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs/schemas/sweep.schema.json").read_text())
+    jsonschema.validate(res, schema)
+
+
 ANSWER_KEYS = {
     "max_rate_rps",
     "bracket_rps",
@@ -91,20 +100,8 @@ PROBE_KEYS = {
 def sweep_cli(
     args: list[str], out: Path, *, relaxed: bool = True, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.pop("OPENAI_API_KEY", None)
-    env["COLUMNS"] = "250"  # rich must not wrap the answer line
-    env.pop("LINES", None)
     bounds = RELAXED_BOUNDS if relaxed else []
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "sweep", *args, *bounds, "--out", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return cli_run("sweep", *args, *bounds, out=out, timeout=timeout)
 
 
 def sweep_cli_retry(args: list[str], out: Path, attempts: int = 2) -> tuple[subprocess.CompletedProcess[str], Path]:
@@ -242,7 +239,8 @@ def test_fast_profile_bracket_contains_reference_and_files(tmp_path: Path) -> No
 
     # -- sweep.json: documented keys ---------------------------------------------------
     assert SWEEP_KEYS <= set(res)
-    assert res["schema_version"] == 1
+    assert res["schema_version"] == SWEEP_SCHEMA_VERSION  # loadgen.core.contract (version 1 until issue 29)
+    _validate_sweep(res)
     assert res["slo"] == [{"target": FAST_SLO, "metric": "ttft", "percentile": 90.0, "threshold_ms": 100.0}]
     assert res["conditions"]["endpoint"]
     assert ANSWER_KEYS <= set(a)

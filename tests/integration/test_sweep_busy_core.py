@@ -26,6 +26,8 @@ from loadgen.core.slo import parse_slo
 from loadgen.sim.model import SimParams
 from loadgen.sim.reference import reference_max_rate
 
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -30,6 +30,8 @@ import pytest
 from loadgen.report.sweep_report import answer_line
 from tests.fixtures.cli_proc import CliProc, cli_procs, flat, table_verdicts
 
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 RELAXED = ["--max-schedule-lag", "100ms", "--max-loop-lag", "100ms"]
 # ~90 ms a request on a fast many-slot server: probes at 10 and 20 req/s keep up
 FAST = ["--input-tokens", "16", "--output-tokens", "8", "--sim-args", "--ttft-ms 10 --itl-ms 10"]
@@ -91,7 +93,7 @@ def check_interrupted_sweep(s: SweepProc, rc: int | None) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(150)
-def test_sigint_mid_probe_drains_and_reports_a_lower_bound(start) -> None:  # type: ignore[no-untyped-def]
+def test_sigint_mid_probe_drains_and_reports_a_lower_bound(start: Callable[[list[str]], SweepProc]) -> None:
     # p90 at 95 % needs 29 requests: probe 1 (10 req/s, 3 s) decides; probe 2 (20 req/s) is
     # interrupted after ~1 s with ~15 requests: undecided. Today's code extends it twice (each
     # extension stopped at once) and shows it as "PASS (point estimate)"; the answer line says
@@ -120,7 +122,7 @@ def test_sigint_mid_probe_drains_and_reports_a_lower_bound(start) -> None:  # ty
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_second_signal_cancels_a_sweep_at_once(start, sig: int) -> None:  # type: ignore[no-untyped-def]
+def test_second_signal_cancels_a_sweep_at_once(start: Callable[[list[str]], SweepProc], sig: int) -> None:
     # 100 req/s into one ~11 req/s slot: 4.5 s in, ~450 requests wait in the server's queue, a
     # drain of ~40 s (the grace is 120 s). Today the second signal only repeats the first: the
     # sweep waits for that drain.
@@ -147,7 +149,7 @@ def test_second_signal_cancels_a_sweep_at_once(start, sig: int) -> None:  # type
 
 
 @pytest.mark.timeout(120)
-def test_a_signal_while_the_results_are_written_loses_nothing(start) -> None:  # type: ignore[no-untyped-def]
+def test_a_signal_while_the_results_are_written_loses_nothing(start: Callable[[list[str]], SweepProc]) -> None:
     # SIGINT mid-probe; then SIGTERM just after the probe's verdict line, while the sweep stops its
     # server and writes sweep.json and the report. Today that SIGTERM kills the process (-15)
     # before or while they are written.

@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 REPO = Path(__file__).resolve().parents[2]
 
 

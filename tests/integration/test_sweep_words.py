@@ -26,13 +26,15 @@ import pytest
 
 from tests.fixtures.cli_proc import cli_run, flat, table_verdicts
 
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 RELAXED = ["--max-schedule-lag", "100ms", "--max-loop-lag", "100ms"]
 # 4 slots, 20 ms to the first token and 20 ms a token, 8 tokens: ~180 ms a request, ~5.5 req/s at c=1
 SLOW = ["--input-tokens", "16", "--output-tokens", "8", "--sim-args", "--slots 4 --ttft-ms 20 --itl-ms 20"]
 
 
 def sweep_cli(args: list[str], out: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return cli_run("sweep", args, out, timeout)
+    return cli_run("sweep", *args, out=out, timeout=timeout)
 
 
 def shown_alike(p: subprocess.CompletedProcess[str], out: Path) -> dict[str, Any]:

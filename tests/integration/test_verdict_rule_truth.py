@@ -27,12 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from loadgen.sim.launch import SimProcess
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_truth import agreement, true_stamp_lateness_ms, truth_errors, worst_error_ms  # noqa: E402
+
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 
 def _run(tmp: Path, extra: list[str], *, stall: bool = False) -> tuple[dict[str, Any], dict[str, float], Path]:

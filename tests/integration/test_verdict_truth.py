@@ -36,6 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_truth import truth_errors, worst_error_ms  # noqa: E402
 
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 LEVELS = [["--concurrency", "8"], ["--concurrency", "64"], ["--rate", "100", "--arrival", "constant"]]
 
 
@@ -45,6 +47,7 @@ def test_verdict_agrees_with_the_truth(tmp_path: Path, load: list[str]) -> None:
     out = tmp_path / "run"
     sim_args = ["--slots", "1024", "--ttft-ms", "10", "--itl-ms", "2", "--truth-log", str(truth)]
     with SimProcess(sim_args) as sim:
+        assert sim.url is not None
         p = subprocess.run(
             [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url, *load, "--duration", "3s",
              "--warmup", "1s", "--input-tokens", "16", "--output-tokens", "48", "--out", str(out)],
@@ -85,7 +88,8 @@ def test_a_large_heap_does_not_make_the_first_sends_late(tmp_path: Path) -> None
     from tests.fixtures.fault_matrix import OK, go, load
     from tests.fixtures.fault_proxy import FaultServer, run_inprocess
 
-    heap = [[] for _ in range(2_000_000)]  # ~130 MB of tracked objects: a full collection takes ~0.2-0.5 s
+    # ~130 MB of tracked objects: a full collection takes ~0.2-0.5 s
+    heap: list[list[int]] = [[] for _ in range(2_000_000)]
     t = time.perf_counter()
     gc.collect()
     full_ms = (time.perf_counter() - t) * 1e3

@@ -15,9 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from loadgen.core.slo import parse_slo
 from loadgen.engine.why import attribute, baseline
 from loadgen.sim.launch import SimProcess
+
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 REPO = Path(__file__).resolve().parents[2]
 TTFT_MS = 20.0  # the simulator's prefill cost: a request whose first token came later than this + slack queued

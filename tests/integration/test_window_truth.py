@@ -19,6 +19,8 @@ import pytest
 
 from loadgen.sim.launch import SimProcess
 
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -37,6 +39,7 @@ def test_output_tps_and_goodput_over_the_window(tmp_path: Path) -> None:
     sim_args = ["--slots", "256", "--ttft-ms", "5", "--itl-ms", "20", "--truth-log", str(truth)]
     out = tmp_path / "run"
     with SimProcess(sim_args) as sim:
+        assert sim.url is not None
         p = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url,
                             "--rate", "20", "--requests", "60", "--arrival", "constant", "--seed", "3",
                             "--input-tokens", "16", "--output-tokens", "uniform:4,150",

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -67,6 +69,7 @@ def test_two_workers_share_one_schedule(tmp_path: Path) -> None:
     assert len(_lines(truth)) == 120  # every request reached the server once, no retries
 
 
+@pytest.mark.timing
 def test_sigint_is_forwarded_to_workers(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cmd = [

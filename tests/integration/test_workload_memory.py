@@ -16,6 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 2_700_000
 RSS_BOUND_MB = 150  # measured ~50 MB peak (python + numpy + loadgen imported: ~32 MB)

@@ -11,13 +11,10 @@ miss the client-timing checks, which are not what is tested here. Against the se
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.fixtures.cli_proc import cli_run
 
 BURSTGPT = """Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type
 0,ChatGPT,20,8,28,Conversation log
@@ -32,17 +29,6 @@ BURSTGPT = """Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Ty
 FAILED_LINES = {3, 5, 8}  # 1-based file lines of the rows with 0 response tokens
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env["COLUMNS"] = "200"
-    env.pop("OPENAI_API_KEY", None)
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-
-
 def _load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     res = json.loads((out / "result.json").read_text())
     lines = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
@@ -54,7 +40,7 @@ def test_burstgpt_failed_rows_are_skipped_counted_or_kept(sim_url: str, tmp_path
     trace.write_text(BURSTGPT)
     base = ["--endpoint", sim_url, "--trace", str(trace), "--trace-format", "burstgpt", "--no-preflight"]
 
-    p = _run([*base, "--out", str(tmp_path / "skip")])
+    p = cli_run("run", *base, out=tmp_path / "skip")
     assert p.returncode in (0, 1), p.stdout[-2000:] + p.stderr[-2000:]  # 1: 8 sends too few for timing checks
     assert "skipped 3 rows with 0 output tokens" in p.stdout, p.stdout
     res, lines = _load(tmp_path / "skip")
@@ -64,7 +50,7 @@ def test_burstgpt_failed_rows_are_skipped_counted_or_kept(sim_url: str, tmp_path
     assert [x["requested_output_tokens"] for x in lines] == [8, 6, 5, 7, 4]
     assert [x["scheduled_s"] for x in lines] == [0.0, 0.2, 0.4, 0.5, 0.7]
 
-    p = _run([*base, "--trace-keep-zero-output", "--out", str(tmp_path / "keep")])
+    p = cli_run("run", *base, "--trace-keep-zero-output", out=tmp_path / "keep")
     assert p.returncode in (0, 1), p.stdout[-2000:] + p.stderr[-2000:]  # 1: 8 sends too few for timing checks
     assert "kept 3 rows with 0 output tokens" in p.stdout, p.stdout
     res, lines = _load(tmp_path / "keep")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "loadgen"
@@ -153,7 +154,7 @@ def _floor(mod: str) -> int:
     raise KeyError(mod)
 
 
-def _violations(rule: str, found: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+def _violations(rule: str, found: Sequence[tuple[str, ...]]) -> list[tuple[str, ...]]:
     return [v for v in found if (rule, *v) not in ALLOWED]
 
 

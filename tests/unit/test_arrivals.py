@@ -17,7 +17,9 @@ def test_rate_and_cv(kind: str, burst: float, cv: float) -> None:
     assert offs[0] == 0
     assert all(b >= a for a, b in zip(offs, offs[1:]))
     gaps = np.diff(np.asarray(offs, dtype=float))
-    assert abs(realized_rate_rps(offs) - 50.0) / 50.0 < 0.03
+    rate_rps = realized_rate_rps(offs)
+    assert rate_rps is not None
+    assert abs(rate_rps - 50.0) / 50.0 < 0.03
     assert abs(gaps.std() / gaps.mean() - cv) < 0.05
 
 

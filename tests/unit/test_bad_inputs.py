@@ -346,6 +346,7 @@ def _run(case: Case, url: str, out: Path) -> Any:
     return asyncio.run(run_inprocess(url, load, out, **kw))
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("case", _params())
 def test_bad_input(
     case: Case, shared_server: Any, cert: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -81,7 +81,7 @@ class _Server:
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # a started site's asyncio Server
         self.url = f"http://127.0.0.1:{port}"
         self._ready.set()
         self._loop.run_forever()

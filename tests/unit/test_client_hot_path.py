@@ -143,11 +143,12 @@ def _closed(concurrency: int, requests: int) -> tuple[list[RequestRecord], dict[
         make_spec=lambda i: RequestSpec(index=i, prompt="p"),
         max_requests=requests,
     )
-    runner = Runner(ep, plan, got.append, install_signal_handlers=False)  # type: ignore[arg-type]
+    runner = Runner(ep, plan, got.append, install_signal_handlers=False)  # type: ignore[arg-type]  # a fake endpoint
     asyncio.run(asyncio.wait_for(runner.run(), 60))
     return got, ep.started, runner
 
 
+@pytest.mark.timing
 def test_closed_loop_users_start_staggered_and_requests_are_due_when_the_previous_ends() -> None:
     c = 16
     got, started, runner = _closed(c, 3 * c)
@@ -206,7 +207,7 @@ def test_closed_loop_verdict_judges_due_to_send_lag_and_stamp_lateness() -> None
     ok = ClientStats(
         cpu_s=1, wall_s=10, loop_lag_ms=busy_loop, open_loop=False, stamp_lateness_p99_ms=1.0, stamp_tokens=5000
     )
-    v = validity(_Agg([1 * MS] * 200, [100 * MS] * 200), ok, b)  # type: ignore[arg-type]
+    v = validity(_Agg([1 * MS] * 200, [100 * MS] * 200), ok, b)  # type: ignore[arg-type]  # a stand-in Aggregator
     c = _checks(v)
     assert v["valid"], v
     assert c["send_lag"]["ok"] and c["stamp_lateness_p99"]["ok"]
@@ -215,22 +216,22 @@ def test_closed_loop_verdict_judges_due_to_send_lag_and_stamp_lateness() -> None
     late = ClientStats(
         cpu_s=1, wall_s=10, loop_lag_ms=busy_loop, open_loop=False, stamp_lateness_p99_ms=9.0, stamp_tokens=5000
     )
-    v = validity(_Agg([1 * MS] * 200, [100 * MS] * 200), late, b)  # type: ignore[arg-type]
+    v = validity(_Agg([1 * MS] * 200, [100 * MS] * 200), late, b)  # type: ignore[arg-type]  # a stand-in Aggregator
     assert not v["valid"] and not _checks(v)["stamp_lateness_p99"]["ok"]
     # a caller that loosened --max-loop-lag (a busy CI machine) loosens the stamp bound with it
-    v = validity(_Agg([1 * MS] * 200, [100 * MS] * 200), late, ValidityBounds(max_loop_lag_p99_ms=500))  # type: ignore[arg-type]
+    v = validity(_Agg([1 * MS] * 200, [100 * MS] * 200), late, ValidityBounds(max_loop_lag_p99_ms=500))  # type: ignore[arg-type]  # a stand-in Aggregator
     assert _checks(v)["stamp_lateness_p99"]["ok"]
     # users sent late: idle 8 / 108 of their time, over 5 %
-    v = validity(_Agg([8 * MS] * 200, [100 * MS] * 200), ok, b)  # type: ignore[arg-type]
+    v = validity(_Agg([8 * MS] * 200, [100 * MS] * 200), ok, b)  # type: ignore[arg-type]  # a stand-in Aggregator
     assert not v["valid"] and not _checks(v)["send_lag"]["ok"]
     # ...0.4 % of their time beside a 2 s E2E
-    v = validity(_Agg([8 * MS] * 200, [2000 * MS] * 200), ok, b)  # type: ignore[arg-type]
+    v = validity(_Agg([8 * MS] * 200, [2000 * MS] * 200), ok, b)  # type: ignore[arg-type]  # a stand-in Aggregator
     assert v["valid"], v
     # too few token stamps: the event-loop lag is judged as before
     few = ClientStats(
         cpu_s=1, wall_s=10, loop_lag_ms=busy_loop, open_loop=False, stamp_lateness_p99_ms=1.0, stamp_tokens=10
     )
-    v = validity(_Agg([1 * MS] * 200, [100 * MS] * 200), few, b)  # type: ignore[arg-type]
+    v = validity(_Agg([1 * MS] * 200, [100 * MS] * 200), few, b)  # type: ignore[arg-type]  # a stand-in Aggregator
     assert not v["valid"] and _checks(v)["event_loop_lag_p99"]["group"] == "generator"
     assert "stamp_lateness_p99" not in _checks(v)
     assert np.isfinite(v["loop_lag_p99_ms"])
@@ -245,7 +246,7 @@ def _parse(reads: list[bytes], fast: bool) -> tuple[Any, ...]:
     p = openai_stream.OpenAIStreamParser(rec, chat=False, redact=Redactor(), max_event_bytes=400)
     fast_events = openai_stream._plain_data_events
     if not fast:
-        openai_stream._plain_data_events = lambda chunk, limit: None  # every read through the SSE decoder
+        openai_stream._plain_data_events = lambda chunk, max_event_bytes: None  # every read through the SSE decoder
     err = None
     try:
         for i, chunk in enumerate(reads):

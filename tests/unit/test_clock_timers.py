@@ -9,6 +9,8 @@ loop and on uvloop; a timer that ended early by any amount fails.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,9 +20,10 @@ uvloop = pytest.importorskip("uvloop")
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 TRIALS = 120  # ~0.5 s a case
+T = TypeVar("T")
 
 
-def _run(factory, coro):  # type: ignore[no-untyped-def]
+def _run(factory: Callable[[], asyncio.AbstractEventLoop], coro: Coroutine[Any, Any, T]) -> T:
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(coro)
 
@@ -72,6 +75,7 @@ async def _slack() -> int:
     return timer_slack_ns()
 
 
+@pytest.mark.timing
 def test_the_fault_exists_without_the_slack() -> None:
     """The reason for the slack: a plain uvloop sleep of 2.3 ms ends early (if it never
     did, the slack would cost up to 2 ms of every deadline for nothing)."""

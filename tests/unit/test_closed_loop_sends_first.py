@@ -17,9 +17,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from loadgen.core.clock import now_ns
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.engine.runner import Runner, RunPlan
+
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 MS = 1_000_000
 
@@ -66,7 +70,7 @@ def test_the_sink_waits_while_a_user_is_due() -> None:
 
     async def go() -> None:
         nonlocal runner
-        runner = Runner(PassesFake(), plan, sink, install_signal_handlers=False)  # type: ignore[arg-type]
+        runner = Runner(PassesFake(), plan, sink, install_signal_handlers=False)  # type: ignore[arg-type]  # a fake endpoint
         await runner.run()
 
     asyncio.run(go())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loadgen.spread.cluster import ping
 
 
@@ -62,6 +64,7 @@ def test_a_dead_cluster_address_fails_fast_and_a_live_one_passes() -> None:
     _check_reachable("auto")  # resolved by Ray itself
 
 
+@pytest.mark.timing
 def test_take_reports_an_actor_event_loop_that_runs_no_callback(monkeypatch) -> None:
     import asyncio
     import time
@@ -81,6 +84,7 @@ def test_take_reports_an_actor_event_loop_that_runs_no_callback(monkeypatch) -> 
         loop.close()
 
 
+@pytest.mark.timing
 def test_take_of_a_live_quiet_loop_reports_nothing() -> None:
     import asyncio
     import threading

@@ -178,6 +178,7 @@ class FakeRay:
         return {"CPU": 4.0}
 
 
+@pytest.mark.timing
 def test_actor_instants_are_mapped_onto_the_drivers_clock(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.setattr(cluster, "_import_ray", FakeRay)
     monkeypatch.setattr(cluster.Cluster, "_connect", lambda self, runtime_env: None)

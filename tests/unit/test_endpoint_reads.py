@@ -19,6 +19,7 @@ def test_quiet_body_expires_as_idle_timeout() -> None:
         asyncio.run(asyncio.wait_for(main(), 10))
 
 
+@pytest.mark.timing
 def test_reads_keep_it_alive_and_none_means_off() -> None:
     async def main() -> int:
         n = 0

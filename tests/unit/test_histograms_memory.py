@@ -22,6 +22,7 @@ def _resident_kib() -> int:
         return int(fh.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc")
 def test_empty_histograms_are_not_resident() -> None:
     LatencyHistogram("warm")  # numpy, hdrh and the first map set up outside the measure

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
+import pytest
 from rich.console import Console
 
 from loadgen.cli.live import LiveView, live_enabled
 from loadgen.core.clock import now_ns
 from loadgen.core.schedule import Schedule
+from loadgen.core.types import RequestSpec
 
 
 def rec(i: int, **kw: object) -> str:
@@ -28,7 +32,8 @@ def test_figures_and_progress_from_a_file_being_written(tmp_path: Path) -> None:
     path.write_text(rec(0) + rec(1) + rec(2, status="error", error_kind="timeout", ttft_ms=None) + '{"index": 3, "pha')
     # a runner seen read-only: 10 sends due every 100 ms from t0, the first 4 due now, 2 in flight (and one
     # prepared send waiting for its time: not in flight)
-    sched = Schedule(np.arange(10, dtype=np.int64) * 100_000_000, np.zeros(10, dtype=np.bool_), lambda k: None)
+    unbuilt = cast(Callable[[int], RequestSpec], lambda k: None)  # the view never builds a request
+    sched = Schedule(np.arange(10, dtype=np.int64) * 100_000_000, np.zeros(10, dtype=np.bool_), unbuilt)
     sent, prepared = SimpleNamespace(sent_ns=1), SimpleNamespace(sent_ns=None)
     view.attach(SimpleNamespace(plan=SimpleNamespace(schedule=sched), t0_ns=now_ns() - 350_000_000,
                                 inflight_records={7: sent, 8: sent, 9: prepared}))  # fmt: skip
@@ -57,6 +62,7 @@ def test_shown_on_a_terminal_unless_told_otherwise() -> None:
     assert not live_enabled({"progress": True, "quiet": True}, tty)
 
 
+@pytest.mark.timing
 def test_progress_without_a_runner_survives_an_infinite_or_absent_rate(tmp_path: Path) -> None:
     # --rate inf (max-throughput mode) once printed an OverflowError from int(inf * elapsed)
     for rate in (float("inf"), float("nan"), 0.0, -1.0, None):

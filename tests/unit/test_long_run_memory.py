@@ -11,8 +11,10 @@ from __future__ import annotations
 import gc
 import tracemalloc
 from array import array
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from loadgen.core.samples import CHUNK, SampleLog, SpillFile
 from loadgen.core.schedule import Schedule, as_schedule
@@ -30,9 +32,9 @@ def test_lazy_schedule_equals_the_eager_one() -> None:
         {"rate_rps": 30.0, "duration_s": 2.0, "warmup_s": 0.5},
     ):
         opts = WorkloadOptions(input_tokens="uniform:8,40", output_tokens=4, seed=3, salt="s")
-        eager = Workload(opts).schedule(**kw)  # type: ignore[arg-type]
+        eager = Workload(opts).schedule(**kw)
         w = Workload(opts)
-        lazy = w.lazy_schedule(**kw)  # type: ignore[arg-type]
+        lazy = w.lazy_schedule(**kw)
         assert w.builder.built == 0  # nothing built yet
         assert list(lazy) == eager
         shard = lazy[1::3]
@@ -58,6 +60,7 @@ def test_arrival_array_equals_the_list() -> None:
         assert np.all(np.diff(a) >= 0) and a[-1] < 3e9
 
 
+@pytest.mark.timing
 def test_plan_costs_about_9_bytes_a_request() -> None:
     cfg = LoadConfig(rate_rps=500.0, requests=200_000, input_tokens=32, output_tokens=8, salt="m")
     build_plan(cfg)  # load the corpus etc. once
@@ -83,7 +86,7 @@ def test_realized_rate_of_a_list_and_a_schedule_agree() -> None:
     assert isinstance(lazy, Schedule)
 
 
-def test_sample_log_spills_and_gives_back_every_value(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sample_log_spills_and_gives_back_every_value(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     vals = rng.lognormal(17, 1, 3 * CHUNK + 123)
     spill = SpillFile(tmp_path)
@@ -100,7 +103,7 @@ def test_sample_log_spills_and_gives_back_every_value(tmp_path) -> None:  # type
     spill.close()
 
 
-def test_aggregator_percentiles_unchanged_past_the_chunk(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_aggregator_percentiles_unchanged_past_the_chunk(tmp_path: Path) -> None:
     slos = [parse_slo("e2e:p99<=40ms")]
     agg = Aggregator(slos, spill_dir=tmp_path)
     mem = Aggregator(slos)

@@ -7,6 +7,8 @@ formulas are never re-derived here.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given, settings
@@ -30,11 +32,11 @@ def rec(
     events: list[TokenEvent],
     *,
     completion_tokens: int | None = None,
-    status: str = "ok",
+    status: Literal["ok", "error"] = "ok",
     scheduled: int = 0,
     sent: int | None = None,
     end: int | None = None,
-    **kw,
+    **kw: Any,
 ) -> RequestRecord:
     r = RequestRecord(
         index=0,
@@ -45,7 +47,7 @@ def rec(
         status=status,
         completion_tokens=completion_tokens,
         **kw,
-    )  # type: ignore[arg-type]
+    )
     r.events = list(events)
     return r
 
@@ -147,7 +149,7 @@ def test_all_tokens_in_one_chunk_is_buffered_not_tpot_zero() -> None:
 # --------------------------------------------------------------------------- buffered streams
 
 
-def _burst(times_ms: list[float], per_event: int = 1, usage: bool = True) -> RequestRecord:
+def _burst(times_ms: Sequence[float], per_event: int = 1, usage: bool = True) -> RequestRecord:
     """A record with one event per time, ``per_event`` tokens each (continuous usage when ``usage``)."""
     es = [ev(t, "w" * 4 * per_event, usage=(i + 1) * per_event if usage else None) for i, t in enumerate(times_ms)]
     return rec(es, completion_tokens=per_event * len(times_ms), end=int(times_ms[-1] * MS) + MS)
@@ -383,6 +385,7 @@ def test_mean_itl_equals_tpot_with_estimated_allocation(s, drop_usage: bool) -> 
         assert m.tpot_ns is None and m.itl_ns == []
         return
     assert len(m.itl_ns) == total - 1
+    assert m.tpot_ns is not None
     assert math.isclose(sum(m.itl_ns) / len(m.itl_ns), m.tpot_ns, rel_tol=1e-6, abs_tol=1e-6)
 
 
@@ -391,6 +394,7 @@ def test_k_zero_on_the_first_chunk_keeps_n_minus_1_itl_samples() -> None:
     es = [ev(0, "a", usage=0), ev(10, "b", usage=2), ev(20, "c", usage=3)]
     m = compute(rec(es, completion_tokens=3, end=21 * MS))
     assert len(m.itl_ns) == 2
+    assert m.tpot_ns is not None
     assert math.isclose(sum(m.itl_ns) / len(m.itl_ns), m.tpot_ns)
 
 

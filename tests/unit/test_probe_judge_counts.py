@@ -10,14 +10,14 @@ counted by two different rules.
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
 
 from loadgen.core.metrics import compute
 from loadgen.core.slo import CANCELLED_OVER, CANCELLED_UNDER, CANCELLED_UNKNOWN, SLOTarget, cancelled_state
-from loadgen.core.types import RequestRecord, TokenEvent
+from loadgen.core.types import Phase, RequestRecord, TokenEvent
 from loadgen.engine.results import summarize
 from loadgen.sweep import ProbeJudge
 
@@ -37,15 +37,15 @@ def record(
     scheduled: int,
     first: int | None,
     end: int | None,
-    status: str = "ok",
+    status: Literal["ok", "error"] = "ok",
     error_kind: str | None = None,
-    phase: str = "measure",
+    phase: Phase = "measure",
     tokens: int = 4,
     gap: int = MS,
     answer: bool = True,
 ) -> RequestRecord:
-    r = RequestRecord(index=index, phase=phase, scheduled_ns=scheduled, sent_ns=scheduled + MS // 10)  # type: ignore[arg-type]
-    r.status = status  # type: ignore[assignment]
+    r = RequestRecord(index=index, phase=phase, scheduled_ns=scheduled, sent_ns=scheduled + MS // 10)
+    r.status = status
     r.error_kind = error_kind
     if first is not None:
         r.events = [TokenEvent(first + i * gap, "tok ", answer) for i in range(tokens)]

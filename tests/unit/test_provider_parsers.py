@@ -176,7 +176,7 @@ def test_anthropic_malformed_json_is_protocol_error() -> None:
 def test_buffered_stream_has_no_tpot_or_itl(dialect: str) -> None:
     rec = _rec()
     if dialect == "azure":
-        p = OpenAIStreamParser(rec, chat=True, redact=Redactor())
+        p: OpenAIStreamParser | AnthropicStreamParser = OpenAIStreamParser(rec, chat=True, redact=Redactor())
         w = azure_writes()
     else:
         p = AnthropicStreamParser(rec, redact=Redactor())
@@ -225,7 +225,7 @@ def test_two_reads_a_few_ms_apart_are_buffered(dialect: str) -> None:
     rec = _rec()
     times = [0.2 + 0.05 * i for i in range(8)]
     if dialect == "openai":
-        p = OpenAIStreamParser(rec, chat=True, redact=Redactor())
+        p: OpenAIStreamParser | AnthropicStreamParser = OpenAIStreamParser(rec, chat=True, redact=Redactor())
         w = openai_chat_writes(TOKENS_8, times, usage={"prompt_tokens": 1, "completion_tokens": 8, "total_tokens": 9})
     else:
         p = AnthropicStreamParser(rec, redact=Redactor())
@@ -245,7 +245,7 @@ def test_fast_short_honest_stream_is_not_buffered(dialect: str, ttft_s: float) -
     rec = _rec()
     times = [ttft_s + 0.001 * i for i in range(8)]
     if dialect == "openai":
-        p = OpenAIStreamParser(rec, chat=True, redact=Redactor())
+        p: OpenAIStreamParser | AnthropicStreamParser = OpenAIStreamParser(rec, chat=True, redact=Redactor())
         w = openai_chat_writes(TOKENS_8, times, usage={"prompt_tokens": 1, "completion_tokens": 8, "total_tokens": 9})
     else:
         p = AnthropicStreamParser(rec, redact=Redactor())
@@ -281,7 +281,8 @@ def test_anthropic_refusal_is_filtered() -> None:
     rec = _rec()
     w = anthropic_writes([("text", [(0.1, "I"), (0.2, " can")])], output_deltas=[(0.21, 2)], stop_reason="refusal")
     feed(AnthropicStreamParser(rec, redact=Redactor()), w)
-    assert rec.error_kind == "filtered" and rec.error_detail.startswith("stop_reason refusal")
+    assert rec.error_kind == "filtered"
+    assert rec.error_detail is not None and rec.error_detail.startswith("stop_reason refusal")
 
 
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:

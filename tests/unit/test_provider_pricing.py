@@ -59,7 +59,9 @@ def test_run_cost_block() -> None:
     assert c["per_million_output_tokens_usd"] == pytest.approx(15.0)
     assert c["per_successful_request_at_slo_usd"] == pytest.approx(0.0012)
     assert run_cost(None, {"input": 1, "output": 1}, completed=1) is None
-    assert run_cost(P, {"input": 1, "output": 1}, completed=1)["per_successful_request_at_slo_usd"] is None
+    cost = run_cost(P, {"input": 1, "output": 1}, completed=1)
+    assert cost is not None
+    assert cost["per_successful_request_at_slo_usd"] is None
 
 
 def test_answer_cost_from_rates() -> None:

@@ -277,6 +277,7 @@ def test_429_retried_after_the_advised_wait_every_attempt_kept(monkeypatch: pyte
     att = FakeAttempts([("429", 0.05), ("429", None), ("ok",)])
     asyncio.run(send_with_attempts(att, _spec(), rec, retry_429=3))
     assert rec.ok and rec.http_status is None and rec.retry_after_s is None
+    assert rec.attempts is not None
     assert len(rec.attempts) == 2 and [a["http_status"] for a in rec.attempts] == [429, 429]
     assert rec.attempts[0]["retry_after_s"] == 0.05 and rec.attempts[1]["retry_after_s"] is None
     assert rec.attempts[0]["waited_ns"] == 50 * MS and rec.attempts[1]["waited_ns"] == 200 * MS  # 0.1 s * 2
@@ -374,7 +375,7 @@ def test_rate_limit_dominated_run_is_limited_by_rate_limit() -> None:
 
 
 def test_series_thinning_keeps_the_minimum() -> None:
-    pts = [(i * MS, {"remaining_tokens": 5000 - (i % 700)}) for i in range(5000)]
+    pts: list[tuple[int, dict[str, float]]] = [(i * MS, {"remaining_tokens": 5000 - (i % 700)}) for i in range(5000)]
     pts[4321] = (4321 * MS, {"remaining_tokens": 3})
     s = ratelimit_series(pts, 0)
     assert s["of"] == 5000 and s["points"] <= 1001 and 3 in s["remaining_tokens"]
@@ -411,6 +412,7 @@ def test_loop_lag_p99_is_reported_and_bounded() -> None:
     assert v["loop_lag_p99_ms"] is None and v["valid"]
 
 
+@pytest.mark.timing
 def test_only_the_connect_after_the_scheduled_time_excuses_schedule_lag() -> None:
     """A prepared request connects before its scheduled time: if that connect ends late (say
     the loop was busy preparing others), only its late part is the handshake's fault."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from loadgen.core.errors import ConfigError
@@ -45,12 +47,15 @@ def test_azure_endpoint_api_key_header_and_no_vllm_fields() -> None:
 
 
 def test_azure_entra_token_is_bearer() -> None:
-    ep = make_endpoint("azure", base_url="https://res.openai.azure.com", deployment="d", bearer_token="eyJ.tok.en")
+    ep = cast(
+        OpenAIEndpoint,
+        make_endpoint("azure", base_url="https://res.openai.azure.com", deployment="d", bearer_token="eyJ.tok.en"),
+    )
     assert ep._headers["Authorization"] == "Bearer eyJ.tok.en" and "api-key" not in ep._headers
 
 
 def test_openai_uses_max_completion_tokens() -> None:
-    ep = make_endpoint("openai", model="gpt-4o-mini", api_key="sk-abcdef")
+    ep = cast(OpenAIEndpoint, make_endpoint("openai", model="gpt-4o-mini", api_key="sk-abcdef"))
     assert ep._url == "https://api.openai.com/v1/chat/completions"
     assert ep._headers["Authorization"] == "Bearer sk-abcdef"
     body = ep.build_body(RequestSpec(0, "hi", requested_output_tokens=8))
@@ -60,7 +65,10 @@ def test_openai_uses_max_completion_tokens() -> None:
 
 
 def test_openai_compatible_is_unchanged() -> None:
-    ep = make_endpoint("openai-compatible", base_url="http://127.0.0.1:8000", api="completions", model="m")
+    ep = cast(
+        OpenAIEndpoint,
+        make_endpoint("openai-compatible", base_url="http://127.0.0.1:8000", api="completions", model="m"),
+    )
     assert ep._url == "http://127.0.0.1:8000/v1/completions"
     body = ep.build_body(RequestSpec(0, "hi", requested_output_tokens=8))
     assert body["ignore_eos"] is True and body["stream_options"]["continuous_usage_stats"] is True

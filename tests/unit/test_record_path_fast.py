@@ -94,11 +94,13 @@ def test_token_bins_one_token_an_event(gaps: list[int], first_ns: int) -> None:
     assert token_bins(rec.events, len(rec.events), rec.end_ns) == tuple(want)
 
 
+@pytest.mark.timing
 @given(st.lists(st.one_of(st.integers(0, 2**53 - 1), st.floats(0, 1e12, allow_nan=False)), max_size=50))
 def test_ms_lists_equal_rounding(values: list[int | float]) -> None:
     assert _ms_list(values) == [round(v / 1e6, 6) for v in values]
 
 
+@pytest.mark.timing
 @given(st.lists(st.one_of(st.integers(0, 5 * 10**12), st.floats(0, 5e12, allow_nan=False)), max_size=80))
 def test_record_many_into_two_histograms_equals_one_by_one(values: list[float]) -> None:
     a, b, ref = LatencyHistogram("itl"), LatencyHistogram("inter_chunk"), LatencyHistogram("ref")

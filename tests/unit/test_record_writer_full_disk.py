@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import io
+from typing import IO, cast
 
 from loadgen.core.redact import Redactor
 from loadgen.engine.recordlog import RecordWriter
@@ -35,7 +36,9 @@ class FillingFile(io.RawIOBase):
 def test_a_write_that_fills_the_disk_leaves_only_whole_lines() -> None:
     fh = FillingFile(room=25)
     stops: list[str] = []
-    w = RecordWriter(fh, 0, save_text=False, token_lists=False, redactor=Redactor(), on_error=stops.append)
+    w = RecordWriter(
+        cast(IO[bytes], fh), 0, save_text=False, token_lists=False, redactor=Redactor(), on_error=stops.append
+    )
     for i in range(5):
         w.write_line(b'{"index": %d}\n' % i)
     # 13 bytes a line: the first fits, the second only in part (12 bytes, then ENOSPC): cut back to the first

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import logging
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -60,7 +61,10 @@ def test_key_names_that_are_secrets_only_as_a_whole_name() -> None:
 
 def test_scrub_reaches_every_string_of_a_result() -> None:
     r = Redactor([KEY])
-    result = {"conditions": {"server_version": f"0.1 (headers: Authorization: Bearer {KEY})"}, "n": [1, f"x{KEY}"]}
+    result: dict[str, Any] = {
+        "conditions": {"server_version": f"0.1 (headers: Authorization: Bearer {KEY})"},
+        "n": [1, f"x{KEY}"],
+    }
     clean = r.scrub(result)
     assert KEY not in repr(clean)
     assert clean["conditions"]["server_version"] == "0.1 (headers: Authorization: Bearer ***)"

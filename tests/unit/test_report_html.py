@@ -133,6 +133,7 @@ def test_stopped_early_probe_is_marked_not_joined_and_axes_are_linear_ms(tmp_pat
     # E2E did not stop the probe: no stopped-early mark above its line
     assert not [ln for ln in figs[1][1].axes[0].get_lines() if str(ln.get_gid()).startswith("probe-stopped-early")]
     _, tfig = throughput_figure(plt, doc) or ("", None)
+    assert tfig is not None
     done = next(ln for ln in tfig.axes[0].get_lines() if ln.get_label() == "completed req/s")
     assert 20.0 not in list(done.get_xdata())  # its 1.2 s window's completions are no collapse
     for _, f in figs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -59,7 +60,7 @@ def _max_lead_ns(offsets_ms: list[float], k: int) -> int:
     return PRESTART_NS + min(burst * PREP_COST_NS, PREP_BURST_MAX_NS) + PREP_EARLY_NS + 2_000_000
 
 
-def _plan(offsets_ms: list[float]) -> RunPlan:
+def _plan(offsets_ms: Sequence[float]) -> RunPlan:
     sched = [
         ScheduledRequest(offset_ns=round(ms * 1e6), spec=RequestSpec(index=i, prompt="x"), phase="measure")
         for i, ms in enumerate(offsets_ms)
@@ -71,7 +72,7 @@ def _run(ep: GatedFake, plan: RunPlan, stop_after_s: float | None = None) -> tup
     recs: list[RequestRecord] = []
 
     async def main() -> Runner:
-        r = Runner(ep, plan, recs.append, install_signal_handlers=False)  # type: ignore[arg-type]
+        r = Runner(ep, plan, recs.append, install_signal_handlers=False)  # type: ignore[arg-type]  # a fake endpoint
         if stop_after_s is not None:
             asyncio.get_running_loop().call_later(stop_after_s, lambda: r.request_stop(True))
         await asyncio.wait_for(r.run(), 20)
@@ -80,6 +81,7 @@ def _run(ep: GatedFake, plan: RunPlan, stop_after_s: float | None = None) -> tup
     return asyncio.run(main()), recs
 
 
+@pytest.mark.timing
 def test_prepared_early_written_at_the_scheduled_time_never_before() -> None:
     # a burst of 6 at one instant, then isolated requests
     offsets = [0, 0, 0, 0, 0, 0, 20, 45, 45.5, 80]
@@ -96,6 +98,7 @@ def test_prepared_early_written_at_the_scheduled_time_never_before() -> None:
     assert sum(1 for x in recs if ep.started[x.index] < x.scheduled_ns) >= len(offsets) // 2  # really ahead
 
 
+@pytest.mark.timing
 def test_stop_before_the_gate_opens_leaves_the_request_unsent(monkeypatch: pytest.MonkeyPatch) -> None:
     # a 50 ms window (wide, so the timing holds on a busy machine): request 1 (at 300 ms) is
     # prepared at ~250 ms; the stop comes at 275 ms, before its gate opens
@@ -108,7 +111,7 @@ def test_stop_before_the_gate_opens_leaves_the_request_unsent(monkeypatch: pytes
 
         async def main() -> tuple[Runner, list[RequestRecord]]:
             got: list[RequestRecord] = []
-            run = Runner(ep, _plan([0, 300, 600]), got.append, install_signal_handlers=False)  # type: ignore[arg-type]
+            run = Runner(ep, _plan([0, 300, 600]), got.append, install_signal_handlers=False)  # type: ignore[arg-type]  # a fake endpoint
             task = asyncio.ensure_future(run.run())
             while run.t0_ns == 0:
                 await asyncio.sleep(0.001)
@@ -138,6 +141,7 @@ def test_failure_while_preparing_is_reported_at_the_scheduled_time() -> None:
     assert bad.end_ns is not None and bad.end_ns >= bad.scheduled_ns  # never a negative latency
 
 
+@pytest.mark.timing
 def test_a_spread_burst_is_prepared_before_its_first_send() -> None:
     # 8 requests 0.4 ms apart (a trace burst) after a quiet start: each one's preparing time
     # (PRESTART_NS before its deadline) comes before the burst's first send, so all must be
@@ -158,6 +162,7 @@ def test_a_spread_burst_is_prepared_before_its_first_send() -> None:
     assert last.scheduled_ns - ep.started[9] <= _max_lead_ns(offsets, 9)
 
 
+@pytest.mark.timing
 def test_a_large_burst_is_prepared_before_its_first_send_however_long_preparing_takes() -> None:
     # 30 requests at one instant, each taking 0.4 ms of the loop to prepare (12 ms in all, more
     # than PRESTART_NS): the burst's lead grows with its size (40 ms), so all are ready before it
@@ -176,6 +181,7 @@ def test_a_large_burst_is_prepared_before_its_first_send_however_long_preparing_
     assert min(ep.started[i] for i in range(1, n + 1)) < first - PRESTART_NS - 10_000_000
 
 
+@pytest.mark.timing
 def test_background_flush_stops_at_its_guard() -> None:
     """The sink loop hands records over only until ``until_ns`` (the guard before the next
     send); the rest stay queued, none lost."""
@@ -187,7 +193,7 @@ def test_background_flush_stops_at_its_guard() -> None:
         while now_ns() < t:
             pass
 
-    r = Runner(GatedFake(), _plan([0]), slow_sink, install_signal_handlers=False)  # type: ignore[arg-type]
+    r = Runner(GatedFake(), _plan([0]), slow_sink, install_signal_handlers=False)  # type: ignore[arg-type]  # a fake endpoint
     for i in range(10):
         r._done.append(RequestRecord(index=i, phase="measure", scheduled_ns=0))
     r._flush_done(until_ns=now_ns() + 2_500_000)
@@ -197,6 +203,7 @@ def test_background_flush_stops_at_its_guard() -> None:
     assert handed == list(range(10))
 
 
+@pytest.mark.timing
 def test_a_slow_collection_at_start_does_not_make_the_first_sends_late(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner's full collection before a run (gc.collect, then freeze) takes longer than the
     100 ms lead-in on a large heap (a long test session, a notebook): it must happen before t0 is

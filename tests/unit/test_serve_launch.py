@@ -108,4 +108,4 @@ def test_cli_registers_serve() -> None:
     from loadgen.cli import main
 
     assert "serve" in main.commands
-    assert os.path.basename(main.commands["serve"].callback.__module__) == "loadgen.serve.command"  # type: ignore[union-attr]
+    assert os.path.basename(main.commands["serve"].callback.__module__) == "loadgen.serve.command"

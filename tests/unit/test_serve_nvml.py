@@ -109,6 +109,7 @@ def test_gpu_selection() -> None:
     assert idx == [0, 1] and how.startswith("all GPUs")
 
 
+@pytest.mark.timing
 def test_energy_window_sums_counters_over_gpus() -> None:
     lib = FakeLib(n=2)
     meter = EnergyMeter([0, 1], period_s=0.01, nvml=NVML.open(lib))
@@ -123,6 +124,7 @@ def test_energy_window_sums_counters_over_gpus() -> None:
     assert len(out["power_series"]["watts"]) >= 2
 
 
+@pytest.mark.timing
 def test_energy_integrated_from_power_without_counter() -> None:
     lib = FakeLib(n=1, energy=False)
     meter = EnergyMeter([0], period_s=0.01, nvml=NVML.open(lib))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import os
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from loadgen.serve.observe import ServerObserver
@@ -63,7 +64,7 @@ async def _serve(fake: FakeVLLM) -> web.AppRunner:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    fake.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    fake.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]  # a started site's asyncio Server
     return runner
 
 
@@ -74,6 +75,7 @@ def test_parse_engine_log() -> None:
     assert parse_engine_log("nothing here") == {}
 
 
+@pytest.mark.timing
 def test_observer_window_reset_and_conditions(tmp_path: Path) -> None:
     fake = FakeVLLM()
 
@@ -142,7 +144,7 @@ def test_metrics_unreachable_is_said() -> None:
 def test_conditions_of_launched_server_use_its_log_and_interpreter(tmp_path: Path) -> None:
     fake = FakeVLLM()
     srv = ServerProcess(kind="vllm", command=["python"], ready_url="", base_url="", log_dir=str(tmp_path),
-                        info={"engine_options": ["--max-model-len", "1024"], "server_python": os.sys.executable})  # fmt: skip
+                        info={"engine_options": ["--max-model-len", "1024"], "server_python": sys.executable})  # fmt: skip
     Path(srv.log_path).write_text(ENGINE_LINE + "\n")
 
     async def go() -> dict[str, Any]:
@@ -159,11 +161,12 @@ def test_conditions_of_launched_server_use_its_log_and_interpreter(tmp_path: Pat
 
 
 def test_package_versions() -> None:
-    v = package_versions(os.sys.executable, ("aiohttp", "surely-not-installed-pkg"))
+    v = package_versions(sys.executable, ("aiohttp", "surely-not-installed-pkg"))
     assert v is not None and "aiohttp" in v and "surely-not-installed-pkg" not in v
     assert package_versions("/nonexistent/python") is None
 
 
+@pytest.mark.timing
 def test_gauges_over_time_on_the_run_clock_and_kind_told_by_names() -> None:
     # issue 18: the server's gauges each scrape, stamped on the client's monotonic clock, in s from the run's t0
     from loadgen.core.clock import now_ns

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,7 +61,7 @@ def _assert_gone(pgid: int) -> None:
         os.killpg(pgid, 0)
 
 
-def _proc(tmp_path: Path, args: list[str], **kw) -> ServerProcess:  # type: ignore[no-untyped-def]
+def _proc(tmp_path: Path, args: list[str], **kw: Any) -> ServerProcess:
     port = free_port()
     return ServerProcess(
         kind="fake",
@@ -156,5 +157,7 @@ def test_cli_bad_start_exits_4_with_one_line_error_and_no_process(tmp_path: Path
     assert "No module named 'vllm'" in lines[0]
     assert any(ln.startswith("  | ") for ln in lines[1:])
     log = (tmp_path / "vllm-server.log").read_text()
-    pgid = int(re.search(r"process group (\d+)", log).group(1))  # type: ignore[union-attr]
+    found = re.search(r"process group (\d+)", log)
+    assert found is not None
+    pgid = int(found.group(1))
     _assert_gone(pgid)

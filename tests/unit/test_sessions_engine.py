@@ -17,6 +17,8 @@ SERVICE_S = 0.02
 class FakeEndpoint(EndpointBase):
     """Answers every request after ``SERVICE_S`` with the reply ``r<index>``; fails indexes in ``fail``."""
 
+    config: Any = None
+
     def __init__(self, fail: set[int] | None = None) -> None:
         self.fail = fail or set()
         self.seen: list[RequestSpec] = []
@@ -34,6 +36,12 @@ class FakeEndpoint(EndpointBase):
             return
         record.events.append(TokenEvent(record.end_ns, f"r{spec.index}"))
         record.status = "ok"
+
+    async def open(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
 
     def describe(self) -> dict[str, Any]:
         return {}
@@ -55,6 +63,7 @@ def test_turns_are_due_at_the_previous_reply_end_plus_the_capped_delay() -> None
     assert [k for _, k in recs] == [0, 1, 2]
     r0, r1, r2 = (r for r, _ in recs)
     assert r0.scheduled_ns == runner.t0_ns
+    assert r0.end_ns is not None and r1.end_ns is not None
     assert r1.scheduled_ns == r0.end_ns + 50_000_000  # latency origin: previous reply end + delay
     assert r2.scheduled_ns == r1.end_ns + 100_000_000  # 5 s capped at idle_cap 100 ms
     assert all(ep.sent_ns[r.index] >= r.scheduled_ns for r in (r0, r1, r2))  # never early
@@ -132,9 +141,12 @@ def test_a_sink_that_falls_behind_holds_a_bounded_backlog() -> None:
     handed: list[int] = []
     plan = SessionPlan([], SessionPrompter(), start_offsets_ns=[])
     turns: list[int] = []
-    runner = SessionRunner(
-        FakeEndpoint(), plan, lambda r, k: (handed.append(r.index), turns.append(k)), install_signal_handlers=False
-    )
+
+    def sink(r: RequestRecord, k: int) -> None:
+        handed.append(r.index)
+        turns.append(k)
+
+    runner = SessionRunner(FakeEndpoint(), plan, sink, install_signal_handlers=False)
     events = [TokenEvent(t_ns=i, text="x") for i in range(1024)]
     for i in range(200):  # 200 records x 1024 events: ~3x the bound
         runner._finished(RequestRecord(index=i, phase="warmup", scheduled_ns=0, events=list(events)), i % 3)

@@ -143,7 +143,7 @@ def test_simulate_equals_stepping_by_hand() -> None:
             k += 1
         elif nxt is not None:
             for e in m.advance(nxt):
-                got[e.req_id].append(e.t_ns)  # type: ignore[index]
+                got[e.req_id].append(e.t_ns)  # type: ignore[index]  # the ids given are the int indexes
         else:
             break
     for i, r in enumerate(res):
@@ -161,6 +161,7 @@ def test_simulate_preserves_input_order() -> None:
     assert res[1].first_token_ns == 10 * MS
 
 
+@pytest.mark.timing
 def test_simulate_10k_is_fast_and_capacity_estimate_is_close() -> None:
     p = SimParams()
     cap = capacity_rps(p, 100, 16)

@@ -72,6 +72,7 @@ def test_completion_units_and_reply_units() -> None:
     assert prompt_units(nxt, "chat")[: len(full)] == full
 
 
+@pytest.mark.timing
 def test_sim_reports_cached_tokens_and_charges_only_uncached_prefill(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     # prefill 1 ms per uncached token: a 300-word prompt costs 300 ms cold, ~0 once cached
@@ -79,7 +80,7 @@ def test_sim_reports_cached_tokens_and_charges_only_uncached_prefill(tmp_path: P
     server = SimServer(params, truth_log=str(truth), prefix_cache=PrefixCache(1000, 16))
     prompt = " ".join(f"w{i}" for i in range(300))
 
-    async def go() -> list[dict[str, object]]:
+    async def go() -> list[dict[str, Any]]:
         port = await server.start()
         out = []
         try:
@@ -105,7 +106,7 @@ def test_cache_off_by_default_reports_no_details(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     server = SimServer(SimParams(ttft_ms=1.0, itl_ms=1.0), truth_log=str(truth))
 
-    async def go() -> dict[str, object]:
+    async def go() -> dict[str, Any]:
         port = await server.start()
         try:
             async with aiohttp.ClientSession() as s:
@@ -115,7 +116,7 @@ def test_cache_off_by_default_reports_no_details(tmp_path: Path) -> None:
         finally:
             await server.stop()
 
-    assert "prompt_tokens_details" not in asyncio.run(go())["usage"]  # type: ignore[operator]  # a usage dict
+    assert "prompt_tokens_details" not in asyncio.run(go())["usage"]
     assert json.loads(truth.read_text())["cached_tokens"] is None
 
 

@@ -9,15 +9,17 @@ TTFT 50 ms, ITL 2 ms, 26 output tokens (100 ms of service: 10 req/s).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import pytest
 
+from loadgen.core.schedule import Schedule
 from loadgen.core.slo import parse_slo
 from loadgen.engine.runner import realized_send_rps
 from loadgen.engine.runplan import LoadConfig, build_plan
 from loadgen.sim.fifo import new_model
-from loadgen.sim.model import SimParams, simulate
+from loadgen.sim.model import SimParams, SimResult, simulate
 from loadgen.sweep import SweepConfig
 from loadgen.sweep.stability import backlog_trend, mann_kendall_p, theil_sen_slope
 from loadgen.workload.arrivals import arrival_offsets_ns, condition_on_rate
@@ -41,7 +43,7 @@ def probe_trend(params: SimParams, rate: float, seed: int, *, probe_s: float = 2
     return any(t.growing for t in trends), p99
 
 
-def _tpot(res: list) -> np.ndarray:  # type: ignore[type-arg]  # SimResult list
+def _tpot(res: list[SimResult]) -> np.ndarray:
     return np.array(
         [(r.end_ns - r.first_token_ns) / (r.output_tokens - 1) if r.output_tokens > 1 else math.nan for r in res]
     )
@@ -55,6 +57,7 @@ def demo_probe_alarm(rate: float, seed: int) -> bool:
     """A 10 s probe (1 s warm-up) of scripts/demo's sweep on the model: its profile, its length mix."""
     ins = parse_length_spec("empirical:builtin:azure-code-2023", column="input").values
     outs = parse_length_spec("empirical:builtin:azure-code-2023", column="output").values
+    assert ins is not None and outs is not None
     w, n = math.ceil(1.0 * rate), math.ceil(10.0 * rate)
     offs = np.asarray(arrival_offsets_ns("poisson", rate, count=w + n, seed=seed))
     offs = condition_on_rate(offs, np.arange(w + n) >= w, rate)
@@ -116,7 +119,7 @@ def test_a_probe_schedule_realizes_its_nominal_rate() -> None:
     # 299 measured Poisson requests after 28 of warm-up, the probe's own path (build_plan)
     for seed in range(20):
         cfg = LoadConfig(rate_rps=5.5, requests=299, warmup_requests=28, seed=seed, exact_rate=True, salt="t")
-        sched = build_plan(cfg).schedule
+        sched = cast(Schedule, build_plan(cfg).schedule)  # an open-loop plan has a Schedule
         assert sched is not None
         realized = realized_send_rps(sched)
         assert realized == pytest.approx(5.5, rel=0.005)
@@ -126,8 +129,9 @@ def test_a_probe_schedule_realizes_its_nominal_rate() -> None:
     off = []
     for seed in range(20):
         cfg = LoadConfig(rate_rps=5.5, requests=299, warmup_requests=28, seed=seed, salt="t")
-        r = realized_send_rps(build_plan(cfg).schedule)  # type: ignore[arg-type]  # an open-loop plan has a schedule
-        off.append(abs(r / 5.5 - 1))  # type: ignore[operator]  # 299 sends give a rate
+        r = realized_send_rps(cast(Schedule, build_plan(cfg).schedule))  # an open-loop plan has a Schedule
+        assert r is not None  # 299 sends give a rate
+        off.append(abs(r / 5.5 - 1))
     assert max(off) > 0.02
 
 

@@ -27,9 +27,12 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from loadgen.core.clock import now_ns
 from loadgen.engine.stamp_lateness import StampLateness, probe_loop
+
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 MS = 1_000_000
 
@@ -84,7 +87,7 @@ def _run(coro: object) -> SimpleNamespace:
     try:
         import uvloop
 
-        return uvloop.run(coro)  # type: ignore[no-any-return, arg-type]  # the loop the CLI runs
+        return uvloop.run(coro)  # type: ignore[arg-type]  # the loop the CLI runs
     except ImportError:
         return asyncio.run(coro)  # type: ignore[arg-type]  # the test's own coroutine
 

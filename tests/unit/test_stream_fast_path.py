@@ -121,6 +121,7 @@ _usage = st.one_of(
 _extra = st.dictionaries(st.sampled_from(["error", "id", "object"]), st.one_of(st.none(), st.just("x"), st.just(0)))
 
 
+@pytest.mark.timing
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # the reader is set for all examples
 @given(
     text=_text, usage=_usage, fr=st.sampled_from([None, "stop", "length", "", 3]), chat=st.booleans(),

@@ -15,6 +15,8 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 P99 = parse_slo("ttft:p99<=200ms")
 
 
-def _virtual():  # type: ignore[no-untyped-def]
+def _virtual() -> ModuleType:
     spec = importlib.util.spec_from_file_location("capacity_virtual", ROOT / "scripts" / "capacity_virtual.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
@@ -112,7 +114,7 @@ def test_verdict_words_stay_and_point_estimates_stay_on_raw_counts() -> None:
     )
 
 
-def _doc(targets: list[dict]) -> dict:  # type: ignore[type-arg]
+def _doc(targets: list[dict[str, Any]]) -> dict[str, Any]:
     probe = {
         "offered_rps": 40.0,
         "verdict": "pass",

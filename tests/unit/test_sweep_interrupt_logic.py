@@ -79,7 +79,9 @@ def _fake_measure(calls: list[bool], n: int) -> Any:
 
 
 @pytest.mark.parametrize("stopped", [False, True])
-def test_an_undecided_probe_is_not_extended_once_the_sweep_is_stopped(monkeypatch, stopped: bool) -> None:  # type: ignore[no-untyped-def]
+def test_an_undecided_probe_is_not_extended_once_the_sweep_is_stopped(
+    monkeypatch: pytest.MonkeyPatch, stopped: bool
+) -> None:
     calls: list[bool] = []
     monkeypatch.setattr(probe_mod, "measure", _fake_measure(calls, 8))
     scfg = SweepConfig(slos=[P90], probe_duration_s=2.0, max_extensions=2)
@@ -110,11 +112,11 @@ def test_the_second_interrupt_cancels_what_is_in_flight() -> None:
     said: list[str] = []
     sw.progress = said.append
     r = FakeRunner()
-    sw._set_runner(r)  # type: ignore[arg-type]
+    sw._set_runner(r)  # type: ignore[arg-type]  # a stand-in runner
     sw.interrupt()
     assert r.stops == [(True, False)]  # drain
     sw.interrupt()
-    assert r.stops[-1] == (True, True) and r.cancel_reason == "in flight at a second interrupt"  # type: ignore[attr-defined]
+    assert r.stops[-1] == (True, True) and r.cancel_reason == "in flight at a second interrupt"  # type: ignore[attr-defined]  # set by the sweep
     late = FakeRunner()
     sw._set_runner(late)  # type: ignore[arg-type]  # a run started after it: cancelled at once too
     assert late.stops == [(True, True)]

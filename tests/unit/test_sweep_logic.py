@@ -8,7 +8,7 @@ import asyncio
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -16,7 +16,7 @@ from loadgen.core.clock import now_ns
 from loadgen.core.metrics import compute
 from loadgen.core.slo import SLOTarget, judge_counts
 from loadgen.core.stats import lower_bound, upper_bound
-from loadgen.core.types import RequestRecord, TokenEvent
+from loadgen.core.types import Phase, RequestRecord, TokenEvent
 from loadgen.engine.results import Aggregator
 from loadgen.sweep import Probe, ProbeJudge, SweepConfig, cost_per_million, non_monotonic
 from loadgen.sweep.probe import _finish_probe
@@ -136,11 +136,11 @@ def test_invalid_and_closed_loop_probes_are_not_judged() -> None:
 def rec(
     index: int = 0,
     *,
-    phase: str = "measure",
+    phase: Phase = "measure",
     scheduled: int = 0,
     first: int | None = None,
     end: int | None = None,
-    status: str = "ok",
+    status: Literal["ok", "error"] = "ok",
     error_kind: str | None = None,
     tokens: int = 4,
     answer: bool = True,
@@ -151,10 +151,10 @@ def rec(
         phase=phase,
         scheduled_ns=scheduled,
         sent_ns=scheduled,
-        end_ns=end,  # type: ignore[arg-type]
+        end_ns=end,
         status=status,
         error_kind=error_kind,
-    )  # type: ignore[arg-type]
+    )
     if first is not None:
         r.events = [TokenEvent(first + i * MS, "tok ", answer) for i in range(tokens)]
         r.completion_tokens = tokens
@@ -219,7 +219,7 @@ def test_tpot_target_counted_on_its_own_value() -> None:
 
 def test_cancelled_requests_over_the_threshold_count_as_exceedances() -> None:
     j = ProbeJudge([P90], n_cap=100, confidence=0.95)
-    cancelled = dict(status="error", error_kind="cancelled")
+    cancelled: dict[str, Any] = dict(status="error", error_kind="cancelled")
     feed(
         j,
         rec(0, end=60 * MS, **cancelled),  # no token after 60 ms: already over
@@ -252,7 +252,7 @@ def test_cancelled_request_with_a_conforming_first_token_is_counted_not_censored
 def test_cancelled_e2e_target_uses_the_age() -> None:
     e2e = SLOTarget("e2e", 90.0, 100 * MS)
     j = ProbeJudge([e2e], n_cap=100, confidence=0.95)
-    c = dict(status="error", error_kind="cancelled")
+    c: dict[str, Any] = dict(status="error", error_kind="cancelled")
     feed(j, rec(0, first=5 * MS, end=150 * MS, **c), rec(1, first=5 * MS, end=80 * MS, **c))
     tj = j.targets[0]
     assert (tj.n, tj.k, tj.censored, j.censored) == (1, 1, 1, 1)
@@ -269,9 +269,9 @@ def test_certain_fail_counts_finished_and_in_flight_exceedances() -> None:
     old = rec(1000, scheduled=now - S)  # in flight for 1 s without a token
     young = rec(1001, scheduled=now)
     old_warm = rec(1002, phase="warmup", scheduled=now - S)
-    j.runner = FakeRunner([young, old_warm])  # type: ignore[assignment]
+    j.runner = FakeRunner([young, old_warm])  # type: ignore[assignment]  # a stand-in runner
     assert not j.certain_fail()
-    j.runner = FakeRunner([young, old_warm, old])  # type: ignore[assignment]
+    j.runner = FakeRunner([young, old_warm, old])  # type: ignore[assignment]  # a stand-in runner
     assert j.certain_fail()
 
 
@@ -282,7 +282,7 @@ def test_certain_fail_in_flight_with_an_early_first_token_is_not_over() -> None:
     streaming = rec(1000, scheduled=now - S, first=now - S + 10 * MS)  # TTFT 10 ms, still streaming
     streaming.end_ns = None
     streaming.status = "error"
-    j.runner = FakeRunner([streaming])  # type: ignore[assignment]
+    j.runner = FakeRunner([streaming])  # type: ignore[assignment]  # a stand-in runner
     assert not j.certain_fail()
 
 
@@ -292,21 +292,22 @@ def test_certain_fail_time_to_first_answer_token_ignores_reasoning_events() -> N
     feed(j, *[rec(i, first=80 * MS) for i in range(15)])
     now = now_ns()
     thinking = rec(1000, scheduled=now - S, first=now - S + 10 * MS, answer=False)
-    j.runner = FakeRunner([thinking])  # type: ignore[assignment]
+    j.runner = FakeRunner([thinking])  # type: ignore[assignment]  # a stand-in runner
     assert j.certain_fail()
 
 
 def test_certain_fail_never_from_itl_or_tpot() -> None:
     j = ProbeJudge([SLOTarget("itl", 99.0, MS), SLOTarget("tpot", 90.0, MS)], n_cap=10, confidence=0.95)
     j.targets[0].k = j.targets[1].k = 10
-    j.runner = FakeRunner([rec(i, scheduled=now_ns() - S) for i in range(10)])  # type: ignore[assignment]
+    j.runner = FakeRunner([rec(i, scheduled=now_ns() - S) for i in range(10)])  # type: ignore[assignment]  # a stand-in runner
     assert not j.certain_fail()
 
 
+@pytest.mark.timing
 def test_watch_stops_the_runner_once_fail_is_certain() -> None:
     j = ProbeJudge([P90], n_cap=100, confidence=0.95)
     runner = FakeRunner()
-    j.runner = runner  # type: ignore[assignment]
+    j.runner = runner  # type: ignore[assignment]  # a stand-in runner
     feed(j, *[rec(i, first=80 * MS) for i in range(15)])
 
     async def go() -> None:
@@ -321,6 +322,7 @@ def test_watch_stops_the_runner_once_fail_is_certain() -> None:
     assert runner.stops == [(False, True)]  # not an interruption; cancel what is in flight
 
 
+@pytest.mark.timing
 def test_certain_fail_is_cheap_enough_for_the_event_loop() -> None:
     # The watcher calls certain_fail() every 100 ms on the event loop that sends the requests.
     # A 60 s p99 probe at 170 req/s with two extensions: n_cap 30600; with ~300 exceedances
@@ -329,7 +331,7 @@ def test_certain_fail_is_cheap_enough_for_the_event_loop() -> None:
     j = ProbeJudge([P99], n_cap=30_600, confidence=0.95)
     j.targets[0].n = j.targets[0].k = 300
     now = now_ns()
-    j.runner = FakeRunner([rec(i, scheduled=now) for i in range(200)])  # type: ignore[assignment]
+    j.runner = FakeRunner([rec(i, scheduled=now) for i in range(200)])  # type: ignore[assignment]  # a stand-in runner
     times = []
     for _ in range(5):
         t0 = time.perf_counter()

@@ -22,9 +22,9 @@ def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float:
     return float("inf")
 
 
-def scrape(text: str) -> dict[str, Any]:
+def scrape(text: str) -> dict[tuple[Any, ...], Any]:
     """Samples of a Prometheus text exposition: {(name, labels...): value} and buckets per histogram."""
-    out: dict[str, Any] = {}
+    out: dict[tuple[Any, ...], Any] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name.endswith("_bucket"):

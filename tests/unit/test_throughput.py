@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,7 @@ def test_batch_size_is_the_cap_or_every_request() -> None:
 # ---------------------------------------------------------------- the verdict lines
 
 
-def _log(values: list[float]) -> SampleLog:
+def _log(values: Sequence[float]) -> SampleLog:
     s = SampleLog(None)
     for v in values:
         s.append(v)
@@ -113,12 +114,12 @@ def test_validity_of_a_max_throughput_run_has_no_schedule_lag_bound_line() -> No
         duration_s = 20.0
 
     client = ClientStats(cpu_s=1.0, wall_s=10.0, loop_lag_ms=[0.5], open_loop=False)
-    v = validity(Agg(), client, ValidityBounds(max_throughput=True))  # type: ignore[arg-type]
+    v = validity(Agg(), client, ValidityBounds(max_throughput=True))  # type: ignore[arg-type]  # a stand-in Aggregator
     names = {c["name"]: c for c in v["checks"]}
     assert v["valid"] is True
     assert names["schedule_lag_p99"]["detail"].startswith("not applicable: max-throughput mode")
     assert names["send_path"]["ok"] is True
-    closed = validity(Agg(), client, ValidityBounds())  # type: ignore[arg-type]
+    closed = validity(Agg(), client, ValidityBounds())  # type: ignore[arg-type]  # a stand-in Aggregator
     assert "schedule_lag_p99" not in {c["name"] for c in closed["checks"]}  # a closed loop said nothing
 
 

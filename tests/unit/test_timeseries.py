@@ -49,6 +49,7 @@ def test_throughput_drop_failures_and_too_few() -> None:
     # the last ten requests fail: no output tokens in the last third
     lines = [_line(i, status="error" if i >= 20 else "ok") for i in range(30)]
     ts = series(lines)
+    assert ts is not None
     assert ts["thirds"]["last"]["failed"] == 10 and ts["thirds"]["last"]["output_tps"] == 0.0
     d = drift(ts)
     assert "output_tps" in d["drifting"] and d["changes"]["output_tps"] == -1.0
@@ -97,4 +98,6 @@ def test_in_flight_and_server_gauges_on_the_client_intervals() -> None:
     assert ivs[3]["server"]["power_w"] == {"mean": 300.0, "max": 300.0}
     assert ivs[5]["server"]["samples"] == 0 and ivs[5]["server"]["running"] is None  # no scrape fell in it
     assert "inflight_mean" not in ts["thirds"]["first"]
-    assert "server" not in ts_series(lines)["intervals"][0]  # no server observed: no server block
+    plain = ts_series(lines)
+    assert plain is not None
+    assert "server" not in plain["intervals"][0]  # no server observed: no server block

@@ -182,6 +182,7 @@ def test_without_counts_output_is_estimated() -> None:
     assert rec.ok and rec.completion_tokens is None and compute(rec).output_tokens_estimated
 
 
+@pytest.mark.timing
 def test_many_streams_multiplexed_over_channels() -> None:
     fake = FakeTriton()
 
@@ -195,6 +196,7 @@ def test_many_streams_multiplexed_over_channels() -> None:
     assert len(fake.requests) == 60
 
 
+@pytest.mark.timing
 def test_no_first_response_within_the_header_timeout_is_header_timeout() -> None:
     """A model that accepts the stream and sends nothing (gRPC sends no headers before the first
     response) ends at ``header_timeout_s`` as ``header_timeout``, not at the total deadline; a first
@@ -241,6 +243,7 @@ def test_one_response_carrying_every_token_is_buffered() -> None:
     assert m.tpot_ns is None and m.itl_ns == [] and m.ttft_ns is not None and m.ttft_ns >= 100_000_000
 
 
+@pytest.mark.timing
 def test_streamed_responses_after_a_long_ttft_are_not_buffered() -> None:
     # 8 responses 3 ms apart after 200 ms: the tokens come one at a time
     rec = asyncio.run(_with_server(FakeTriton(ttft_s=0.2), lambda ep: _send(ep, 8), model="m"))

@@ -91,7 +91,7 @@ class FakeTriton:
                 return resp
             if self.mode == "cut" and i == 2:
                 await resp.write(b'data: {"model_name":"m","text_o')
-                request.transport.close()  # type: ignore[union-attr]
+                request.transport.close()  # type: ignore[union-attr]  # an open request has a transport
                 return resp
             tok = f" t{i}"
             text += tok
@@ -144,7 +144,7 @@ async def _serve(fake: FakeTriton) -> web.AppRunner:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # a started site's asyncio Server
     fake.url = f"http://127.0.0.1:{port}"
     return runner
 
@@ -282,6 +282,7 @@ def test_concurrent_requests() -> None:
 # ------------------------------------------------------------------ buffered delivery (burst, no TPOT)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("delivery", ["batch", "two_writes"])
 def test_batched_or_two_write_delivery_is_buffered(delivery: str) -> None:
     # one event carrying all 8 tokens (a batching model) or all events in two writes 3 ms apart,
@@ -292,6 +293,7 @@ def test_batched_or_two_write_delivery_is_buffered(delivery: str) -> None:
     assert m.tpot_ns is None and m.itl_ns == [] and m.ttft_ns is not None and m.ttft_ns >= 100 * 1_000_000
 
 
+@pytest.mark.timing
 def test_streamed_tokens_5ms_apart_after_a_long_ttft_are_not_buffered() -> None:
     rec, _ = asyncio.run(_one(FakeTriton(ttft_s=0.2), n=8, model="m"))
     assert rec.ok and not rec.buffered

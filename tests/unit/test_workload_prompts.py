@@ -96,7 +96,8 @@ def test_shared_prefix_groups_share_exact_token_prefixes(tok: Tokenizer) -> None
     for s in specs:
         ids = tok.encode(s.prompt, add_special_tokens=True)
         assert len(ids) == s.requested_input_tokens
-        by_group.setdefault(s.prefix_group, []).append(ids)  # type: ignore[arg-type]
+        assert s.prefix_group is not None
+        by_group.setdefault(s.prefix_group, []).append(ids)
     assert sorted(by_group) == [0, 1, 2] and [s.prefix_group for s in specs[:4]] == [0, 1, 2, 0]
     heads = {g: {tuple(ids[:101]) for ids in members} for g, members in by_group.items()}
     assert all(len(h) == 1 for h in heads.values())  # BOS + 100 prefix tokens identical in a group

@@ -32,7 +32,8 @@ def test_synthetic_open_loop_matches_arrivals_and_closed_loop_specs() -> None:
     make = spec_factory(opts)
     for s in sched:
         assert make(s.spec.index) == s.spec  # request i is the same in open and closed loop
-        assert 20 <= s.spec.requested_input_tokens <= 40  # type: ignore[operator]
+        assert s.spec.requested_input_tokens is not None
+        assert 20 <= s.spec.requested_input_tokens <= 40
         assert len(s.spec.prompt.split()) == s.spec.requested_input_tokens
     timed = build_schedule(opts, rate_rps=50, duration_s=2, warmup_s=1)
     assert all(s.offset_ns < 3e9 for s in timed)
@@ -91,7 +92,8 @@ def test_sharegpt_dataset(tmp_path: Path) -> None:
     p = tmp_path / "sg.json"
     p.write_text(json.dumps(SHAREGPT, indent=1))
     w = Workload(WorkloadOptions(dataset=str(p), seed=1, salt="q"))
-    assert len(w.entries) == 2 and w.dataset_skipped == 1  # type: ignore[arg-type]
+    assert w.entries is not None
+    assert len(w.entries) == 2 and w.dataset_skipped == 1
     specs = {w.spec(i).prompt: w.spec(i) for i in range(4)}
     assert set(specs) == {"What is a lighthouse for?", "Hi there"}
     assert specs["What is a lighthouse for?"].requested_output_tokens == 8  # words of the reply

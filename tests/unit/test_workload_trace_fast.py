@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,12 +52,12 @@ def _azure_file(path: Path, n: int, seed: int, *, crlf: bool, bad_line: int | No
     path.write_bytes(eol.join(lines).encode())  # no trailing newline
 
 
-def _read(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch, **kw: object) -> traces.Trace:
+def _read(path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> traces.Trace:
     with monkeypatch.context() as m:
         m.setattr(traces, "_BLOCK_BYTES", 997)  # many blocks, lines split across reads
         if not fast:
             m.setattr(traces, "parse_azure_block", lambda block: None)
-        return traces.read_trace(path, **kw)  # type: ignore[arg-type]
+        return traces.read_trace(path, **kw)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -65,7 +66,7 @@ def test_fast_path_equals_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     _azure_file(path, 3000, seed, crlf=seed % 2 == 1)
     full = _read(path, False, monkeypatch)
     mid_s = float(full.offset_ns[1500]) / 1e9
-    windows = [
+    windows: list[dict[str, Any]] = [
         {},
         {"start_s": mid_s, "duration_s": 300.0},
         {"start_s": mid_s, "max_requests": 37},
@@ -101,5 +102,7 @@ def test_block_timestamps_match_the_scalar_parser() -> None:
     for bad in (b"2023-02-29 00:00:00", b"2024-05-10 00:00:00.", b"2024-05-10 00:00:00+5", b"2024-05-10 24:00:00"):
         assert parse_azure_block(bad + b",1,2\n") is None
     assert parse_azure_block(b"2024-05-10 00:00:00,1\n") is None  # field count
-    inp, out, ok = parse_azure_block(b"2024-05-10 00:00:00,12,0\n2024-05-10 00:00:00,-1,3\n").lengths(0, 2)  # type: ignore[union-attr]
+    blk = parse_azure_block(b"2024-05-10 00:00:00,12,0\n2024-05-10 00:00:00,-1,3\n")
+    assert blk is not None
+    inp, out, ok = blk.lengths(0, 2)
     assert inp[0] == 12 and out[0] == 0 and ok.tolist() == [True, False]

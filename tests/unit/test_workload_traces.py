@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -72,7 +73,9 @@ def test_mooncake_millisecond_unit_and_same_instant_rows() -> None:
     assert sp[:n0].tolist() == [j * nxt // n0 for j in range(n0)]
     assert np.all(np.diff(sp) >= 0) and sp[n0] == nxt
     # hash ids per row, validated against ceil(input_length / 512)
-    assert tr.row_hash_ids(0).tolist() == list(range(14))
+    hash_ids = tr.row_hash_ids(0)
+    assert hash_ids is not None
+    assert hash_ids.tolist() == list(range(14))
 
 
 @needs_shared
@@ -276,11 +279,11 @@ def test_time_scale_rate_and_loop(tmp_path: Path) -> None:
 
 
 def test_trace_stats_burstiness(tmp_path: Path) -> None:
-    st = trace_stats(read_trace(_trace(tmp_path, [0, 1, 2, 3, 4])))
+    st = cast(dict[str, Any], trace_stats(read_trace(_trace(tmp_path, [0, 1, 2, 3, 4]))))  # values of mixed types
     assert st["rows"] == 5 and st["duration_s"] == 4.0 and st["mean_rate_rps"] == 1.0
     assert st["interarrival_cv"] == 0.0 and st["gamma_burstiness"] is None
     assert st["timestamp_resolution_ns"] == 10**9
-    st = trace_stats(read_trace(_trace(tmp_path, [0, 0, 0, 3])))
+    st = cast(dict[str, Any], trace_stats(read_trace(_trace(tmp_path, [0, 0, 0, 3]))))
     gaps = np.array([0.0, 0.0, 3.0])
     assert st["interarrival_cv"] == pytest.approx(gaps.std() / gaps.mean())
     assert st["gamma_burstiness"] == pytest.approx(1 / st["interarrival_cv"] ** 2)
