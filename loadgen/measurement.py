@@ -80,7 +80,7 @@ async def measure(
 
     With ``workers > 1`` the run is spread over worker processes (:mod:`loadgen.spread.workers`):
     ``on_record`` is then called with ``(None, None)`` per request (progress only) and
-    ``on_summary`` with each request's :class:`~loadgen.engine.results.RequestSummary`.
+    ``on_summary`` with each request's :class:`~loadgen.engine.summary.RequestSummary`.
     With ``cluster`` (a connected :class:`loadgen.spread.cluster.Cluster`) the ``workers`` shards
     run as actors of that Ray cluster instead, with the same callbacks.
 

@@ -169,7 +169,7 @@ def cancelled_state(t: SLOTarget, rec: RequestRecord, now_ns: int) -> str:
     :data:`CANCELLED_UNDER`: its value was measured before the stop (a first token for TTFT, a first
     answer token for time to first answer token) and conforms: counted as conforming;
     :data:`CANCELLED_UNKNOWN`: censored, not counted. One rule for a probe in one process and over
-    worker processes (the state travels in :class:`loadgen.engine.results.RequestSummary`).
+    worker processes (the state travels in :class:`loadgen.engine.summary.RequestSummary`).
     """
     if inflight_over(t, rec, now_ns):
         return CANCELLED_OVER

@@ -20,7 +20,7 @@ import orjson
 from loadgen.core.metrics import RequestMetrics
 from loadgen.core.redact import Redactor
 from loadgen.core.types import RequestRecord
-from loadgen.engine.results import network_ns
+from loadgen.engine.summary import network_ns
 
 if TYPE_CHECKING:
     from loadgen.engine.results import Aggregator

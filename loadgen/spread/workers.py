@@ -8,7 +8,7 @@ request indices ``w, w+N, ...``), and sends on the shared absolute t0 (CLOCK_MON
 is one clock for every process on a host).
 
 Workers stream each finished request to the parent as its ``requests.jsonl`` line
-plus a :class:`~loadgen.engine.results.RequestSummary`; the parent writes the lines and
+plus a :class:`~loadgen.engine.summary.RequestSummary`; the parent writes the lines and
 aggregates the summaries, so per-request percentiles are exact, as in one process.
 Per-token metrics (ITL, inter-chunk) are recorded into HDR histograms in the
 workers and merged in the parent (exact bucket merge; values at HDR precision,
@@ -47,10 +47,11 @@ from loadgen.core.redact import Redactor
 from loadgen.core.schedule import as_schedule
 from loadgen.endpoints import from_config
 from loadgen.engine.recordlog import RecordWriter, record_line
-from loadgen.engine.results import Aggregator, RequestSummary, summarize
+from loadgen.engine.results import Aggregator
 from loadgen.engine.runner import LEAD_IN_NS, ClientStats, Runner, RunOutcome, RunPlan, realized_send_rps
 from loadgen.engine.runplan import build_plan, build_workload
 from loadgen.engine.stamp_lateness import StampLateness
+from loadgen.engine.summary import RequestSummary, summarize
 from loadgen.sessions.planning import plan_sessions, shard_sessions
 from loadgen.sessions.turns import SessionRunner
 
@@ -59,7 +60,7 @@ FLUSH_S = 0.05
 READY_TIMEOUT_S = 60.0
 
 SUMMARY_INSTANTS = ("scheduled_ns", "sent_ns", "end_ns", "first_event_ns")
-""":class:`~loadgen.engine.results.RequestSummary` fields that are instants of the sender's monotonic clock."""
+""":class:`~loadgen.engine.summary.RequestSummary` fields that are instants of the sender's monotonic clock."""
 SUMMARY_INSTANT_POINTS = ("ratelimit_points",)
 """Fields holding ``(instant_ns, value)`` pairs."""
 SUMMARY_INSTANT_BINS = ("token_bins",)
@@ -154,7 +155,7 @@ def _worker_main(
 
 class RecordShipper:
     """A worker's record path: each finished request becomes its ``requests.jsonl`` line and its
-    :class:`~loadgen.engine.results.RequestSummary`, shipped to the parent in batches of :data:`BATCH`
+    :class:`~loadgen.engine.summary.RequestSummary`, shipped to the parent in batches of :data:`BATCH`
     (or every :data:`FLUSH_S` by :meth:`flusher`) as ``("recs", [(line, summary), ...])``; the
     measured ok requests' per-token values go to this worker's ITL and inter-chunk histograms
     (sent with ``done``, merged exactly by the parent). Error details pass the redactor. The same

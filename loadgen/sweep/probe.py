@@ -81,9 +81,9 @@ from loadgen.core.slo import (
 )
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints.base import Endpoint
-from loadgen.engine.results import RequestSummary, summarize
 from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
+from loadgen.engine.summary import RequestSummary, summarize
 from loadgen.engine.validity import RATE_LIMIT_DOMINATED
 from loadgen.measurement import measure
 from loadgen.sweep import evidence as ev

@@ -21,8 +21,8 @@ from loadgen.core.clock import now_ns
 from loadgen.core.metrics import compute
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.providers import make_endpoint
-from loadgen.engine.results import network_ns
 from loadgen.engine.runplan import LoadConfig
+from loadgen.engine.summary import network_ns
 from loadgen.measurement import measure
 from tests.fixtures.fake_platforms import PlatformServer, openai_chat_writes, self_signed_cert
 

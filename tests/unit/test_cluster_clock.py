@@ -26,8 +26,9 @@ from loadgen.core.metrics import compute
 from loadgen.core.redact import Redactor
 from loadgen.core.types import RequestRecord, TokenEvent
 from loadgen.engine.recordlog import record_line
-from loadgen.engine.results import Aggregator, RequestSummary, summarize
+from loadgen.engine.results import Aggregator
 from loadgen.engine.runplan import LoadConfig, build_plan, build_workload
+from loadgen.engine.summary import RequestSummary, summarize
 from loadgen.spread.workers import (
     SUMMARY_DURATIONS,
     SUMMARY_INSTANT_BINS,

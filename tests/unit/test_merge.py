@@ -10,8 +10,9 @@ from loadgen.core.histograms import LatencyHistogram
 from loadgen.core.metrics import compute
 from loadgen.core.slo import parse_slo
 from loadgen.core.types import RequestRecord, RequestSpec, ScheduledRequest, TokenEvent
-from loadgen.engine.results import Aggregator, summarize
+from loadgen.engine.results import Aggregator
 from loadgen.engine.runner import RunPlan
+from loadgen.engine.summary import summarize
 from loadgen.spread.workers import shard_plan
 
 MS = 1_000_000

@@ -1,7 +1,7 @@
 """A probe counts the same evidence in one process and over worker processes (issue 29, must show 3).
 
 In one process the probe's judge sees each finished record (``on_record``); with ``--workers N`` it
-sees what a worker ships, the pickled :class:`~loadgen.engine.results.RequestSummary`
+sees what a worker ships, the pickled :class:`~loadgen.engine.summary.RequestSummary`
 (``on_summary``). The same requests must give the same counts, censored requests, dependence
 rows and timing rows either way — cancelled requests (an early stop) included, which were once
 counted by two different rules.
@@ -18,7 +18,7 @@ import pytest
 from loadgen.core.metrics import compute
 from loadgen.core.slo import CANCELLED_OVER, CANCELLED_UNDER, CANCELLED_UNKNOWN, SLOTarget, cancelled_state
 from loadgen.core.types import Phase, RequestRecord, TokenEvent
-from loadgen.engine.results import summarize
+from loadgen.engine.summary import summarize
 from loadgen.sweep import ProbeJudge
 
 MS = 1_000_000
