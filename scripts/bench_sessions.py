@@ -12,7 +12,7 @@
    server) + its delay (bar: 100 %), and p99 of (server
    arrival - due time) (bar: <= 5 ms), the client and the simulator on separate CPUs (``--cpus``)
    and the simulator with ``--busy-poll``.
-3. ``search``: ``loadgen sweep --sessions`` (:mod:`loadgen.sweep.sessions`) against the
+3. ``search``: ``loadgen sweep --sessions`` (:mod:`loadgen.sweep.session_search`) against the
    simulator, salted and unsalted, each against the virtual-clock reference of the same profile
    (:mod:`loadgen.sim.session_reference`): bars 0.9-1.1 x the reference, and the unsalted answer
    higher.

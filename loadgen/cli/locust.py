@@ -233,7 +233,7 @@ def build_config(
         "token_lists": not kw["no_token_lists"],
         "out_dir": str(Path(kw["out_dir"]).resolve()),
         "config_record": rec,
-        "sessions": kw["sessions"],  # --sessions SOURCE: a Locust user is a session (loadgen.locust.sessions)
+        "sessions": kw["sessions"],  # --sessions SOURCE: a Locust user is a session (loadgen.locust.session_user)
         "session_header": kw["session_header"],
     }
 
@@ -481,7 +481,7 @@ def locust_command(ctx: click.Context, **kw: Any) -> LocustOutcome:
     if result.get("sessions"):  # the session summary of loadgen run --sessions
         from rich.console import Console
 
-        from loadgen.report.sessions import render_sessions
+        from loadgen.report.session_summary import render_sessions
 
         render_sessions(result["sessions"], Console(stderr=True, soft_wrap=True))
     click.echo(f"loadgen: {'VALID' if valid else 'INVALID'}; result in {result_path}", err=True)

@@ -147,7 +147,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
         if write_run_report(run.result, out_dir) is not None:
             console.print(f"report.html (client and server on one time axis) in {out_dir}", markup=False)
     if run.result.get("sessions"):
-        from loadgen.report.sessions import render_sessions
+        from loadgen.report.session_summary import render_sessions
 
         render_sessions(run.result["sessions"], console)
     if run.result.get("max_throughput"):  # --rate inf: the batch scorecard

@@ -137,7 +137,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
 
     scfg = build_sweep_config(kw)
     base = base_load_config(kw)
-    base.sessions = session_source(kw)  # issue 17: the session-capacity search (loadgen.sweep.sessions)
+    base.sessions = session_source(kw)  # issue 17: the session-capacity search (loadgen.sweep.session_search)
     if base.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before any probe
         from rich.markup import escape
 
@@ -212,7 +212,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
 
     sweep_why(out.result, out_dir, scfg.slos, base.latency_origin)
     if base.sessions is not None:
-        from loadgen.sweep.sessions import sessions_block
+        from loadgen.sweep.session_search import sessions_block
 
         out.result["sessions"] = sessions_block(out.result, base)
     out.result = redactor.scrub(out.result)  # server-supplied text, by value
@@ -220,7 +220,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     write_report(out.result, out_dir)
     render_sweep(out.result, console, str(out_dir))
     if out.result.get("sessions"):
-        from loadgen.report.sessions import render_session_sweep
+        from loadgen.report.session_summary import render_session_sweep
 
         render_session_sweep(out.result, console)
     from loadgen.report.why import render_sweep_why

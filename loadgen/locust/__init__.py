@@ -32,7 +32,7 @@ How it fits Locust's model:
   multi-turn session at a time and starts the next when it ends (``-u`` is the number of
   concurrent sessions); a turn is due at the previous reply's end + its delay, latency from
   that due time; Locust's table has one row per turn depth (``turn K``); ``result.json`` gets
-  ``loadgen run --sessions``'s ``sessions`` block (:mod:`~loadgen.locust.sessions`).
+  ``loadgen run --sessions``'s ``sessions`` block (:mod:`~loadgen.locust.session_user`).
 * **Open loop (``--rate``).** Users do not send (they idle). At test start the
   master (or the single process) fixes a common t0 and hands each worker a
   deterministic shard of the schedule (entry ``i`` to shard ``i mod n``). One

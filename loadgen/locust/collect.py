@@ -35,7 +35,7 @@ from loadgen.engine.runner import ClientStats, RunOutcome
 from loadgen.engine.runplan import LoadConfig
 from loadgen.locust.client import client_settings
 from loadgen.locust.live import LiveSeries, summary
-from loadgen.locust.sessions import sessions_plan
+from loadgen.locust.session_user import sessions_plan
 from loadgen.measurement import build_result, raise_fd_limit
 from loadgen.sessions.measured import TurnFacts, sessions_block
 from loadgen.sessions.spread import merge_stats

@@ -2,7 +2,7 @@
 
 Closed loop (the default): each Locust user calls :meth:`LoadProcess.closed_loop_request`,
 one request at a time. Sessions (``--sessions``): each Locust user calls
-:meth:`LoadProcess.session`, one whole session at a time (:mod:`loadgen.locust.sessions`). Open loop (``--rate``): users idle; one dispatcher greenlet
+:meth:`LoadProcess.session`, one whole session at a time (:mod:`loadgen.locust.session_user`). Open loop (``--rate``): users idle; one dispatcher greenlet
 per process sleeps until ``t0 + offset`` of each entry of this process's shard
 (absolute deadlines) and spawns one greenlet per request, at most
 ``max_concurrency`` in flight. Finished records go to the local collector (single
@@ -33,7 +33,7 @@ from loadgen.endpoints.http import fail
 from loadgen.engine.results import Aggregator
 from loadgen.locust.client import GeventClient, Prepared
 from loadgen.locust.collect import clock_anchor, pack_record
-from loadgen.locust.sessions import SessionFeed, run_session
+from loadgen.locust.session_user import SessionFeed, run_session
 from loadgen.sessions.turns import SessionStats
 from loadgen.workload.arrivals import arrival_offsets_ns
 from loadgen.workload.replay import loop_offsets, replay_offsets
@@ -83,7 +83,7 @@ class LoadProcess:
         self.feed: SessionFeed | None = None
         self.session_stats = SessionStats()
         self.sessions_cut = 0  # sessions the test's stop cut short (neither completed nor failed)
-        if cfg["mode"] == "sessions":  # the plan's sessions, this process's share (loadgen.locust.sessions);
+        if cfg["mode"] == "sessions":  # the plan's sessions, this process's share (loadgen.locust.session_user);
             # a bad source raises here, before any greenlet of this process starts
             self.feed = SessionFeed(cfg, plan["salt"], self.tokenizer, self.shard, self.shards)
         self.greenlets = [gevent.spawn(self._loop_monitor)]
@@ -141,7 +141,7 @@ class LoadProcess:
         self.request(prepared, now_ns())  # the user sends once its request is ready
 
     def session(self) -> None:
-        """One whole session in the calling Locust user (:func:`loadgen.locust.sessions.run_session`)."""
+        """One whole session in the calling Locust user (:func:`loadgen.locust.session_user.run_session`)."""
         if self.feed is None or self.stop_event.is_set():  # stopping: start no session
             gevent.sleep(0.1)
             return

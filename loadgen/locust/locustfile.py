@@ -45,7 +45,7 @@ class LLMUser(User):
     """Closed loop: one streamed request at a time, the next as soon as the last ends.
 
     With ``--sessions`` a user is a session: one whole session at a time, the next when it ends
-    (:mod:`loadgen.locust.sessions`). In open-loop mode the schedule sends and users idle (see
+    (:mod:`loadgen.locust.session_user`). In open-loop mode the schedule sends and users idle (see
     the module docstring).
     """
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from loadgen.report import sweep_plots
 from loadgen.report.plotting import STATE_STYLE, figure_png, figure_svg, pyplot
-from loadgen.report.sessions import session_sweep_html
+from loadgen.report.session_summary import session_sweep_html
 from loadgen.report.sweep_facts import conditions_rows, probe_state, target_texts, verdict_text
 from loadgen.report.why import why_html
 

@@ -225,14 +225,14 @@ async def measure_sessions(
     )  # fmt: skip
 
 
-TurnFacts = _Turns  # the public name (loadgen.locust.sessions gathers the same per-turn facts)
+TurnFacts = _Turns  # the public name (loadgen.locust.session_user gathers the same per-turn facts)
 
 
 def sessions_block(
     cfg: LoadConfig, src: SessionSource, plan: SessionPlan, facts: dict[str, Any], st: SessionStats, turns: _Turns
 ) -> dict[str, Any]:
     """``result.json`` ``sessions``: the session counts of ``st``, the waits, and the per-turn facts of ``turns``
-    (also written by ``loadgen locust --sessions``, :mod:`loadgen.locust.sessions`)."""
+    (also written by ``loadgen locust --sessions``, :mod:`loadgen.locust.session_user`)."""
     starts = [int(x) for x in plan.start_offsets_ns] if plan.mode == "open" else []
     return {
         "mode": plan.mode,

@@ -22,8 +22,8 @@ from loadgen.engine.runplan import LoadConfig
 from loadgen.sessions.turns import SessionPlan
 from loadgen.workload.arrivals import arrival_offsets_ns, condition_on_rate
 from loadgen.workload.session_checks import cap_waits, idle_cap_s
+from loadgen.workload.session_model import Session, SessionPrompter
 from loadgen.workload.session_sources import SessionSource, load_sessions
-from loadgen.workload.sessions import Session, SessionPrompter
 
 __all__ = ["CLOSED_LOOP_SESSIONS", "MAX_SESSIONS", "check_sessions", "plan_sessions", "shard_sessions"]
 

@@ -14,7 +14,7 @@ Latency origin: a turn's due time, in both modes: its record's ``scheduled_ns`` 
 turns form a schedule, unlike independent closed-loop users, which count from the send). A turn
 the client starts late is schedule lag (:mod:`loadgen.core.metrics`, checked by
 :mod:`loadgen.engine.validity` as any open-loop run's). Each turn's request is built (history + new
-message, :class:`loadgen.workload.sessions.SessionHistory`) after the previous reply ends, then
+message, :class:`loadgen.workload.session_model.SessionHistory`) after the previous reply ends, then
 the engine sleeps until the due time (:func:`loadgen.core.clock.sleep_until`, never early). With an
 endpoint that accepts a send gate, the request is prepared ``PRESTART_NS`` before its due time
 (connection taken, body encoded) and its bytes go out when the gate is set at the due time,
@@ -46,7 +46,7 @@ from loadgen.core.clock import now_ns, sleep_until
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import Endpoint
 from loadgen.engine.lifecycle import NO_DEADLINE_NS, RunEngine
-from loadgen.workload.sessions import Session, SessionHistory, SessionPrompter
+from loadgen.workload.session_model import Session, SessionHistory, SessionPrompter
 
 __all__ = ["SessionPlan", "SessionRunner", "SessionStats"]
 

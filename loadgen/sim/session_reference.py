@@ -1,6 +1,6 @@
 """Reference answers for sessions: the simulated endpoint's model and prefix cache on a virtual clock.
 
-:func:`simulate_sessions` runs sessions (:class:`loadgen.workload.sessions.Session`) through the
+:func:`simulate_sessions` runs sessions (:class:`loadgen.workload.session_model.Session`) through the
 same :class:`~loadgen.sim.model.BatchModel` (or FIFO model) and :class:`~loadgen.sim.prefix_cache.PrefixCache`
 the real-time simulator uses, with the session engine's causality: a session's first turn
 arrives at its start, turn ``k + 1`` at turn ``k``'s last token + its delay. Each turn's
@@ -36,7 +36,7 @@ from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams
 from loadgen.sim.prefix_cache import DEFAULT_BLOCK_TOKENS, PrefixCache
 from loadgen.workload.arrivals import arrival_offsets_ns
-from loadgen.workload.sessions import Session
+from loadgen.workload.session_model import Session
 
 __all__ = ["TurnResult", "session_capacity", "simulate_sessions"]
 

@@ -89,7 +89,7 @@ from loadgen.measurement import measure
 from loadgen.sweep import evidence as ev
 from loadgen.sweep.config import SweepConfig
 from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps
-from loadgen.sweep.sessions import measure_load, probe_sessions, session_turns
+from loadgen.sweep.session_search import measure_load, probe_sessions, session_turns
 from loadgen.sweep.stability import TAIL_FRACTION, backlog_trend
 from loadgen.sweep.verdict import INTERRUPTED, probe_verdict_text, target_verdict
 

@@ -58,7 +58,7 @@ from loadgen.measurement import measure
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
 from loadgen.sweep.plan import Plan
 from loadgen.sweep.probe import Probe, run_probe
-from loadgen.sweep.sessions import calibration_sps, measure_load, session_turns
+from loadgen.sweep.session_search import calibration_sps, measure_load, session_turns
 from loadgen.sweep.unloaded import unloaded_check
 from loadgen.sweep.verdict import evidence_rule
 
@@ -288,7 +288,7 @@ class Sweep:
             "dir": "calibration",
         }
         self.progress(f"calibration: about {x or 0:.2f} req/s completed")
-        return calibration_sps(self.base, x)  # sessions/s in a session sweep (loadgen.sweep.sessions)
+        return calibration_sps(self.base, x)  # sessions/s in a session sweep (loadgen.sweep.session_search)
 
     async def search(self) -> SweepOutcome:
         s = self.scfg

@@ -24,7 +24,7 @@ from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
 from loadgen.sweep.config import SweepConfig
-from loadgen.sweep.sessions import measure_load, session_turns
+from loadgen.sweep.session_search import measure_load, session_turns
 
 MIN_COMPLETED = 3
 

@@ -46,7 +46,7 @@ from typing import Any
 from loadgen.core.errors import ConfigError, InputFileError
 from loadgen.core.units import parse_duration_s
 from loadgen.workload.lengths import MAX_LENGTH_TOKENS
-from loadgen.workload.sessions import Session
+from loadgen.workload.session_model import Session
 
 __all__ = [
     "IDLE_CAP_S",

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.workload.sessions import Session
+from loadgen.workload.session_model import Session
 
 __all__ = ["format_session_stats", "session_stats"]
 

@@ -78,7 +78,7 @@ from loadgen.workload.session_checks import (
     refuse_time_keys,
     span,
 )
-from loadgen.workload.sessions import Session, Turn, synthetic_sessions
+from loadgen.workload.session_model import Session, Turn, synthetic_sessions
 
 __all__ = ["SessionSource", "load_sessions", "parse_session_source"]
 

@@ -10,8 +10,8 @@ import pytest
 
 from loadgen.core.errors import ConfigError, InputFileError
 from loadgen.workload.lengths import parse_length_spec
+from loadgen.workload.session_model import SessionHistory, SessionPrompter, synthetic_sessions
 from loadgen.workload.session_sources import load_sessions, parse_session_source
-from loadgen.workload.sessions import SessionHistory, SessionPrompter, synthetic_sessions
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "sessions"
 WEKA = TRACES / "kvcache_tester_claude_code_sessions.jsonl"

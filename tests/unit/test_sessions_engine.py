@@ -9,7 +9,7 @@ from typing import Any
 from loadgen.core.types import RequestRecord, RequestSpec, TokenEvent
 from loadgen.endpoints.base import EndpointBase
 from loadgen.sessions.turns import SessionPlan, SessionRunner
-from loadgen.workload.sessions import Session, SessionPrompter, Turn
+from loadgen.workload.session_model import Session, SessionPrompter, Turn
 
 SERVICE_S = 0.02
 

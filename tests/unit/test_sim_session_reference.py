@@ -5,7 +5,7 @@ from __future__ import annotations
 from loadgen.core.slo import parse_slo
 from loadgen.sim.model import SimParams
 from loadgen.sim.session_reference import session_capacity, simulate_sessions
-from loadgen.workload.sessions import Session, Turn
+from loadgen.workload.session_model import Session, Turn
 
 P = SimParams(slots=8, ttft_ms=5.0, prefill_per_token_ms=1.0, itl_ms=2.0)
 

@@ -20,7 +20,7 @@ the hub (every other user frozen) until it returns, and Locust's user count woul
 be the number of sessions. So this module runs a session's turns in its user's greenlet and
 reuses the pure parts: the session plan and sources (:func:`loadgen.sessions.planning.plan_sessions`:
 sessions, salting, ``idle_cap``), the history and prompt rendering
-(:class:`loadgen.workload.sessions.SessionHistory`), the per-session counts
+(:class:`loadgen.workload.session_model.SessionHistory`), the per-session counts
 (:class:`loadgen.sessions.turns.SessionStats`, merged across workers by
 :func:`loadgen.sessions.spread.merge_stats`), and the records and the ``sessions`` block of
 ``result.json`` (:class:`loadgen.sessions.measured.TurnFacts`, :func:`loadgen.sessions.measured.sessions_block`).
@@ -47,8 +47,8 @@ from loadgen.engine.runplan import LoadConfig
 from loadgen.locust.client import GeventClient, Prepared
 from loadgen.sessions.planning import plan_sessions
 from loadgen.sessions.turns import SessionPlan, SessionStats
+from loadgen.workload.session_model import Session, SessionHistory
 from loadgen.workload.session_sources import SessionSource, parse_session_source
-from loadgen.workload.sessions import Session, SessionHistory
 from loadgen.workload.spec import WorkloadOptions
 
 __all__ = ["SYNTHETIC_SESSIONS", "SessionFeed", "TurnSender", "run_session", "sessions_plan"]
