@@ -140,9 +140,9 @@ class RunFiles:
         self.cfg = cfg
         self.redactor = redactor
         self.server_observer = server_observer
-        self.agg: Aggregator  # made by open()
-        self.started_at = dt.datetime.now(dt.UTC)
-        self.fd_limit = (0, 0)
+        self.agg: Aggregator  # made by open(), with the start time and the open-file limit
+        self.started_at: dt.datetime
+        self.fd_limit: tuple[int, int]
 
     async def open(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
