@@ -134,9 +134,22 @@ def test_a_client_limited_rate_bounds_the_search_and_the_answer_is_a_lower_bound
     p = sweep_cli(args, tmp_path / "c", timeout=140)
     res = shown_alike(p, tmp_path / "c")
     a = res["answer"]
-    assert p.returncode == 5, p.stdout + p.stderr  # a lower bound, as before
     verdicts = [q["verdict"] for q in res["probes"]]
     assert verdicts[:3] == ["invalid"] * 3 and "pass" in verdicts, verdicts
+    assert "client limit: generator send rate" in flat(p.stdout)  # the 4000 req/s probes say why
+    server_bound = ("unstable: backlog growing", "FAIL on the server's errors alone")
+    unstable = [
+        q for q in res["probes"] if q["verdict"] == "fail" and any(r.startswith(server_bound) for r in q["reasons"])
+    ]
+    if unstable and p.returncode == 0:
+        # the simulated endpoint shares this machine's cores: on a busy one its backlog can grow (or it
+        # fails requests) below the client's limit (the CI machine's FAILed at 2000 req/s, 0 % over). Then the server is the limit and the
+        # answer is an ordinary one, below the rate whose backlog grew, with no client lower bound.
+        assert a["limited_by"] != "client" and a["max_rate_rps"] is not None, a
+        assert a["max_rate_rps"] < min(q["offered_rps"] for q in unstable), (a, unstable)
+        assert "could not be tested by this client" not in flat(p.stdout)
+        return
+    assert p.returncode == 5, p.stdout + p.stderr  # a lower bound, as before
     assert a["limited_by"] == "client" and a["max_rate_rps"] is not None
     y = a["untested_above_rps"]
     assert y > a["max_rate_rps"] and (y - a["max_rate_rps"]) / a["max_rate_rps"] <= 0.5
