@@ -31,6 +31,7 @@ from loadgen.engine.recordlog import RecordWriter, write_hlog, write_json
 from loadgen.engine.results import Aggregator
 from loadgen.engine.runner import LEAD_IN_NS, Runner, RunOutcome, warm_record_path
 from loadgen.engine.runplan import LoadConfig, build_plan, build_workload
+from loadgen.engine.validity import timing_error_bound_ms
 from loadgen.engine.validity import validity as run_validity
 from loadgen.spread.workers import run_workers
 from loadgen.version import __version__
@@ -322,6 +323,8 @@ def build_result(
         "throughput": agg.throughput(window),
         "latency_ms": agg.latency_ms(),
         "validity": validity,
+        # did the server keep up with an open-loop run? (loadgen.engine.keepup; None: not judged)
+        "server_kept_up": agg.kept_up() if cfg.sessions is None else None,
     }
     if outcome.unsent_warmup:
         result["counts"]["unsent_warmup"] = outcome.unsent_warmup
@@ -341,6 +344,8 @@ def build_result(
         "cpu_fraction": validity["client_cpu_fraction"],
         "loop_lag_p99_ms": validity["loop_lag_p99_ms"],
         "stamp_lateness_p99_ms": outcome.client.stamp_lateness_p99_ms,
+        "stamp_lateness_max_ms": m if (m := outcome.client.stamp_lateness_max_ms) is None or m < 1e9 else None,
+        "timing_error_bound_ms": timing_error_bound_ms(outcome.client),
         "schedule_realized_rps": outcome.client.schedule_realized_rps,
     }
     return result

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from loadgen.engine.recordlog import default_out_dir
 
@@ -37,8 +36,11 @@ def compare_cmd(
     card = scorecard(systems, force=force)
     out = Path(out_dir) if out_dir else default_out_dir("compare")
     write_outputs(card, systems, out)
-    console = Console()
     from rich.table import Table
+
+    from loadgen.report.console import output_console
+
+    console = output_console()  # to a pipe or a file: whole numbers, never "…"
 
     t = Table(title="scorecard")
     t.add_column("metric")

@@ -82,6 +82,8 @@ def build_load_config(kw: dict[str, Any]) -> LoadConfig:
     base.warmup_requests = warm_n
     base.warmup_s = warm_s
     base.slos = slos
+    # offer what was asked (issue 30): R exactly; with --duration D, round(R x D) requests (LoadConfig.exact_rate)
+    base.exact_rate = kw["rate"] is not None and not inf and not kw["trace"]
     if inf:
         base.cost_per_hour_usd, base.power_w = kw.get("cost_per_hour"), kw.get("power_w")
     return base
@@ -184,8 +186,11 @@ def run_estimate(kw: dict[str, Any], load: LoadConfig) -> RunEstimate:
     from loadgen.core.pricing import estimate_run
 
     n = None
+    exact = load.exact_requests()
     if load.requests is not None:
         n = load.requests + load.warmup_requests
+    elif exact is not None:
+        n = exact[0] + exact[1]
     elif load.rate_rps is not None and load.duration_s is not None:
         n = round(load.rate_rps * (load.duration_s + load.warmup_s)) + load.warmup_requests
     note = "" if n is not None else "closed loop for a duration: the count depends on the latency"

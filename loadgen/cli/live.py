@@ -35,7 +35,14 @@ from loadgen.cli.options import usage_errors
 from loadgen.cli.url_options import URL
 from loadgen.core.redact import redact_url
 from loadgen.core.units import parse_duration_ns
-from loadgen.report.live_view import INTERVAL_S, LiveFigures, LiveStats, inflight_count, schedule_offsets
+from loadgen.report.live_view import (
+    INTERVAL_S,
+    LiveFigures,
+    LiveStats,
+    inflight_count,
+    probe_message,
+    schedule_offsets,
+)
 
 if TYPE_CHECKING:
     from loadgen.core.slo import SLOTarget
@@ -149,6 +156,7 @@ class LiveView(LiveFigures):
         self._sent_runner: Any = None
         self._offsets_file: Path | None = None
         self._offsets_path: str | None = None
+        self._probes_sent = 0  # a sweep's probes handed to the view so far (probes_done)
 
     def __enter__(self) -> LiveView:
         if not self.enabled:
@@ -208,8 +216,8 @@ class LiveView(LiveFigures):
         proc = self._proc
         if proc is None or proc.stdin is None:
             return
-        with self._lock, contextlib.suppress(OSError, ValueError):  # a view that died: the run goes on
-            proc.stdin.write(orjson.dumps(msg) + b"\n")
+        with self._lock, contextlib.suppress(OSError, ValueError, TypeError):  # a view that died: the run goes on
+            proc.stdin.write(orjson.dumps(msg, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
             proc.stdin.flush()
 
     def print(self, msg: str) -> None:
@@ -218,6 +226,15 @@ class LiveView(LiveFigures):
             self._send({"print": msg})
         else:
             self.err.print(msg, markup=False)
+
+    def probes_done(self, probes: Sequence[Any]) -> None:
+        """Hand the view each probe of ``probes`` (a sweep's :class:`~loadgen.sweep.probe.Probe` list, in order)
+        finished since the last call: its row in the view is the probe as ``sweep.json`` stores it, so the view
+        counts what the console, the table and the report count (:func:`~loadgen.report.live_view.probe_message`)."""
+        while self._probes_sent < len(probes):
+            self._probes_sent += 1
+            if self._proc is not None:
+                self._send(probe_message(self._probes_sent, probes[self._probes_sent - 1].to_json()))
 
     def attach(self, runner: Any) -> None:
         """Keep a read-only reference to the runner; its send offsets go to a file now, before it sends."""

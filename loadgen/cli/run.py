@@ -45,7 +45,9 @@ __all__ = ["run_cmd"]
 @live_options
 def run_cmd(**kw: Any) -> MeasuredRun | None:
     """One sustained run (open loop with --rate, closed loop with --concurrency)."""
-    return _run(kw, Console(), Console(stderr=True, soft_wrap=True))
+    from loadgen.report.console import output_console
+
+    return _run(kw, output_console(), Console(stderr=True, soft_wrap=True))
 
 
 def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | None:
@@ -93,7 +95,8 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                 await endpoint.open()
                 extra = {"server": await observer.conditions()} if observer is not None else None
                 make_out_dir(out_dir)
-                total = None if load.requests is None else load.requests + load.warmup_requests
+                exact = load.exact_requests()  # --rate R --duration D: round(R x D) requests, known now
+                total = sum(exact) if exact else None if load.requests is None else load.requests + load.warmup_requests
                 live = LiveView(  # loadgen.cli.live: a thread tailing requests.jsonl, off the send path
                     err, enabled=live_enabled(kw, err), run_file=out_dir / "requests.jsonl",
                     total=total, rate_rps=None if load.max_throughput else load.rate_rps,

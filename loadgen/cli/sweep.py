@@ -79,10 +79,11 @@ __all__ = ["sweep_cmd"]
 def sweep_cmd(**kw: Any) -> SweepOutcome | ScaledOutcome:
     """Find the highest offered load that still meets the SLO."""
     from loadgen.cli.scale import scaled_sweep, sizes_of
+    from loadgen.report.console import output_console
 
     sizes = sizes_of(kw)  # a brace list in --serve-args / --sim-args: one sweep per size (loadgen.cli.scale)
     with TailSignals() as tail:
-        console, err = Console(), Console(stderr=True, soft_wrap=True)
+        console, err = output_console(), Console(stderr=True, soft_wrap=True)
         if sizes:
             return scaled_sweep(
                 kw, sizes, lambda one: _sweep(one, console, err, tail), lambda: tail.count > 0, console, err
@@ -166,6 +167,13 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
             loop = asyncio.get_running_loop()
             observer = target.observer()
             sweep = None
+
+            def progress(msg: str) -> None:
+                if sweep is not None:  # a finished probe is in sweep.probes before its line: the view's row
+                    live.probes_done(sweep.probes)
+                if not kw["quiet"]:
+                    live.print(redactor(msg))
+
             try:
                 await endpoint.open()
                 sweep = Sweep(
@@ -175,7 +183,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
                     out_dir,
                     config_record=config_record(kw, target.url, target.embedded),
                     redactor=redactor,
-                    progress=lambda msg: None if kw["quiet"] else live.print(redactor(msg)),
+                    progress=progress,
                     server_observer=observer,
                     cluster=cluster,
                 )

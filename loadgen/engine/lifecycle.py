@@ -82,6 +82,7 @@ class ClientStats:
     worker_failures: list[str] = field(default_factory=list)
     stamp_lateness_p99_ms: float | None = None  # token-weighted (loadgen.engine.stamp_lateness); None: not measured
     stamp_tokens: int = 0  # token events it is over
+    stamp_lateness_max_ms: float | None = None  # the latest stamp (inf: over 1 s); None: not measured
     stamps: StampLateness | None = None  # the histograms themselves: validity judges the errors they estimate
 
 
@@ -246,6 +247,7 @@ class RunEngine:
             open_loop=self.open_loop,
             aborted_reason=self.aborted_reason,
             stamp_lateness_p99_ms=self.stamps.percentile_ms(99),
+            stamp_lateness_max_ms=self.stamps.max_ms(),
             stamp_tokens=self.stamps.tokens,
             stamps=self.stamps,
         )

@@ -33,7 +33,8 @@ from loadgen.core.metrics import RequestMetrics
 from loadgen.core.samples import SampleLog, SpillFile
 from loadgen.core.slo import MISS, SLOTarget, exceeds, run_target_verdict
 from loadgen.core.types import RequestRecord
-from loadgen.core.window import END_CONFORMING, END_FAILED, END_OK, Window, WindowLog, rate
+from loadgen.core.window import END_CONFORMING, END_FAILED, END_OK, Window, WindowLog, open_loop_window, rate
+from loadgen.engine.keepup import KeepUpLog
 from loadgen.engine.summary import NETWORK_METRICS, RequestSummary, summarize
 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
@@ -124,6 +125,7 @@ class Aggregator:
         self.last_end_ns: int | None = None
         self.open_loop = True  # closed loop (users) takes another window: set by measurement.build_result
         self.win = WindowLog(log)  # what the measurement window and its counts need (loadgen.core.window)
+        self.keepup = KeepUpLog(log)  # did the server keep up? (loadgen.engine.keepup)
         self.first_sent_ns: int | None = None
         self.last_sent_ns: int | None = None
         self.sent = 0
@@ -175,6 +177,7 @@ class Aggregator:
             self.win.add_warmup_end(s.end_ns)
             return
         self.requests += 1
+        self.keepup.add(s)
         self._add_provider_facts(s)
         self._log_end(s)
         if self.first_scheduled_ns is None or s.scheduled_ns < self.first_scheduled_ns:
@@ -325,6 +328,16 @@ class Aggregator:
             median_e2e_ns=float(np.median(e2e.values())) if len(e2e) else None,
             last_end_ns=self.last_end_ns,
         )
+
+    def kept_up(self) -> dict[str, Any] | None:
+        """``result.json`` ``server_kept_up`` (:mod:`loadgen.engine.keepup`), judged over the open-loop window
+        of scheduled sends (its end: the last measured send plus one mean gap) even where the rates fell back
+        to another window because the median E2E outlasted the schedule (a server that fell behind); None
+        for closed loop and for sends at one instant (``--rate inf``)."""
+        first, last, n = self.first_scheduled_ns, self.last_scheduled_ns, self.requests
+        if not self.open_loop or first is None or last is None or n < 2 or last <= first:
+            return None
+        return self.keepup.judge(open_loop_window(first, last, n, median_e2e_ns=None, last_end_ns=None).end_ns)
 
     def throughput(self, w: Window | None = None) -> dict[str, Any]:
         """``result.json`` ``throughput``: rates over the measurement window ``w`` (default :meth:`window`).

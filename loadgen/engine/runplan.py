@@ -60,9 +60,11 @@ class LoadConfig:
     drain_grace_s: float = 30.0
     bounds: ValidityBounds = field(default_factory=ValidityBounds)
     prices: Any = None  # loadgen.core.pricing.TokenPrices: the result gets a "cost" block
-    # Condition the measured sends on realizing rate_rps exactly (arrivals.condition_on_rate):
-    # set for sweep probes, whose nominal rates the search compares; a plain run keeps the
-    # unconditioned process (its offered_rps is the schedule's own realized rate).
+    # Offer rate_rps exactly (open loop, no trace): the measured sends are conditioned on realizing
+    # it (arrivals.condition_on_rate), and a --duration D run sends round(rate_rps * D) of them
+    # (exact_requests). Set by sweep probes, whose nominal rates the search compares, and by
+    # `loadgen run`, which offers what was asked; False (the library default) keeps the
+    # unconditioned process, whose offered_rps is the schedule's own realized rate.
     exact_rate: bool = False
     cost_per_hour_usd: float | None = None  # max-throughput scorecard: cost per million output tokens
     power_w: float | None = None  # max-throughput scorecard: the system's power when no meter reads it
@@ -117,6 +119,19 @@ class LoadConfig:
                 "or split the run"
             )
 
+    def exact_requests(self) -> tuple[int, int] | None:
+        """(measured, warm-up) sends of an exact-rate open-loop run bounded by ``duration_s``.
+
+        round(rate x duration) measured (at least 1) and round(rate x warmup_s) more warm-up ones
+        before them (with ``warmup_requests``); None when the run is not one (no ``exact_rate``, a
+        trace, closed loop, ``--rate inf``, or bounded by ``requests``)."""
+        rate = self.rate_rps
+        if not self.exact_rate or self.has_trace or rate is None or self.max_throughput or self.duration_s is None:
+            return None
+        if self.requests is not None or self.concurrency is not None:
+            return None
+        return max(1, round(rate * self.duration_s)), self.warmup_requests + round(rate * self.warmup_s)
+
     def expected_requests(self) -> float | None:
         """Requests an open-loop schedule will hold (warm-up included): the count, or rate x duration."""
         if self.rate_rps is None or self.has_trace or self.max_throughput:
@@ -160,6 +175,9 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
             ramp_s=0.0,  # every request due at once: no staggered start-up (loadgen.engine.closed_loop.ramp_ns)
         )
     if cfg.concurrency is None:
+        exact = cfg.exact_requests()  # --rate R --duration D offering R: round(R x D) sends over D
+        if exact is not None:
+            cfg = replace(cfg, requests=exact[0], duration_s=None, warmup_requests=exact[1], warmup_s=0.0)
         schedule = wl.lazy_schedule(  # send times in arrays; each prompt built just before its send
             rate_rps=cfg.rate_rps,
             arrival=cfg.arrival,

@@ -56,6 +56,7 @@ judges the merged run.
 from __future__ import annotations
 
 import asyncio
+import math
 from array import array
 from collections.abc import Sequence
 from itertools import chain
@@ -229,6 +230,19 @@ class StampLateness:
             if rep is not None and cor is not None:
                 out[name] = round(rep - cor, 1)
         return out
+
+    def max_ms(self, kind: str = "tokens") -> float | None:
+        """The largest lateness of ``kind`` (ms, the top bin's upper edge; ``math.inf`` when one is past the last
+        bin, over 1 s); None without any. With the part of a hold a probe cannot see (at most
+        :data:`PROBE_S`), it bounds every stamp's error: the bound the verdict's flip test moves values by
+        (:mod:`loadgen.sweep.client_error`)."""
+        self._charge_batch()
+        c = self._counts[kind]
+        nz = np.flatnonzero(c)
+        if not nz.size:
+            return None
+        top = int(nz[-1])
+        return math.inf if top >= c.size - 1 else (top + 1) * BIN_NS / 1e6
 
     def percentile_ms(self, p: float, kind: str = "tokens") -> float | None:
         """The ``p``-th percentile (0-100) of ``kind``, in ms (the bin's upper edge); None without any."""

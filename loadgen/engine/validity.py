@@ -15,7 +15,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from loadgen.core.samples import SampleLog
+from loadgen.engine.lifecycle import LOOP_PROBE_S
 from loadgen.engine.runner import ClientStats
+from loadgen.engine.stamp_lateness import PROBE_S
 from loadgen.engine.throughput import max_throughput_checks
 
 RATE_LIMIT_DOMINATED = 0.5
@@ -117,6 +119,32 @@ def closed_loop_idle_share(agg: RunCounts) -> tuple[float, float]:
 MOSTLY_FAILED = 0.5
 """Over this fraction of failed measured requests a run is a FAIL on the server's errors (exit 1), stated
 on its verdict line; at or under it, an error rate over the bound is a warning."""
+
+
+TIMING_CHECKS = frozenset({"schedule_lag_p99", "stamp_error", "stamp_lateness_p99", "event_loop_lag_p99", "client_cpu"})
+"""The generator checks whose failure is an error of the client's *timing*: late sends (schedule lag) and late
+stamps (stamp lateness, the event loop's lag, a saturated client CPU, their cause). Each request's share of
+that error is bounded (its own send lag, :func:`timing_error_bound_ms` a stamp), so a verdict they cannot
+flip stands (:mod:`loadgen.sweep.client_error`). The others (send rate, workers, descriptors, an aborted
+generator) change the load itself, not only its measurement: they void a verdict whatever its margin."""
+
+
+def timing_error_bound_ms(client: ClientStats) -> float | None:
+    """The most one token stamp of this run can be late, in ms: the bound each stamped time is moved by in a
+    verdict's flip test (:mod:`loadgen.sweep.client_error`).
+
+    Token stamps measured (:mod:`loadgen.engine.stamp_lateness`): the latest stamp's lateness plus one stamp
+    probe period (:data:`~loadgen.engine.stamp_lateness.PROBE_S`, 2 ms: a hold is seen from at most that long
+    after it began, so that much of it is never charged). Without stamps: the largest event-loop lag plus one
+    loop probe period (5 ms). None when neither was measured or a stamp was over 1 s late (not bounded here).
+    """
+    if client.stamp_tokens > 0 and client.stamp_lateness_max_ms is not None:
+        if not np.isfinite(client.stamp_lateness_max_ms):
+            return None
+        return float(client.stamp_lateness_max_ms) + PROBE_S * 1e3
+    if len(client.loop_lag_ms):
+        return float(max(0.0, max(client.loop_lag_ms))) + LOOP_PROBE_S * 1e3
+    return None
 
 
 def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dict[str, Any]:

@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+PIPE_WIDTH = 400
+"""Columns of a command's output to a pipe or a file (:func:`output_console`): wide enough that no
+table cell is cut, so every number stays whole."""
+
+
+def output_console() -> Console:
+    """The console a command writes its results to (stdout).
+
+    On a terminal: its width, as rich finds it. To a pipe or a file there is no screen to fit: lines
+    are not wrapped (``soft_wrap``) and tables get :data:`PIPE_WIDTH` columns (or ``COLUMNS`` when
+    wider), so a number is never cut to ``2,369.…`` as it was at rich's default of 80 columns.
+    """
+    c = Console()
+    if c.is_terminal:
+        return c
+    try:
+        cols = int(os.environ.get("COLUMNS") or 0)
+    except ValueError:
+        cols = 0
+    return Console(soft_wrap=True, width=max(cols, PIPE_WIDTH))
+
 
 _LABELS = {
     "ttft": "TTFT",
@@ -40,6 +64,27 @@ def window_phrase(w: dict[str, Any]) -> str:
     return s
 
 
+def offered_phrase(result: dict[str, Any]) -> str | None:
+    """The rate the schedule offered, next to the rate asked (``config.rate``), or None for a run with no
+    schedule rate (closed loop, a burst): "offered 10.00 req/s (asked 10.00 req/s): 300 requests over 30.00 s".
+
+    The offered rate is ``throughput.offered_rps``, or where the rates fell back to another window the
+    schedule's own realized rate (``client.schedule_realized_rps``, the same (N - 1) / span)."""
+    offered = (result.get("throughput") or {}).get("offered_rps")
+    if offered is None:
+        offered = (result.get("client") or {}).get("schedule_realized_rps")
+    if not offered:
+        return None
+    asked = (result.get("config") or {}).get("rate")
+    s = f"offered {_f(float(offered))} req/s"
+    if isinstance(asked, int | float):
+        s += f" (asked {_f(float(asked))} req/s)"
+    n = (result.get("counts") or {}).get("requests")
+    if n:
+        s += f": {n:,} requests over {n / offered:.2f} s"
+    return s
+
+
 def render_run(result: dict[str, Any], console: Console, out_dir: str | None = None) -> None:
     """Print the summary of one ``result.json`` body."""
     c = result["counts"]
@@ -60,6 +105,9 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
         f"output tok/s, {_f(t['total_tps'], 1)} total tok/s; sends {_f(t['achieved_send_rps'])} req/s"
         + (f"; goodput {_f(t['goodput_rps'])} req/s" if t.get("goodput_rps") is not None else "")
     )
+    offered = offered_phrase(result)
+    if offered:
+        console.print(offered)
     if result.get("window"):
         console.print(window_phrase(result["window"]))
     console.print(
@@ -92,7 +140,7 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
             _f(s["max"]),
         )
     console.print(table)
-    render_validity(result["validity"], console)
+    render_validity(result["validity"], console, result.get("server_kept_up"))
     slo = result.get("slo")
     if slo:
         for tg in slo["targets"]:
@@ -114,11 +162,17 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
         console.print(f"results in {out_dir}")
 
 
-def render_validity(v: dict[str, Any], console: Console) -> None:
-    """MLPerf-style verdict: ``Result is: VALID/INVALID`` then one line per check."""
+def render_validity(v: dict[str, Any], console: Console, kept_up: dict[str, Any] | None = None) -> None:
+    """MLPerf-style verdict: ``Result is: VALID/INVALID`` then one line per check.
+
+    ``kept_up`` is ``result.json`` ``server_kept_up`` (:mod:`loadgen.engine.keepup`): a server that did
+    not keep up is said on the verdict line ("VALID — the server did not keep up: ..."), one that did on
+    a check line of its own."""
     verdict = "[green]VALID[/]" if v["valid"] else f"[red]INVALID[/] (limited by {v['limited_by']})"
     if v.get("server_failed"):
         verdict += f" [red]but FAIL[/]: {v['server_failed']}"
+    if kept_up and not kept_up["kept_up"]:
+        verdict += f" — [red]{escape(kept_up['detail'])}[/]"
     console.print(f"Result is: {verdict}")
     for ch in v["checks"]:
         if ch["ok"]:
@@ -128,5 +182,8 @@ def render_validity(v: dict[str, Any], console: Console) -> None:
         else:
             mark = "[yellow]warn[/]"
         console.print(f"  {mark} {ch['name']}: {ch['detail']}")
+    if kept_up:
+        mark = "[green]ok[/]  " if kept_up["kept_up"] else "[yellow]warn[/]"
+        console.print(f"  {mark} server_kept_up: {escape('; '.join(kept_up['reasons']) or kept_up['detail'])}")
     if v.get("remedy"):
         console.print(f"  remedy: {v['remedy']}")

@@ -18,14 +18,18 @@ it): progress against the schedule (due = scheduled sends whose time has come, s
 finished + in flight, behind = due - sent), in flight, completed, errors by kind, TTFT and
 ITL p50/p99, output tok/s (tokens of the requests finished in the interval / interval),
 schedule lag p99, and the client process's CPU (the sending process's CPU time / wall time,
-as it reports them; worker processes are not counted). For a sweep: the probe table filling
-in from each finished probe's ``result.json``, its misses by cause worked out as
-``sweep.json`` will have them (against the sweep's unloaded check, :func:`loadgen.engine.why.sweep_why`).
+as it reports them; worker processes are not counted). For a sweep: the table of finished probes,
+each row the probe as the sweep stored it (handed over by the sending process, :func:`probe_message`):
+its verdict text and its counts per target (over of measured: ``sweep.json`` ``targets[j]``
+``exceedances`` of ``requests``, the counts the console and report.html show too), its misses by
+cause worked out over all its segments as ``sweep.json`` will have them (against the sweep's unloaded
+check, :func:`loadgen.engine.why.sweep_why`).
 
 The view's stdin protocol (one JSON object a line): ``{"t0_ns": int, "offsets": path | null}``
 (a runner started: its t0 on the monotonic clock and an ``.npy`` of its send offsets),
 ``{"inflight": n, "cpu_s": s, "wall_s": s}`` (each refresh), ``{"print": text}`` (a line
-above the view: a sweep's progress lines). End of input ends the view (it clears itself).
+above the view: a sweep's progress lines), ``{"probe": {...}}`` (a sweep's probe has finished:
+:func:`probe_message`). End of input ends the view (it clears itself).
 """
 
 from __future__ import annotations
@@ -51,15 +55,39 @@ from rich.text import Text
 
 from loadgen.core.clock import now_ns
 from loadgen.engine.why import unloaded_ttft_ms, why_of_dirs
+from loadgen.report.sweep_facts import counts_words
+from loadgen.report.why import cause_words
+from loadgen.sweep.verdict import text_of
 from loadgen.telemetry.tail import RecordTail
 
 if TYPE_CHECKING:
     from loadgen.core.slo import SLOTarget
 
-__all__ = ["INTERVAL_S", "LiveFigures", "LiveStats", "child_main", "inflight_count", "schedule_offsets"]
+__all__ = [
+    "INTERVAL_S",
+    "LiveFigures",
+    "LiveStats",
+    "child_main",
+    "inflight_count",
+    "probe_message",
+    "schedule_offsets",
+]
 
 INTERVAL_S = 1.0
 """Refresh period of the view (s)."""
+
+COUNTED_SHORT = "over of measured: sweep.json's counts per target"
+"""The finished-probes table's note on its counts (:data:`loadgen.report.sweep_facts.COUNTED`)."""
+
+PROBE_KEYS = ("index", "offered_rps", "concurrency", "verdict", "verdict_text", "low_confidence", "stopped_early",
+              "targets", "latency_ms", "dir", "segments", "judged_requests")  # fmt: skip
+"""The fields of a finished probe the sending process hands the view (:func:`probe_message`)."""
+
+
+def probe_message(index: int, probe: dict[str, Any]) -> dict[str, Any]:
+    """The view's ``{"probe": ...}`` message of a finished probe: its ``sweep.json`` entry (``Probe.to_json()``),
+    numbered from 1, cut to :data:`PROBE_KEYS`."""
+    return {"probe": {k: v for k, v in {**probe, "index": index}.items() if k in PROBE_KEYS}}
 
 
 def _pct(values: list[float], p: float) -> float | None:
@@ -117,7 +145,7 @@ class LiveFigures:
     """What the view shows, worked out from the files (``tick``) and drawn (``render``).
 
     ``run_file``: the run's ``requests.jsonl``; ``sweep_dir``: a sweep's output directory (the
-    newest ``requests.jsonl`` under it is tailed, finished probes' ``result.json`` tabled).
+    newest ``requests.jsonl`` under it is tailed; finished probes come from :meth:`add_probe`).
     ``total``/``rate_rps``: the planned requests and rate, for progress without a runner
     (``--workers``; an infinite or absent rate gives no due count). Runner facts come either
     from a runner in this process (``attach``: tests, the bench) or from the sending process's
@@ -194,8 +222,6 @@ class LiveFigures:
         span_s = (now - self._tick_ns) / 1e9
         self._tick_ns = now
         self.last = self.stats.take_interval(span_s if span_s > 0 else self.interval_s)
-        if self.sweep_dir is not None:
-            self._read_probes()
 
     def _runner_facts(self) -> tuple[int | None, np.ndarray | None, int | None]:
         """(t0_ns, send offsets, in flight): from an attached runner, else from the sending process's messages."""
@@ -224,23 +250,19 @@ class LiveFigures:
         behind = max(due - sent, 0) if due is not None and sent is not None else None
         return {"total": total, "due": due, "sent": sent, "behind": behind, "inflight": inflight, "done": finished}
 
-    def _read_probes(self) -> None:
-        assert self.sweep_dir is not None
-        for p in sorted(self.sweep_dir.glob("*/result.json")):
-            key = p.parent.name
-            if key in self._probes:
-                continue
-            try:
-                res = orjson.loads(p.read_bytes())
-            except (OSError, orjson.JSONDecodeError):
-                continue
-            if self.targets and key not in ("unloaded", "calibration"):
-                # the misses by cause as sweep.json will have them: against the unloaded check's TTFT
-                unloaded = self.sweep_dir / "unloaded"
-                base = unloaded_ttft_ms(unloaded) if (unloaded / "result.json").exists() else None
-                o = "sent" if (res.get("config") or {}).get("concurrency") else self.origin
-                res["why"] = why_of_dirs([p.parent], self.targets, origin=o, unloaded_ttft_ms=base)
-            self._probes[key] = res
+    def add_probe(self, probe: dict[str, Any]) -> None:
+        """A finished probe as the sweep stored it (its ``sweep.json`` entry, :func:`probe_message`): a row of
+        the table, its counts and verdict text the sweep's own. Its misses by cause are worked out here, over
+        all its segments, as ``sweep.json`` will have them (:func:`loadgen.engine.why.sweep_why`)."""
+        probe = dict(probe)
+        if self.targets and self.sweep_dir is not None and probe.get("dir"):
+            pdir = self.sweep_dir / str(probe["dir"])
+            unloaded = self.sweep_dir / "unloaded"
+            base = unloaded_ttft_ms(unloaded) if (unloaded / "result.json").exists() else None
+            o = "sent" if probe.get("concurrency") else self.origin
+            dirs = [pdir, *sorted(pdir.glob("extension-*"))]
+            probe["why"] = why_of_dirs(dirs, self.targets, origin=o, unloaded_ttft_ms=base)
+        self._probes[str(probe.get("index") or len(self._probes) + 1)] = probe
 
     def render(self) -> Group:
         """The view as rich renderables (also used by tests)."""
@@ -272,30 +294,26 @@ class LiveFigures:
         return Group(*parts)
 
     def _probe_table(self) -> Table:
-        t = Table(title="finished probes", box=None, pad_edge=False)
-        for col in ("probe", "offered rps", "requests", "TTFT p99 ms", "SLO", "why"):
-            t.add_column(col)
-        for name, res in self._probes.items():
-            cfg = res.get("config") or {}
-            p99 = ((res.get("latency_ms") or {}).get("ttft") or {}).get("p99")
-            slo = res.get("slo") or {}
-            met = "-" if not slo else ("met" if slo.get("met") else "MISSED")
-            whys = [w["text"] for w in (res.get("why") or {}).get("targets") or () if w.get("misses")]
-            rate = cfg.get("offered_rps")
-            t.add_row(
-                name,
-                "-" if rate is None else f"{rate:.2f}",
-                str((res.get("counts") or {}).get("requests", "-")),
-                _ms(p99),
-                met,
-                "; ".join(whys)[:100],
-            )
+        """The finished probes: verdict text and counts as the sweep stored them (never "met" for a probe
+        without a PASS: an INVALID, interrupted or rate-limited probe shows its own verdict text)."""
+        t = Table(title=f"finished probes ({COUNTED_SHORT})", box=None, pad_edge=False)
+        for col in ("probe", "offered", "verdict", "over of measured", "p99 ms", "why"):
+            t.add_column(col, overflow="fold")
+        for name, p in self._probes.items():
+            rate = p.get("offered_rps")
+            load = f"c={p['concurrency']}" if p.get("concurrency") else ("-" if rate is None else f"{rate:.2f} req/s")
+            metric = self.targets[0].metric if self.targets else "ttft"
+            p99 = ((p.get("latency_ms") or {}).get(metric) or {}).get("p99")
+            whys = [cause_words(w) for w in (p.get("why") or {}).get("targets") or () if w.get("misses")]
+            t.add_row(name, load, text_of(p), counts_words(p), _ms(p99), "; ".join(x for x in whys if x)[:100])
         return t
 
     def handle(self, msg: dict[str, Any]) -> str | None:
         """Take one message of the sending process (see the module docstring); a line to print, or None."""
         if "print" in msg:
             return str(msg["print"])
+        if "probe" in msg:
+            self.add_probe(msg["probe"])
         if "t0_ns" in msg:
             self.t0_ns = int(msg["t0_ns"])
             path = msg.get("offsets")

@@ -47,6 +47,30 @@ def target_texts(p: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+COUNTED = (
+    "over of measured: per SLO target, the probe's measured requests (scheduled in its measurement window, "
+    "warm-up excluded, all its segments; one cancelled in flight with its outcome unknown is censored, not "
+    "measured) and how many of them were over the threshold (failures count as over): sweep.json "
+    "probes[i].targets[j] exceedances and requests, the counts the live view, the console and report.html show"
+)
+"""What the one count of a probe counts (the console's table note and the report's)."""
+
+
+def target_counts(p: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Per SLO target of a ``sweep.json`` probe: (over, measured), its ``targets[j]`` ``exceedances`` and
+    ``requests`` -- the one count of a probe, shown alike everywhere. Per-token targets (ITL) have none."""
+    return {
+        str(x.get("target")): (int(x["exceedances"]), int(x["requests"]))
+        for x in p.get("targets") or []
+        if x.get("requests") is not None and x.get("exceedances") is not None
+    }
+
+
+def counts_words(p: dict[str, Any]) -> str:
+    """``"23 of 40"`` (over of measured) per per-request target of a probe, comma-separated; ``-`` without any."""
+    return ", ".join(f"{k} of {n}" for k, n in target_counts(p).values()) or "-"
+
+
 def stopped_on(p: dict[str, Any], t: dict[str, Any]) -> bool:
     """Whether SLO target ``t`` (a ``sweep.json`` ``slo`` entry) is one that stopped probe ``p`` early.
 
@@ -145,6 +169,32 @@ def system_facts(doc: dict[str, Any]) -> dict[str, str]:
         "accelerator": accelerator_words(cond.get("server"), settings.get("accelerators", cfg.get("accelerators"))),
         "cost_per_hour": f"${cost:,.2f}" if isinstance(cost, (int, float)) else NOT_RECORDED,
     }
+
+
+def identity_line(res: dict[str, Any], *, with_label: bool = True) -> str:
+    """Which system was measured, in one line (report.html's head): ``--label``, then the model, the server
+    and where it answered (the endpoint's host, credentials removed as everywhere: :func:`redact_url`)
+    and the accelerator when recorded: "mylabel: sim-model on loadgen-sim 0.1.0 at 127.0.0.1:8000"
+    (``with_label=False``: without the label, for a page whose title already names it)."""
+    from urllib.parse import urlsplit
+
+    from loadgen.core.redact import redact_url
+
+    cond = res.get("conditions") or {}
+    cfg = res.get("config") or {}
+    facts = system_facts(res)
+    url = (cond.get("endpoint") or {}).get("url") or cfg.get("endpoint")
+    where = ""
+    if url:
+        try:
+            host = urlsplit(redact_url(str(url))).netloc
+        except ValueError:
+            host = ""
+        where = f" at {host}" if host else ""
+    s = f"{facts['model']} on {facts['server']}{where}"
+    if facts["accelerator"] != NOT_RECORDED:
+        s += f"; {facts['accelerator']}"
+    return f"{cfg['label']}: {s}" if with_label and cfg.get("label") else s
 
 
 def _probe_docs(res: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:

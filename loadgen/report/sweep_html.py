@@ -17,7 +17,7 @@ from typing import Any
 from loadgen.report import sweep_plots
 from loadgen.report.plotting import STATE_STYLE, figure_png, figure_svg, pyplot
 from loadgen.report.session_summary import session_sweep_html
-from loadgen.report.sweep_facts import conditions_rows, probe_state, target_texts, verdict_text
+from loadgen.report.sweep_facts import COUNTED, conditions_rows, identity_line, probe_state, target_texts, verdict_text
 from loadgen.report.why import why_html
 
 CSS = """
@@ -115,7 +115,7 @@ def probes_table(res: dict[str, Any]) -> str:
         "completed req/s",
         "output tok/s",
         "verdict",
-        "per target",
+        "per target (over of measured)",
         "duration s",
         "censored",
     )
@@ -195,10 +195,11 @@ def write_report(
         if res.get("interrupted")
         else ""
     )
-    doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>loadgen sweep: {html.escape(slo)}</title>
+    label = str((res.get("config") or {}).get("label") or "")  # --label: the system's name, heading the page
+    doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(label + ": " if label else "")}loadgen sweep: {html.escape(slo)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head><body>
-<h1>Load sweep: highest load meeting {html.escape(slo)}</h1>
-<p class="sub">{html.escape(cond.get("Model", ""))} — {html.escape(cond.get("Date", ""))}</p>
+<h1>{html.escape(label + ": " if label else "")}load sweep: highest load meeting {html.escape(slo)}</h1>
+<p class="sub system">System: {html.escape(identity_line(res, with_label=False))} — {html.escape(cond.get("Date", ""))}</p>
 {interrupted}<p class="answer{"" if has_answer else " none"}">{html.escape(answer)}</p>
 <p class="note">{html.escape(window)}</p>
 {_table(answer_rows(res), "facts")}
@@ -209,6 +210,7 @@ def write_report(
 {fig_html}
 <h2>Probes</h2>
 {probes_table(res)}
+<p class="note">{html.escape(COUNTED)}.</p>
 {session_sweep_html(res)}
 <h2>Why probes missed</h2>
 {why_html(res)}

@@ -3,8 +3,10 @@
 Every latency axis is linear in milliseconds. Per SLO metric one panel: the p50-p99 band of
 the probes that ran to their end (p90 dashed inside it), every SLO target of that metric as a
 red line, each probe marked by its state (:mod:`loadgen.report.plotting`), the bracket (last
-PASS .. first FAIL) shaded and the answer drawn. Probes stopped early and INVALID probes are
-marked, never joined to the lines: their numbers describe a cut-short window.
+PASS .. first FAIL) shaded and the answer drawn. Probes stopped early are marked, never joined to
+the lines: their numbers describe a cut-short window. An INVALID (rate-limited, interrupted) probe
+has no latency at its load: it is marked on the load axis with its reason (:func:`load_axis_mark`),
+never drawn as a point at 0 ms.
 """
 
 from __future__ import annotations
@@ -53,10 +55,39 @@ def probe_titles(res: dict[str, Any]) -> dict[str, str]:
         for m in metrics:
             lat = (p.get("latency_ms") or {}).get(m) or {}
             pcts = ", ".join(f"{k} {lat[k]:,.1f} ms" for k in ("p50", "p90", "p99") if lat.get(k) is not None)
+            if state == "invalid":  # marked on the load axis: its reason, no latency drawn
+                detail = "; ".join(str(d) for d in p.get("validity_detail") or [])
+                head = f"probe {i}: {load}: {verdict_text(p).split(':')[0]}: {detail}" if detail else base
+                out[f"probe-{state}-{m}-{i}"] = head + "; no latency drawn"
+                continue
             if pcts and state != "pass" and state != "fail":
                 pcts += " (of its finished requests only)"
             out[f"probe-{state}-{m}-{i}"] = base + (f"; {METRIC_NAME.get(m, m)} {pcts}" if pcts else "")
     return out
+
+
+def invalid_reason(p: dict[str, Any]) -> str:
+    """Why a probe has no verdict on the load, in a few words: its verdict text ("INVALID: p99 schedule lag
+    378.717 ms", "RATE LIMITED ...", "INTERRUPTED: undecided")."""
+    return verdict_text(p)
+
+
+def load_axis_mark(ax: Any, same: list[dict[str, Any]], gid: str) -> None:
+    """The INVALID (rate-limited, interrupted) probes at one load on a latency panel: a marker on the load
+    axis and a dotted line up from it, the last one's reason written beside it (and how many probes there
+    were) -- never a point at latency 0 (their percentiles are not the server's at that load). ``gid``: the
+    SVG id its hover text is keyed by (:func:`probe_titles`, the last probe's)."""
+    st = STATE_STYLE["invalid"]
+    p = same[-1]
+    x = _x(p)
+    reason = invalid_reason(p) + (f" ({len(same)} probes here)" if len(same) > 1 else "")
+    trans = ax.get_xaxis_transform()  # x in data, y in axes fraction: the mark sits on the axis, not at 0 ms
+    (m,) = ax.plot([x], [0.0], transform=trans, linestyle="", marker=st["marker"], color=st["color"],
+                   markerfacecolor=st["mfc"], markersize=8, clip_on=False, zorder=5)  # fmt: skip
+    m.set_gid(gid)
+    ax.plot([x, x], [0.0, 1.0], transform=trans, color=st["color"], ls=":", lw=1.0, zorder=1)
+    ax.annotate(reason, (x, 0.04), xycoords=trans, xytext=(-2, 0), textcoords="offset points",
+                fontsize=7, color=st["color"], rotation=90, ha="right", va="bottom")  # fmt: skip
 
 
 def _bracket(ax: Any, res: dict[str, Any], key: str) -> list[Any]:
@@ -115,11 +146,15 @@ def latency_figures(plt: Any, res: dict[str, Any]) -> list[tuple[str, Any]]:
             s = probe_state(p)
             st = STATE_STYLE[s]
             x = _x(p)
+            if s == "invalid":  # no latency to draw: marked on the load axis with its reason (once per load)
+                same = [q for q in probes if probe_state(q) == "invalid" and _x(q) == x]
+                if p is same[-1]:
+                    load_axis_mark(ax, same, f"probe-invalid-{metric}-{index[id(p)]}")
+                states.add(s)
+                continue
             for j, (_i, t) in enumerate(targets):
                 key = PCT_KEY.get(float(t["percentile"]), "p99")
-                if s == "invalid":
-                    y = 0.0
-                elif s == "stopped_early":
+                if s == "stopped_early":
                     if not stopped_on(p, t):
                         continue  # another target stopped it: this one has no cut-short FAIL to show
                     y = float(t["threshold_ms"]) + 0.04 * top

@@ -9,6 +9,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from loadgen.report.sweep_facts import COUNTED, counts_words
 from loadgen.sweep.verdict import interrupted_answer, text_of
 
 CLIENT_REMEDY = "give the client CPUs of its own (--cpus), more client processes (--workers), or another machine"
@@ -143,23 +144,20 @@ def _n(v: Any, d: int = 2) -> str:
     return "-" if v is None else f"{v:,.{d}f}"
 
 
-def render_sweep(res: dict[str, Any], console: Console, out_dir: str) -> None:
-    t = Table(title="probes")
-    for c in (
-        "#",
-        "offered",
-        "sent req/s",
-        "done req/s",
-        "out tok/s",
-        "verdict",
-        "exceedance",
-        "duration s",
-        "censored",
-    ):
-        t.add_column(c, justify="right")
+def probes_table(res: dict[str, Any]) -> Table:
+    """The console's table of probes: one row each, its counts those of ``sweep.json`` (:data:`COUNTED`).
+
+    Numbers never wrap (a cell is one whole number); the words of a verdict fold rather than end in "…".
+    """
+    t = Table(title="probes", caption=f"{COUNTED}", caption_justify="left")
+    for c in ("#", "offered", "sent req/s", "done req/s", "out tok/s"):
+        t.add_column(c, justify="right", no_wrap=True)
+    t.add_column("verdict", justify="right", overflow="fold")
+    t.add_column("over of measured", justify="right", overflow="fold")
+    for c in ("exceedance", "duration s", "censored"):
+        t.add_column(c, justify="right", no_wrap=True)
     for i, p in enumerate(res["probes"], 1):
         offered = f"c={p['concurrency']}" if p.get("concurrency") else f"{p['offered_rps']:.2f}"
-        verdict = text_of(p)
         ex = ", ".join("-" if v is None else f"{v * 100:.2f}%" for v in p["exceedance_fraction"].values())
         t.add_row(
             str(i),
@@ -167,11 +165,17 @@ def render_sweep(res: dict[str, Any], console: Console, out_dir: str) -> None:
             _n(sent_rps(p)),
             _n(p["request_rps"]),
             _n(p["output_tps"], 1),
-            verdict,
+            text_of(p),
+            counts_words(p),
             ex,
             f"{p['duration_s']:.1f}",
             str(p["censored"]),
         )
+    return t
+
+
+def render_sweep(res: dict[str, Any], console: Console, out_dir: str) -> None:
+    t = probes_table(res)
     if res["probes"]:
         console.print(t)
     for line in target_lines(res):

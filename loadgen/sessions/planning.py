@@ -38,6 +38,8 @@ def plan_sessions(cfg: LoadConfig, src: SessionSource, tokenizer: Any = None) ->
     n: int | None = None
     if cfg.requests is not None:
         n = cfg.requests + warm
+    elif cfg.exact_rate and cfg.rate_rps is not None and cfg.concurrency is None and cfg.duration_s is not None:
+        n = max(1, round(cfg.rate_rps * cfg.duration_s)) + warm  # `loadgen run`: round(R x D) sessions at exactly R
     elif cfg.rate_rps is not None and cfg.duration_s is not None:
         n = len(arrival_offsets_ns(cfg.arrival, cfg.rate_rps, duration_s=cfg.duration_s, seed=cfg.seed,
                                    burstiness=cfg.burstiness)) + warm  # fmt: skip
@@ -59,7 +61,7 @@ def plan_sessions(cfg: LoadConfig, src: SessionSource, tokenizer: Any = None) ->
     if mode == "open" and cfg.rate_rps is not None:
         starts = arrival_offsets_ns(cfg.arrival, cfg.rate_rps, count=len(sessions), seed=cfg.seed,
                                     burstiness=cfg.burstiness)  # fmt: skip
-        if cfg.exact_rate and cfg.requests is not None:  # a sweep probe: its measured starts at exactly the rate
+        if cfg.exact_rate and n is not None:  # a sweep probe, `loadgen run`: its measured starts at exactly the rate
             measured = np.arange(len(starts)) >= warm
             starts = [int(x) for x in condition_on_rate(np.asarray(starts, dtype=np.int64), measured, cfg.rate_rps)]
     elif mode == "open":

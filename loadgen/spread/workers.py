@@ -424,6 +424,7 @@ class Collector:
             worker_cpu_fractions=cpu_fracs,
             worker_failures=self.failures,
             stamp_lateness_p99_ms=stamps.percentile_ms(99),
+            stamp_lateness_max_ms=stamps.max_ms(),
             stamp_tokens=stamps.tokens,
             stamps=stamps if stamps.tokens else None,
         )

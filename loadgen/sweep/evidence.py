@@ -29,6 +29,7 @@ import numpy as np
 
 from loadgen.core.slo import TargetJudge, allowed_fraction, judge_counts, judged_per_request, probe_target_verdict
 from loadgen.sweep.config import SweepConfig
+from loadgen.sweep.stability import TAIL_FRACTION
 
 
 def closed_loop_extension_s(
@@ -249,3 +250,13 @@ def extension_verdict(
     if judge_counts(k_p, n_p, tj.target, confidence)[0] == "undecided":
         return raw  # futile: the effective evidence cannot decide it within the extensions left
     return "undecided"
+
+
+def tail_too_long(sched: np.ndarray, end: np.ndarray, meas: np.ndarray, ok: np.ndarray) -> bool:
+    """Is the p99 E2E of the finished measured requests over TAIL_FRACTION of the window of scheduled sends?"""
+    fin = meas & ok
+    if fin.sum() < 2 or meas.sum() < 2:
+        return False
+    window = float(sched[meas].max() - sched[meas].min())
+    e2e_p99 = float(np.percentile((end[fin] - sched[fin]).astype(np.float64), 99))
+    return window > 0 and e2e_p99 > TAIL_FRACTION * window

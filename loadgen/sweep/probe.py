@@ -84,11 +84,12 @@ from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
 from loadgen.engine.summary import RequestSummary, summarize
-from loadgen.engine.validity import RATE_LIMIT_DOMINATED
+from loadgen.engine.validity import DEFAULT_LOOP_LAG_BOUND_MS, RATE_LIMIT_DOMINATED
 from loadgen.measurement import measure
 from loadgen.sweep import evidence as ev
+from loadgen.sweep.client_error import TargetLog, flip_test, timing_only
 from loadgen.sweep.config import SweepConfig
-from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps
+from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps, tail_too_long
 from loadgen.sweep.session_search import measure_load, probe_sessions, session_turns
 from loadgen.sweep.stability import TAIL_FRACTION, backlog_trend
 from loadgen.sweep.verdict import INTERRUPTED, probe_verdict_text, target_verdict
@@ -110,6 +111,7 @@ class ProbeJudge:
         self.stopped_early = False
         self.censored = 0
         self.dep = ev.DependenceLog({i: tj.target.threshold_ns for i, tj in enumerate(self.targets)})
+        self.logs = {i: TargetLog() for i, tj in enumerate(self.targets) if judged_per_request(tj.target)}  # flip test
         # exceedances out of n_cap that make FAIL certain, computed once: certain_fail() runs every
         # 100 ms on the event loop that sends the requests and must not evaluate binomial bounds there
         self.set_cap(n_cap)
@@ -167,6 +169,7 @@ class ProbeJudge:
                 continue
             tj.n += 1
             self.dep.add(i, s.scheduled_ns, v := s.slo_values[i] if (s.ok and not s.zero_output) else MISS)
+            self.logs[i].add(v, s.schedule_lag_ns)
             if exceeds(t, v):
                 tj.k += 1
                 if not s.ok and s.error_kind in _SERVER_ERRORS:
@@ -251,6 +254,8 @@ class Probe:
     # a session probe's per-turn-depth table and prefix-cache hit rate (sweep.json's sessions block)
     by_turn: list[dict[str, Any]] | None = None
     prefix_cache_hit_rate: float | None = None
+    # the flip test of a probe that failed only client-timing checks (loadgen.sweep.client_error); None: not needed
+    client_timing: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -286,7 +291,11 @@ async def run_probe(
     n_cap = (per_segment * most if per_segment else need) * (1 + scfg.max_extensions)
     judge = ProbeJudge(scfg.slos, n_cap, scfg.confidence)
     lag_ms, lag_note = scfg.schedule_lag_bound_ms(base.bounds.max_schedule_lag_p99_ms)
-    bounds = replace(base.bounds, max_schedule_lag_p99_ms=lag_ms, schedule_lag_note=lag_note)
+    loop_ms = base.bounds.max_loop_lag_p99_ms  # scaled with the SLO as the lag bound is, unless set (--max-loop-lag)
+    loop_ms = max(loop_ms, lag_ms) if loop_ms == DEFAULT_LOOP_LAG_BOUND_MS else loop_ms
+    bounds = replace(
+        base.bounds, max_schedule_lag_p99_ms=lag_ms, schedule_lag_note=lag_note, max_loop_lag_p99_ms=loop_ms
+    )
     segments = 0
     results: list[dict[str, Any]] = []
     total_duration = 0.0
@@ -371,8 +380,8 @@ async def run_probe(
         if run.result.get("interrupted") and not judge.stopped_early:
             interrupted = True  # the user stopped it: no verdict from what it holds, and no extension
             break
-        if not run.result["validity"]["valid"] or judge.stopped_early:
-            break
+        if (not run.result["validity"]["valid"] and not timing_only(run.result)) or judge.stopped_early:
+            break  # a load the client could not send as asked (not only timed late): no verdict to extend
         if concurrency is not None:
             ext = closed_loop_extension_s(judge.targets, scfg, need, total_duration, segments)
             if ext is None:
@@ -385,7 +394,7 @@ async def run_probe(
             if any(t.growing for t in trends):
                 unstable = True
                 break
-            tail_short = _tail_too_long(sched, end, meas, ok)
+            tail_short = tail_too_long(sched, end, meas, ok)
             verdicts = [  # on the raw counts: each extension is one more stability test (loadgen.sweep.evidence)
                 judge_counts(tj.k, tj.n, tj.target, scfg.confidence)[0]
                 for tj in judge.targets
@@ -423,18 +432,9 @@ async def run_probe(
         low_confidence=probe.low_confidence,
         stopped_early=probe.stopped_early,
         validity_detail=probe.validity_detail,
+        client_timing=bool(probe.client_timing and probe.client_timing.get("point_estimate")),
     )
     return probe
-
-
-def _tail_too_long(sched: np.ndarray, end: np.ndarray, meas: np.ndarray, ok: np.ndarray) -> bool:
-    """Is the p99 E2E of the finished measured requests over TAIL_FRACTION of the window of scheduled sends?"""
-    fin = meas & ok
-    if fin.sum() < 2 or meas.sum() < 2:
-        return False
-    window = float(sched[meas].max() - sched[meas].min())
-    e2e_p99 = float(np.percentile((end[fin] - sched[fin]).astype(np.float64), 99))
-    return window > 0 and e2e_p99 > TAIL_FRACTION * window
 
 
 def _finish_probe(
@@ -498,9 +498,26 @@ def _finish_probe(
         if "bounds" in x:
             lo, hi = x["bounds"]
             reasons.append(
-                f"{x['target']}: {x['exceedances']} of {x['requests']} over ({x['verdict_text']}; bounds {lo:.4f}..{hi:.4f})"
+                f"{x['target']}: {x['exceedances']} of {x['requests']} measured requests over ({x['verdict_text']}; bounds {lo:.4f}..{hi:.4f})"
             )
     validity_detail: list[str] = []
+    flip = None
+    if invalid and not interrupted and all(timing_only(r) for r in invalid):  # loadgen.sweep.client_error
+        bounds: list[float | None] = [(r.get("client") or {}).get("timing_error_bound_ms") for r in results]
+        flip = flip_test(
+            [(tj, judge.dep.effective(i, tj), judge.logs.get(i)) for i, tj in enumerate(judge.targets)],
+            [(x.target, itl_probe_verdict(x.target, last.get("slo"))[1]) for x in judge.targets
+             if not judged_per_request(x.target)],
+            None if any(b is None for b in bounds) else max(b for b in bounds if b is not None),
+            scfg.confidence, stopped_early=judge.stopped_early, fail_k=judge.fail_k,
+        )  # fmt: skip
+        reasons += [("VALID for this verdict: " if flip.stands else "INVALID, the verdict could flip: ") + ln
+                    for ln in flip.lines]  # fmt: skip
+        if flip.stands:
+            kept, invalid = invalid, []  # the figures stay in validity_detail; the verdict stands
+            low_conf |= flip.point
+            validity_detail += [c["detail"] for r in kept for c in r["validity"]["checks"] if not c["ok"]
+                                and c["group"] == "generator"]  # fmt: skip
     if invalid and not interrupted:
         if judge.fails_on_server_errors():
             verdict = "fail"
@@ -527,6 +544,7 @@ def _finish_probe(
     judged = [x["requests"] for x in targets if "requests" in x]
     return Probe(
         targets=targets,
+        client_timing=flip.facts if flip is not None else None,
         judged_requests=min(judged) if judged else None,
         e2e_p99_ms=(first["latency_ms"].get("e2e") or {}).get("p99"),
         tpot_p50_ms=(first["latency_ms"].get("tpot") or {}).get("p50"),

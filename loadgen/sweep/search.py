@@ -13,7 +13,8 @@ Each probe is :func:`loadgen.sweep.probe.run_probe`. A probe ``invalid`` on the
 generator's checks (the client's timing only: see the verdict table in
 docs/measurement.md) is run again, at most ``max_reruns`` (2) times, because a transient
 stall of the client (a busy core, a descheduled process) is not a property of the load;
-each re-run is listed in ``sweep.json`` ``reruns``. Still invalid, it bounds the search
+each re-run is listed in ``sweep.json`` ``reruns``; the search halves its rate on INVALID probes
+alone at most :data:`MAX_INVALID_HALVINGS` times, then stops. Still invalid, it bounds the search
 from above like a FAIL, without being one: the search goes on below it, and if no FAIL lies
 under it the answer is a lower bound, "X req/s meets the SLO; rates above Y could not be
 tested by this client" (``limited_by: client``, ``untested_above_rps`` = Y; no answer at all
@@ -61,6 +62,10 @@ from loadgen.sweep.probe import Probe, run_probe
 from loadgen.sweep.session_search import calibration_sps, measure_load, session_turns
 from loadgen.sweep.unloaded import unloaded_check
 from loadgen.sweep.verdict import evidence_rule
+
+MAX_INVALID_HALVINGS = 2
+"""A sweep halves its rate at most this many times on INVALID probes alone (issue 30): a client that cannot
+test three rates, each half the one above, on its own timing will not test the next; it stops and says why."""
 
 
 @dataclass
@@ -308,6 +313,7 @@ class Sweep:
         last_pass: float | None = None
         first_fail: float | None = None
         limited_by: str | None = None
+        invalid_halvings = 0  # halvings on INVALID probes alone (never more than MAX_INVALID_HALVINGS)
         self.progress(self.plan.why_line())
         self.progress(self.plan.note(self.elapsed_s(), 0, self.plan.remaining(None, None, r), first=True))
         while len(self.probes) < s.max_probes and not self.interrupted:
@@ -323,6 +329,14 @@ class Sweep:
                 if last_pass is None:
                     if r <= r_min * 1.0001:
                         break  # even the lowest rate was client-limited: no answer
+                    if invalid_halvings >= MAX_INVALID_HALVINGS:
+                        self.progress(
+                            f"stopped: {MAX_INVALID_HALVINGS + 1} rates down to {r:,.2f} req/s were INVALID on the "
+                            "client's own timing alone, so lower ones would be too; give the client CPUs of its own "
+                            "(--cpus), pin the server to other cores, or run the client on another machine"
+                        )
+                        break
+                    invalid_halvings += 1
                     r = max(r / 2, r_min)
                     continue
             elif v == "rate_limited":

@@ -12,7 +12,11 @@ reads the same in every place (issue 23). The texts:
 * ``FAIL``: the lower bound is past 1 - percentile (or the backlog grows, or the server's
   errors alone prove it);
 * ``FAIL (stopped early)``: the known exceedances made FAIL certain before the probe's end;
-* ``INVALID: reason``: the client's own timing (the verdict table in docs/measurement.md);
+* ``PASS, point estimate (client timing)``: certified as measured, but not once the client's own
+  timing error is moved into its values (:mod:`loadgen.sweep.client_error`);
+* ``INVALID: reason``: the client's own timing could flip the verdict, or the client did not send the
+  load asked (the verdict table in docs/measurement.md); a probe whose timing checks failed but
+  whose verdict cannot flip keeps its verdict ("VALID for this verdict" in its reasons);
 * ``RATE LIMITED: ...``: most requests answered HTTP 429 (the provider's quota);
 * ``INTERRUPTED: undecided``: the user stopped the sweep (Ctrl-C, SIGTERM) while the probe ran,
   or before an extension it needed. The rule: an interrupted probe is never extended and earns
@@ -39,6 +43,7 @@ from loadgen.sweep.stability import TAIL_FRACTION
 
 PASS, FAIL = "PASS", "FAIL"
 POINT = " (point estimate)"
+POINT_CLIENT = ", point estimate (client timing)"  # certified as measured, not once the client's error is moved in
 EARLY = " (stopped early)"
 INTERRUPTED = "INTERRUPTED: undecided"
 
@@ -78,8 +83,10 @@ def probe_verdict_text(
     low_confidence: bool,
     stopped_early: bool,
     validity_detail: list[str] | None = None,
+    client_timing: bool = False,
 ) -> str:
-    """The probe's one verdict text (module docstring) from its stored facts."""
+    """The probe's one verdict text (module docstring) from its stored facts; ``client_timing``: its point
+    estimate is the client's timing error's alone (:mod:`loadgen.sweep.client_error`)."""
     if verdict == "invalid":
         # the first failed generator check, up to its first parenthesis: "p99 schedule lag 949.000 ms"
         why = ((validity_detail or [])[:1] or ["the client's own timing"])[0].split(" (")[0]
@@ -92,7 +99,7 @@ def probe_verdict_text(
     if verdict != "pass" and stopped_early:
         return base + EARLY
     if low_confidence:
-        return base + POINT
+        return base + (POINT_CLIENT if client_timing else POINT)
     return base
 
 
@@ -105,6 +112,7 @@ def text_of(p: dict[str, Any]) -> str:
         low_confidence=bool(p.get("low_confidence")),
         stopped_early=bool(p.get("stopped_early")),
         validity_detail=p.get("validity_detail"),
+        client_timing=bool((p.get("client_timing") or {}).get("point_estimate")),
     )
 
 

@@ -58,7 +58,7 @@ def test_an_overloaded_probe_whose_percentile_passes_fails_unstable(tmp_path: Pa
     assert "unstable" in p.stderr and "client limit" not in p.stdout
 
 
-def _stall_sweep(sim_url: str, out: Path) -> Any:
+def _stall_sweep(sim_url: str, out: Path, slo: str = "ttft:p50<=120ms") -> Any:
     from loadgen.core.slo import parse_slo
     from loadgen.endpoints.providers import make_endpoint
     from loadgen.engine.runner import Runner
@@ -75,20 +75,23 @@ def _stall_sweep(sim_url: str, out: Path) -> Any:
                 StallOnce.stalled = True
                 loop = asyncio.get_running_loop()
 
-                def stall() -> None:  # the client's loop stalls 300 ms, only while the first probe runs
+                def stall() -> None:  # the client's loop stalls 600 ms, only while the first probe runs
                     if self.current_runner is r:
-                        time.sleep(0.3)
+                        time.sleep(0.6)
 
-                # every 0.5 s of the 3 s probe: a slow set-up on a busy machine cannot make it miss
-                for k in range(6):
-                    loop.call_later(0.6 + 0.5 * k, stall)
+                # four stalls in the 3 s probe (each under the 1 s that would abort it): most sends are late by up
+                # to 600 ms, so their TTFT from the scheduled time is over 120 ms as measured and under it with
+                # each one's send lag taken out: the stalls could flip the verdict (loadgen.sweep.client_error),
+                # so the probe is INVALID and run again
+                for k in range(4):
+                    loop.call_later(0.3 + 0.7 * k, stall)
 
     async def go() -> Any:
         ep = make_endpoint("openai-compatible", base_url=sim_url, api="completions", preflight=False)
         await ep.open()
         try:
             scfg = SweepConfig(
-                slos=[parse_slo("ttft:p50<=2s")], probe_duration_s=3.0, probe_warmup_s=0.0, calibration_s=0.0,
+                slos=[parse_slo(slo)], probe_duration_s=3.0, probe_warmup_s=0.0, calibration_s=0.0,
                 max_extensions=0, start_rate_rps=8.0, max_rate_rps=8.0, max_schedule_lag_ms=100.0,
                 unloaded_requests=0,  # the stall must land in the first probe, not in the unloaded check
             )  # fmt: skip
@@ -107,8 +110,26 @@ def test_a_probe_invalid_from_a_client_stall_is_rerun_and_the_sweep_goes_on(sim_
     res = _stall_sweep(sim_url, tmp_path / "sweep").result
     verdicts = [q["verdict"] for q in res["probes"]]
     assert verdicts[0] == "invalid", res["probes"][0]
-    assert any("schedule lag" in d for d in res["probes"][0]["validity_detail"])
+    assert any("schedule lag" in d for d in res["probes"][0]["validity_detail"]), (
+        res["probes"][0]["reasons"],
+        res["probes"][0]["validity_detail"],
+    )
     assert verdicts[-1] == "pass" and res["probes"][-1]["reruns"] == len(verdicts) - 1
     assert len(res["reruns"]) == len(verdicts) - 1 >= 1
     assert res["reruns"][0]["invalid_probe"] == res["probes"][0]["dir"]
     assert res["answer"]["limited_by"] == "max_rate" and res["answer"]["max_rate_rps"] == 8.0
+
+
+@pytest.mark.timeout(60)
+def test_the_same_stalls_cannot_flip_a_2s_slo_so_the_verdict_stands(sim_url: str, tmp_path: Path) -> None:
+    # issue 30: the stalls fail the schedule-lag check (its figure is kept), but no request's TTFT comes
+    # near 2 s even with its send lag and the stamp error added: the PASS stands, no re-run
+    res = _stall_sweep(sim_url, tmp_path / "sweep", slo="ttft:p50<=2s").result
+    q = res["probes"][0]
+    assert q["verdict"] == "pass" and q["reruns"] == 0 and not res["reruns"], q
+    assert any("schedule lag" in d for d in q["validity_detail"]), q["validity_detail"]
+    ct = q["client_timing"]
+    assert ct["stands"] and ct["stamp_error_bound_ms"] >= 500, ct  # the 600 ms holds are in the bound
+    (t,) = ct["targets"]
+    assert t["k"] == t["k_low"] == t["k_high"] == 0 and t["margin_ms"] > 1000, t
+    assert any(r.startswith("VALID for this verdict: ttft:p50<=2000ms: 0 of ") for r in q["reasons"]), q["reasons"]

@@ -102,7 +102,7 @@ def test_one_verdict_text_per_probe_and_target_in_every_place(tmp_path: Path) ->
     line = f"probe {i} targets: {ttft}: FAIL (stopped early) ({by[ttft]['exceedances']} of {by[ttft]['requests']} over)"
     assert line in flat(p.stdout)
     assert f"{e2e}: {by[e2e]['verdict_text']} (0 of {by[e2e]['requests']} over)" in flat(p.stdout)
-    assert f"{e2e}: 0 of {by[e2e]['requests']} over ({by[e2e]['verdict_text']};" in flat(p.stderr)
+    assert f"{e2e}: 0 of {by[e2e]['requests']} measured requests over ({by[e2e]['verdict_text']};" in flat(p.stderr)
 
 
 @pytest.mark.timeout(60)

@@ -102,8 +102,8 @@ def test_a_stopped_probe_names_only_the_target_that_stopped_it() -> None:
     assert by[P90.label]["verdict_text"] == "FAIL (stopped early)"
     assert by[E2E.label]["verdict_text"] == "PASS"  # 0 of 40 over, p90 needs 29
     assert p.verdict == "fail" and p.verdict_text == "FAIL (stopped early)"
-    assert f"{E2E.label}: 0 of 40 over (PASS; bounds" in "; ".join(p.reasons)
-    assert f"{P90.label}: 30 of 40 over (FAIL (stopped early); bounds" in "; ".join(p.reasons)
+    assert f"{E2E.label}: 0 of 40 measured requests over (PASS; bounds" in "; ".join(p.reasons)
+    assert f"{P90.label}: 30 of 40 measured requests over (FAIL (stopped early); bounds" in "; ".join(p.reasons)
 
 
 def test_one_text_in_the_table_and_the_answer_for_a_point_estimate() -> None:
