@@ -31,7 +31,7 @@ from loadgen.engine.recordlog import RecordWriter, write_hlog, write_json
 from loadgen.engine.results import Aggregator
 from loadgen.engine.runner import LEAD_IN_NS, Runner, RunOutcome, warm_record_path
 from loadgen.engine.runplan import LoadConfig, build_plan, build_workload
-from loadgen.engine.validity import timing_error_bound_ms
+from loadgen.engine.validity import latency_error_ms, needs_flip_test, timing_error_bound_ms, verdict_stands
 from loadgen.engine.validity import validity as run_validity
 from loadgen.spread.workers import run_workers
 from loadgen.version import __version__
@@ -298,7 +298,9 @@ def build_result(
     ``window`` is the measurement window (:mod:`loadgen.core.window`; times in seconds from t0)
     and every rate in ``throughput`` is over it, except the ``*_incl_drain`` figures;
     ``duration_s`` is the run's whole span (first measured scheduled send to last
-    completion, drain included)."""
+    completion, drain included). A run with SLO targets whose only failed generator checks are the
+    client's timing is judged by the verdict they could change (:func:`~loadgen.engine.validity.verdict_stands`,
+    ``validity.verdict_stands``); every run carries ``latency_error_ms``."""
     agg.open_loop = outcome.client.open_loop
     window = agg.window()
     validity = run_validity(agg, outcome.client, cfg.validity_bounds())
@@ -331,6 +333,11 @@ def build_result(
     slo = agg.slo_result()
     if slo is not None:
         result["slo"] = slo
+        if cfg.slo_flip_test and needs_flip_test(validity):  # only timing checks failed: VALID if no verdict flips
+            flip = agg.slo_flip(timing_error_bound_ms(outcome.client), cfg.latency_origin == "scheduled")
+            result["validity"] = verdict_stands(validity, flip, agg)
+    # how far the client's timing can have moved each latency percentile (printed beside them without SLO)
+    result["latency_error_ms"] = latency_error_ms(outcome.client, cfg.validity_bounds())
     result.update(agg.provider_result(outcome.t0_ns))  # rate_limit, client_rate_cap, network_ms (when observed)
     if cfg.prices is not None:
         from loadgen.core.pricing import run_cost

@@ -84,6 +84,7 @@ def build_load_config(kw: dict[str, Any]) -> LoadConfig:
     base.slos = slos
     # offer what was asked (issue 30): R exactly; with --duration D, round(R x D) requests (LoadConfig.exact_rate)
     base.exact_rate = kw["rate"] is not None and not inf and not kw["trace"]
+    base.slo_flip_test = True  # a failed timing check voids the SLO verdict only if it could flip it (issue 30)
     if inf:
         base.cost_per_hour_usd, base.power_w = kw.get("cost_per_hour"), kw.get("power_w")
     return base
@@ -264,6 +265,7 @@ def build_sweep_config(kw: dict[str, Any]) -> SweepConfig:
         calibration_s=duration_s(kw["calibration"], "--calibration") or 0.0,
         calibration_concurrency=kw["calibration_concurrency"],
         max_extensions=kw["max_extensions"],
+        max_probe_duration_s=duration_s(kw.get("max_probe_duration"), "--max-probe-duration"),
         cost_per_hour_usd=kw["cost_per_hour"],
         prices=prices(kw),
         accelerators=kw["accelerators"],

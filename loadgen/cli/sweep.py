@@ -60,7 +60,15 @@ __all__ = ["sweep_cmd"]
 @click.option("--start-rate", type=float, help="First probe's rate (default: half the calibrated capacity).")
 @click.option("--calibration", default="10s", show_default=True, help="Closed-loop calibration time (0 to skip).")
 @click.option("--calibration-concurrency", type=int, default=32, show_default=True)
-@click.option("--max-extensions", type=int, default=2, show_default=True, help="Extra segments for an undecided probe.")
+@click.option(
+    "--max-extensions", type=int, default=3, show_default=True,
+    help="Extra segments for an undecided probe, each sized to decide it.",
+)  # fmt: skip
+@click.option(
+    "--max-probe-duration",
+    help="One probe's time cap, extensions included (default 4x --probe-duration); past it an undecided "
+    "probe is a point estimate, with the time that would have certified it.",
+)
 @click.option("--cost-per-hour", type=float, help="USD per hour of the system under test (cost per million tokens).")
 @click.option("--accelerators", type=int, help="Accelerators serving the endpoint (throughput per accelerator).")
 @click.option("--concurrency-levels", help="Closed-loop sweep over these user counts, e.g. 1,2,4,8,16.")

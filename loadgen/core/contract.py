@@ -30,7 +30,8 @@ __all__ = [
 
 RESULT_SCHEMA_VERSION = 2
 """``result.json``: 2 adds ``records_schema_version``, ``config.header_timeout`` and, for session runs,
-``timeseries`` and ``why``, ``server_kept_up`` and the client's ``timing_error_bound_ms`` (docs/schemas/CHANGES.md)."""
+``timeseries`` and ``why``, ``server_kept_up``, the client's ``timing_error_bound_ms``, ``validity.verdict_stands``
+and ``latency_error_ms`` (docs/schemas/CHANGES.md)."""
 SWEEP_SCHEMA_VERSION = 2
 """``sweep.json``: 2 adds each probe's ``tpot_p50_ms``, ``by_turn``, ``prefix_cache_hit_rate`` and ``client_timing``."""
 RECORDS_SCHEMA_VERSION = 2

@@ -32,6 +32,7 @@ from loadgen.core.histograms import LatencyHistogram, record_token_gaps
 from loadgen.core.metrics import RequestMetrics
 from loadgen.core.samples import SampleLog, SpillFile
 from loadgen.core.slo import MISS, SLOTarget, exceeds, run_target_verdict
+from loadgen.core.timing_error import run_flip
 from loadgen.core.types import RequestRecord
 from loadgen.core.window import END_CONFORMING, END_FAILED, END_OK, Window, WindowLog, open_loop_window, rate
 from loadgen.engine.keepup import KeepUpLog
@@ -136,6 +137,8 @@ class Aggregator:
         self.last_generator_send_ns: int | None = None
         # per-target exceedance counting for SLO verdicts
         self.slo_values: dict[str, SampleLog] = {t.label: log() for t in self.slos}
+        # each measured request's send lag, aligned with every slo_values log: the flip test (slo_flip)
+        self.slo_lags = log()
         # provider quotas, the client's own cap, the network (see provider_result)
         self.buffered = 0
         self.throttled = 0
@@ -177,6 +180,8 @@ class Aggregator:
             self.win.add_warmup_end(s.end_ns)
             return
         self.requests += 1
+        if self.slos:  # one per measured request, as each target's slo_values gets one below
+            self.slo_lags.append(s.schedule_lag_ns or 0)
         self.keepup.add(s)
         self._add_provider_facts(s)
         self._log_end(s)
@@ -395,6 +400,25 @@ class Aggregator:
             "note": "failed and zero-output requests count as non-conforming; thresholds inclusive; "
             "goodput_rps over the measurement window (result.json window)",
         }
+
+    def slo_flip(self, e_ms: float | None, from_schedule: bool) -> dict[str, Any]:
+        """The flip test of this run's SLO targets (:func:`loadgen.core.timing_error.run_flip`):
+        ``validity.verdict_stands``.
+
+        ``e_ms``: the bound on one stamp's lateness (:func:`loadgen.engine.validity.timing_error_bound_ms`);
+        ``from_schedule``: latency counts from the scheduled time (``latency_origin: scheduled``), so each
+        request's send lag is part of its TTFT/E2E and is taken out when its value is moved down (from the
+        send, it is not in the value and nothing is taken out). The values are the ones :meth:`slo_result`
+        judges, in the order the requests were counted, with their send lags (``slo_lags``)."""
+        lags = np.asarray(self.slo_lags.values(), dtype=np.float64)
+        if not from_schedule:
+            lags = np.zeros_like(lags)
+        targets = []
+        for t in self.slos:
+            vals = np.asarray(self.slo_values[t.label].values(), dtype=np.float64)
+            itl_ms = self.hist["itl"].percentile_ms(t.percentile) if t.metric == "itl" else None
+            targets.append((t, vals, lags, itl_ms))
+        return run_flip(targets, e_ms)
 
     def provider_result(self, t0_ns: int | None = None) -> dict[str, Any]:
         """Quota, client-cap and network facts of the run (empty parts left out).

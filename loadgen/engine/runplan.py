@@ -66,6 +66,12 @@ class LoadConfig:
     # `loadgen run`, which offers what was asked; False (the library default) keeps the
     # unconditioned process, whose offered_rps is the schedule's own realized rate.
     exact_rate: bool = False
+    # Judge a run with SLO targets by the verdict its client's timing could change (issue 30): when only
+    # timing checks failed and no target's met/not met flips with every value moved by its error, the run
+    # is VALID for its SLO verdict (loadgen.engine.validity.verdict_stands). Set by `loadgen run`; False
+    # (the library default, and a sweep probe's: a probe's verdict is its own flip test,
+    # loadgen.sweep.client_error) keeps the strict rule: any failed generator check is INVALID.
+    slo_flip_test: bool = False
     cost_per_hour_usd: float | None = None  # max-throughput scorecard: cost per million output tokens
     power_w: float | None = None  # max-throughput scorecard: the system's power when no meter reads it
     sessions: Any = None  # --sessions: a loadgen.workload.session_sources.SessionSource (loadgen.sessions.measured)

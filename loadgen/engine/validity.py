@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from loadgen.core.samples import SampleLog
+from loadgen.core.timing_error import timing_only
 from loadgen.engine.lifecycle import LOOP_PROBE_S
 from loadgen.engine.runner import ClientStats
 from loadgen.engine.stamp_lateness import PROBE_S
@@ -121,17 +122,9 @@ MOSTLY_FAILED = 0.5
 on its verdict line; at or under it, an error rate over the bound is a warning."""
 
 
-TIMING_CHECKS = frozenset({"schedule_lag_p99", "stamp_error", "stamp_lateness_p99", "event_loop_lag_p99", "client_cpu"})
-"""The generator checks whose failure is an error of the client's *timing*: late sends (schedule lag) and late
-stamps (stamp lateness, the event loop's lag, a saturated client CPU, their cause). Each request's share of
-that error is bounded (its own send lag, :func:`timing_error_bound_ms` a stamp), so a verdict they cannot
-flip stands (:mod:`loadgen.sweep.client_error`). The others (send rate, workers, descriptors, an aborted
-generator) change the load itself, not only its measurement: they void a verdict whatever its margin."""
-
-
 def timing_error_bound_ms(client: ClientStats) -> float | None:
     """The most one token stamp of this run can be late, in ms: the bound each stamped time is moved by in a
-    verdict's flip test (:mod:`loadgen.sweep.client_error`).
+    verdict's flip test (:mod:`loadgen.core.timing_error`; a probe's: :mod:`loadgen.sweep.client_error`).
 
     Token stamps measured (:mod:`loadgen.engine.stamp_lateness`): the latest stamp's lateness plus one stamp
     probe period (:data:`~loadgen.engine.stamp_lateness.PROBE_S`, 2 ms: a hold is seen from at most that long
@@ -152,7 +145,8 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
 
     Generator checks (group ``generator``): failing any makes the run INVALID
     (``limited_by: client``): the client could not keep to the schedule, so its
-    latencies are not the server's. Measurement checks (group ``measurement``) are
+    latencies are not the server's (a run with SLO targets that failed only timing
+    checks is then judged by the verdict they could change: :func:`verdict_stands`). Measurement checks (group ``measurement``) are
     warnings. ``limited_by: rate_limit`` when more than :data:`RATE_LIMIT_DOMINATED`
     of the requests ended rate-limited. MLPerf LoadGen style (``Result is: VALID``).
     """
@@ -355,3 +349,47 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
                 "keep to the schedule: lower the rate", "feed the batch: lower --max-concurrency"
             )
     return out
+
+
+def verdict_stands(v: dict[str, Any], flip: dict[str, Any], agg: RunCounts) -> dict[str, Any]:
+    """A run with SLO targets that failed only timing checks, judged by the verdict they could change.
+
+    ``v``: the run's :func:`validity`, which must have failed only checks of
+    :data:`~loadgen.core.timing_error.TIMING_CHECKS` (:func:`needs_flip_test`); ``flip``: the flip test of its
+    SLO targets (:func:`loadgen.core.timing_error.run_flip`). Every check is kept with its figure and
+    ``validity.verdict_stands`` is ``flip``. When no target's met/not met can change with every value moved
+    by its error both ways, the run is VALID for its SLO verdict (``valid: true``, ``limited_by: null``, or
+    ``rate_limit`` as :func:`validity` says it, no remedy); otherwise it stays INVALID (``limited_by:
+    client``). Runs without SLO targets keep the strict rule (any failed generator check is INVALID) and
+    carry :func:`latency_error_ms` instead. The rule's row: the verdict table of docs/measurement.md.
+    """
+    out = dict(v, verdict_stands=flip)
+    if flip["stands"]:
+        rl = agg.errors_by_kind.get("rate_limited", 0)
+        dominated = bool(agg.requests) and rl / agg.requests > RATE_LIMIT_DOMINATED
+        out.update(valid=True, limited_by="rate_limit" if dominated else None)
+        out.pop("remedy", None)
+    return out
+
+
+def needs_flip_test(v: dict[str, Any]) -> bool:
+    """Did this run's :func:`validity` fail only checks of the client's timing (then a verdict may stand)?"""
+    return timing_only({"validity": v})
+
+
+def latency_error_ms(client: ClientStats, bounds: ValidityBounds) -> dict[str, Any]:
+    """How far the client's timing can have moved a run's latency percentiles (``result.json`` ``latency_error_ms``).
+
+    ``bound_ms``: :func:`timing_error_bound_ms`, the most one stamp can be late. It bounds every reported
+    latency percentile both ways: each request's TTFT, E2E, TPOT or ITL is off by at most that much (a
+    difference of two stamps too), and moving every value by at most ``e`` moves any percentile by at most
+    ``e`` (None: not bounded). ``estimated_moves_ms``: the stamp-lateness estimate of how far late stamps
+    actually moved TTFT p50, TTFT p99 and ITL p99 (reported - corrected,
+    :meth:`loadgen.engine.stamp_lateness.StampLateness.moves_ms`), given where the ``stamp_error`` check
+    reads it (at least ``bounds.min_stamp_tokens`` token stamps), else None. A latency from the scheduled
+    time holds the send lag by definition (it is not an error there). The console prints the bound, and
+    the estimate where there is one, beside each headline percentile of a run without SLO targets.
+    """
+    stamped = client.stamps is not None and client.stamp_tokens >= bounds.min_stamp_tokens
+    moves = client.stamps.moves_ms() if stamped and client.stamps is not None else None
+    return {"bound_ms": timing_error_bound_ms(client), "estimated_moves_ms": moves or None}

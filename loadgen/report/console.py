@@ -140,6 +140,9 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
             _f(s["max"]),
         )
     console.print(table)
+    if not result.get("slo"):  # a run without SLO targets: the strict rule, each headline's error beside it
+        for line in latency_error_lines(result):
+            console.print(line, markup=False)
     render_validity(result["validity"], console, result.get("server_kept_up"))
     slo = result.get("slo")
     if slo:
@@ -162,13 +165,60 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
         console.print(f"results in {out_dir}")
 
 
+_HEADLINES = (("TTFT", "ttft", "p50", "ttft_p50"), ("TTFT", "ttft", "p99", "ttft_p99"), ("ITL", "itl", "p99", "itl_p99"),
+              ("TPOT", "tpot", "p99", None), ("E2E", "e2e", "p99", None))  # fmt: skip
+
+
+def latency_error_lines(result: dict[str, Any]) -> list[str]:
+    """One line per headline percentile with the client's timing error beside it (``result.json``
+    ``latency_error_ms``): "TTFT p99 123.40 ms (±2.50 ms client timing; late stamps moved it by an estimated
+    +0.80 ms)".
+
+    The ± figure is the bound, ``latency_error_ms.bound_ms`` (the most one stamp can be late,
+    :func:`loadgen.engine.validity.timing_error_bound_ms`; moving every value by at most that moves any
+    percentile by at most that); the estimate, where the run has one, is the stamp-lateness estimate of how
+    far late stamps did move TTFT p50/p99 and ITL p99 (``estimated_moves_ms``,
+    :meth:`loadgen.engine.stamp_lateness.StampLateness.moves_ms`). Empty for a file without the block."""
+    le = result.get("latency_error_ms")
+    if not le:
+        return []
+    bound, moves = le.get("bound_ms"), le.get("estimated_moves_ms") or {}
+    if bound is None:
+        return ["client timing error: not bounded (no stamp measured, or one over 1 s late): the percentiles above "
+                "carry a client error of unknown size"]  # fmt: skip
+    lines = []
+    for name, metric, col, move in _HEADLINES:
+        v = (result.get("latency_ms") or {}).get(metric) or {}
+        if not v.get("count") or v.get(col) is None:
+            continue
+        est = f"; late stamps moved it by an estimated {moves[move]:+.2f} ms" if move in moves else ""
+        lines.append(f"{name} {col} {v[col]:,.2f} ms (±{bound:.2f} ms client timing{est})")
+    return lines
+
+
 def render_validity(v: dict[str, Any], console: Console, kept_up: dict[str, Any] | None = None) -> None:
     """MLPerf-style verdict: ``Result is: VALID/INVALID`` then one line per check.
 
     ``kept_up`` is ``result.json`` ``server_kept_up`` (:mod:`loadgen.engine.keepup`): a server that did
     not keep up is said on the verdict line ("VALID — the server did not keep up: ..."), one that did on
-    a check line of its own."""
-    verdict = "[green]VALID[/]" if v["valid"] else f"[red]INVALID[/] (limited by {v['limited_by']})"
+    a check line of its own. A run with SLO targets whose failed checks were only the client's timing
+    (``verdict_stands``, :func:`loadgen.engine.validity.verdict_stands`) reads "VALID for its SLO verdict
+    (client timing error ≤ e ms a stamp; margin m ms)" when no target could flip, and says which could
+    when one could; its failed checks are listed below as for any run."""
+    vs = v.get("verdict_stands")
+    if v["valid"] and vs and vs.get("stands"):
+        margin = vs.get("margin_ms")
+        verdict = (
+            f"[green]VALID for its SLO verdict[/] (client timing error ≤ {vs['stamp_error_bound_ms']:.2f} ms a stamp"
+            + (f"; margin {margin:,.2f} ms" if margin is not None else "")
+            + ")"
+        )
+    else:
+        verdict = "[green]VALID[/]" if v["valid"] else f"[red]INVALID[/] (limited by {v['limited_by']})"
+    if vs and not vs.get("stands"):
+        flips = [x["target"] for x in vs.get("targets") or () if not x["stands"]]
+        why = vs.get("reason") or f"the client's timing error could flip {escape(', '.join(flips))}"
+        verdict += f": {why}"
     if v.get("server_failed"):
         verdict += f" [red]but FAIL[/]: {v['server_failed']}"
     if kept_up and not kept_up["kept_up"]:
@@ -182,6 +232,16 @@ def render_validity(v: dict[str, Any], console: Console, kept_up: dict[str, Any]
         else:
             mark = "[yellow]warn[/]"
         console.print(f"  {mark} {ch['name']}: {ch['detail']}")
+    for x in (vs or {}).get("targets") or ():
+        mark = "[green]ok[/]  " if x["stands"] else "[red]FAIL[/]"
+        words = {True: "met", False: "not met"}
+        m = x.get("margin_ms")
+        console.print(
+            f"  {mark} verdict {escape(x['target'])}: {words[x['met']]} as measured"
+            + (f" (margin {m:+,.2f} ms)" if m is not None else "")
+            + f", {words[x['met_low']]} with the client's timing error taken out, {words[x['met_high']]} with it added"
+            + (": stands" if x["stands"] else ": could flip")
+        )
     if kept_up:
         mark = "[green]ok[/]  " if kept_up["kept_up"] else "[yellow]warn[/]"
         console.print(f"  {mark} server_kept_up: {escape('; '.join(kept_up['reasons']) or kept_up['detail'])}")

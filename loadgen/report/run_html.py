@@ -123,8 +123,8 @@ def _fmt(v: Any, nd: int = 1) -> str:
 def _validity(v: dict[str, Any]) -> str:
     if "valid" not in v:
         return "-"
-    if v["valid"]:
-        return "VALID"
+    if v["valid"]:  # a failed timing check that could flip no SLO verdict (loadgen.engine.validity.verdict_stands)
+        return "VALID for its SLO verdict" if (v.get("verdict_stands") or {}).get("stands") else "VALID"
     return "INVALID" + (f" (limited by the {v['limited_by']})" if v.get("limited_by") else "")
 
 

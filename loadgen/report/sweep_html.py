@@ -172,12 +172,13 @@ def figures(res: dict[str, Any], out_dir: Path) -> list[tuple[str, str]] | None:
 
 
 def write_report(
-    res: dict[str, Any], out_dir: Path, *, answer: str, window: str | None, reruns: list[str]
+    res: dict[str, Any], out_dir: Path, *, answer: str, window: str | None, reruns: list[str], first: str | None = None
 ) -> Path | None:
     """Write report.html (and plot-N.png) for a sweep result into ``out_dir``; None if matplotlib is missing.
 
     ``answer``, ``window``, ``reruns``: the sweep's own words for its answer line, the answer's
-    window and its re-runs (:mod:`loadgen.report.sweep_report`, the same as on the console).
+    window and its re-runs (:mod:`loadgen.report.sweep_report`, the same as on the console); ``first``:
+    the answer in plain words (:func:`loadgen.report.sweep_report.headline`), the page's first line.
     """
     figs = figures(res, out_dir)
     if figs is None:
@@ -199,6 +200,7 @@ def write_report(
     doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(label + ": " if label else "")}loadgen sweep: {html.escape(slo)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head><body>
 <h1>{html.escape(label + ": " if label else "")}load sweep: highest load meeting {html.escape(slo)}</h1>
+{f'<p class="answer">{html.escape(first)}</p>' if first else ""}
 <p class="sub system">System: {html.escape(identity_line(res, with_label=False))} — {html.escape(cond.get("Date", ""))}</p>
 {interrupted}<p class="answer{"" if has_answer else " none"}">{html.escape(answer)}</p>
 <p class="note">{html.escape(window)}</p>

@@ -16,6 +16,50 @@ CLIENT_REMEDY = "give the client CPUs of its own (--cpus), more client processes
 POINT_NOTE = "a point estimate: its probe held fewer requests than the evidence rule asks, or stayed undecided"
 
 
+METRIC_WORDS = {"ttft": "TTFT", "e2e": "E2E", "tpot": "TPOT", "itl": "ITL", "stall": "stall",
+                "time_to_first_answer_token": "time to first answer token"}  # fmt: skip
+
+
+def slo_words(res: dict[str, Any]) -> str:
+    """The SLO in plain words: "p99 TTFT ≤ 300 ms" (and the others, joined)."""
+    return " and ".join(
+        f"p{t['percentile']:g} {METRIC_WORDS.get(t['metric'], t['metric'])} ≤ {t['threshold_ms']:g} ms"
+        for t in res.get("slo") or []
+    )
+
+
+def headline(res: dict[str, Any]) -> str | None:
+    """The answer in plain words, the first line of the console and of report.html (issue 30):
+    "9.5 req/s meets p99 TTFT ≤ 300 ms (95 % interval 9.1–10.4 req/s)". The interval is
+    ``answer.interval_rps``: [highest certified-PASS rate, lowest certified-FAIL rate]; a side no probe
+    certified is said in words, and an answer whose own probe is a point estimate says so. None for a
+    concurrency sweep, an interrupted one, or no answer (:func:`answer_line` says those)."""
+    a = res.get("answer") or {}
+    rate = a.get("max_rate_rps")
+    if rate is None or res.get("interrupted") or a.get("concurrency") or "interval_rps" not in a:
+        return None  # (a file from before issue 30 has no interval)
+    u = sweep_units(res)[0]
+    conf = (res.get("settings") or {}).get("confidence") or 0.95
+    lo, hi = (list(a["interval_rps"] or []) + [None, None])[:2]
+    head = f"{_n(rate)} {u} meets {slo_words(res)}"
+    if lo is not None and hi is not None:
+        head += f" (interval {_n(lo)}–{_n(hi)} {u}, each end certified at {conf * 100:g} %)"
+    elif lo is not None:
+        head += f" (certified at {_n(lo)} {u}; no rate above it was certified to fail"
+        head += {"max_rate": ": --max-rate reached)", "client": ": the client could test no higher)"}.get(
+            a.get("limited_by") or "", ")"
+        )
+    else:
+        p = answer_probe(res)
+        more = p.get("certify_more_s") if p else None
+        head += " (a point estimate: no probe certified a PASS" + (
+            f"; about {more:.0f} s more at {_n(rate)} {u} would have certified it)" if more else ")"
+        )
+        if hi is not None:
+            head = head[:-1] + f"; {_n(hi)} {u} certainly fails)"
+    return head
+
+
 def answer_line(res: dict[str, Any]) -> str:
     """The sweep's answer in one line (console and report): what was decided, and on what evidence."""
     if res.get("interrupted"):  # at most a bracket or lower bound (loadgen.sweep.verdict)
@@ -24,6 +68,8 @@ def answer_line(res: dict[str, Any]) -> str:
     u, done, users_word = sweep_units(res)  # req/s, or sessions/s and turns/s for a session sweep (issue 17)
     slos = " and ".join(t["target"] for t in res["slo"])
     point = f" ({POINT_NOTE})" if a.get("point_estimate") else ""
+    if a.get("client_starved"):  # the client could not serve the test (loadgen.sweep.starved)
+        return f"no answer: {a['client_starved']}"
     if a.get("slo_below_unloaded"):
         return f"no rate met {slos}: {a['slo_below_unloaded']}; no probe was run"
     users = a.get("untested_concurrency")
@@ -175,6 +221,9 @@ def probes_table(res: dict[str, Any]) -> Table:
 
 
 def render_sweep(res: dict[str, Any], console: Console, out_dir: str) -> None:
+    first = headline(res)
+    if first:
+        console.print(f"[bold]{first}[/]")
     t = probes_table(res)
     if res["probes"]:
         console.print(t)
@@ -205,5 +254,10 @@ def write_report(res: dict[str, Any], out_dir: Path) -> Path | None:
     from loadgen.report.sweep_html import write_report as write_html
 
     return write_html(
-        res, out_dir, answer=answer_line(res), window=answer_window_line(res, out_dir), reruns=rerun_lines(res)
+        res,
+        out_dir,
+        answer=answer_line(res),
+        window=answer_window_line(res, out_dir),
+        reruns=rerun_lines(res),
+        first=headline(res),
     )

@@ -4,17 +4,21 @@ A probe is a measurement of one decision: does this rate meet the SLO? The gener
 :mod:`loadgen.engine.validity` say how far the client fell short of perfect (schedule lag, stamp
 lateness, loop lag, CPU); they are kept and printed as they are. What voids a *verdict* is narrower:
 a timing error that could flip it. So a probe that failed only timing checks
-(:data:`~loadgen.engine.validity.TIMING_CHECKS`) is judged again with every judged request's value
+(:data:`~loadgen.core.timing_error.TIMING_CHECKS`) is judged again with every judged request's value
 moved by its own error bound, both ways:
 
-* **down** (the truth can be lower): its send lag (``schedule_lag_ns``) for latency counted from
-  the scheduled time (TTFT, time to first answer token, E2E: a late send adds its lag to them), and
+* **down** (the truth can be lower): the probe's largest send lag (``schedule_lag_ns``) for latency
+  counted from the scheduled time (TTFT, time to first answer token, E2E: a late send adds its lag to
+  itself, and up to as much to the requests queued behind it: :func:`loadgen.core.timing_error.shifted_values`), and
   ``e``, the run's bound on one stamp's lateness (:func:`loadgen.engine.validity.timing_error_bound_ms`:
   the latest stamp charged plus the stamp probe's period, the part of a hold it cannot see);
-* **up** (the lateness estimate itself can be short): ``e``.
+* **up**: not at all, for those: the client stamps a token when it reads it, after it arrived, and a
+  late send only adds to a latency counted from the scheduled time, so the client's timing can only
+  have inflated them (truth <= measured: a PASS as measured is conservative, the issue's own words;
+  ``scripts/bench_verdict_truth`` checks it against the server's truth log).
 
-TPOT and the stall are differences of two stamps, each late by at most ``e``: moved by ``e`` both
-ways (a request without the value, e.g. one output token, conforms either way). A failed request is
+TPOT and the stall are differences of two stamps, each late by at most ``e``, either of which can be
+the late one: moved by ``e`` both ways (a request without the value, e.g. one output token, conforms either way). A failed request is
 a miss whatever its timing. The exceedances are counted again (``k_low``, ``k_high``) and judged by
 the probe's own evidence rule (the dependence-corrected counts scaled alike). If PASS/FAIL is the
 same both ways, the verdict stands: "VALID for this verdict" with the error and the margin; a flip
@@ -22,6 +26,10 @@ is PASS<->FAIL only, so if only the certification differs (a certified PASS that
 estimate) the verdict is kept as a point estimate "(client timing)". A pooled ITL target stands
 when its value is further than ``e`` from its threshold. Any other failed check (the send rate,
 workers, descriptors, an aborted generator) changes the load itself: the probe stays INVALID.
+
+The moves themselves (:func:`shifted_exceedances`, :data:`FROM_SCHEDULE`, :func:`timing_only`) live in
+:mod:`loadgen.core.timing_error`, shared with a plain run's flip test (``loadgen run --slo``), which judges
+the exact percentile of the moved values instead of a probe's counts.
 """
 
 from __future__ import annotations
@@ -34,13 +42,10 @@ from typing import Any
 import numpy as np
 
 from loadgen.core.slo import SLOTarget, TargetJudge, judged_per_request
-from loadgen.engine.validity import TIMING_CHECKS
+from loadgen.core.timing_error import FROM_SCHEDULE, shifted_exceedances, timing_only
 from loadgen.sweep.verdict import target_verdict
 
 __all__ = ["FlipTest", "TargetLog", "flip_test", "shifted_exceedances", "timing_only"]
-
-FROM_SCHEDULE = ("ttft", "time_to_first_answer_token", "e2e")
-"""Targets measured from the scheduled time: a late send is part of their value."""
 
 
 @dataclass
@@ -53,27 +58,6 @@ class TargetLog:
     def add(self, value: float, lag_ns: int | None) -> None:
         self.values.append(value)
         self.lags.append(float(lag_ns or 0))
-
-
-def timing_only(result: dict[str, Any]) -> bool:
-    """Did this run (a probe's segment) fail only checks of the client's timing (``TIMING_CHECKS``)?"""
-    v = result.get("validity") or {}
-    failed = [c["name"] for c in v.get("checks", []) if c.get("group") == "generator" and not c.get("ok")]
-    return bool(failed) and all(name in TIMING_CHECKS for name in failed)
-
-
-def shifted_exceedances(values_ns: np.ndarray, lags_ns: np.ndarray, t: SLOTarget, e_ns: float) -> tuple[int, int]:
-    """``(k_low, k_high)``: the values over ``t``'s threshold moved down by their error and up by ``e_ns``
-    (module docstring). A miss (inf) stays a miss; a TPOT or stall of 0 (not measured: conforms) stays 0."""
-    thr = t.threshold_ns
-    if t.metric in FROM_SCHEDULE:
-        down = values_ns - lags_ns - e_ns
-        up = values_ns + e_ns
-    else:
-        measured = values_ns > 0
-        down = np.where(measured, values_ns - e_ns, values_ns)
-        up = np.where(measured, values_ns + e_ns, values_ns)
-    return int(np.count_nonzero(down > thr)), int(np.count_nonzero(up > thr))
 
 
 @dataclass
@@ -145,11 +129,11 @@ def flip_test(
         value_ms = _percentile_ms(vals, t.percentile)
         thr_ms = t.threshold_ns / 1e6
         margin = None if value_ms is None or not math.isfinite(value_ms) else thr_ms - value_ms
-        lag_p99 = float(np.percentile(lags, 99)) / 1e6 if lags.size and t.metric in FROM_SCHEDULE else 0.0
+        lag_max = float(np.max(lags)) / 1e6 if lags.size and t.metric in FROM_SCHEDULE else 0.0
         per.append(
             {
                 "target": t.label, "k": tj.k, "k_low": k_lo, "k_high": k_hi, "verdict_low": v_lo,
-                "verdict_high": v_hi, "stands": ok, "margin_ms": margin, "send_lag_p99_ms": lag_p99,
+                "verdict_high": v_hi, "stands": ok, "margin_ms": margin, "send_lag_max_ms": lag_max,
             }
         )  # fmt: skip
         m = f"margin {margin:+.1f} ms" if margin is not None else "no finite percentile"

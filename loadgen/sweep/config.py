@@ -9,11 +9,14 @@ from loadgen.core.contract import SWEEP_SCHEMA_VERSION
 from loadgen.core.slo import SLOTarget, judged_per_request
 from loadgen.core.stats import min_requests
 
-__all__ = ["LAG_FLOOR_MS", "LAG_FRACTION", "MAX_RERUNS", "SWEEP_SCHEMA_VERSION", "SweepConfig"]
+__all__ = ["LAG_FLOOR_MS", "LAG_FRACTION", "MAX_PROBE_FACTOR", "MAX_RERUNS", "SWEEP_SCHEMA_VERSION", "SweepConfig"]
 
 MAX_RERUNS = 2
 """A probe INVALID on the generator's checks (a transient client stall) is run again at most this often."""
 LAG_FLOOR_MS = 5.0
+MAX_PROBE_FACTOR = 4.0
+"""``--max-probe-duration`` by default: this many ``--probe-duration`` s (the time cap of one probe, extensions
+included; past it an undecided probe is a point estimate, with the time that would have certified it)."""
 LAG_FRACTION = 0.02
 
 
@@ -32,7 +35,7 @@ class SweepConfig:
     start_rate_rps: float | None = None
     calibration_s: float = 10.0
     calibration_concurrency: int = 32
-    max_extensions: int = 2
+    max_extensions: int = 3
     max_probes: int = 30
     cost_per_hour_usd: float | None = None
     prices: Any = None  # loadgen.core.pricing.TokenPrices (per-token prices of a managed platform)
@@ -42,6 +45,15 @@ class SweepConfig:
     max_schedule_lag_ms: float | None = None  # None: the sweep default (schedule_lag_bound_ms)
     max_reruns: int = MAX_RERUNS
     unloaded_requests: int = 5  # the unloaded check before the search (loadgen.sweep.unloaded); 0: none
+    max_probe_duration_s: float | None = None  # one probe's time cap (None: MAX_PROBE_FACTOR x probe_duration_s)
+
+    def max_probe_s(self) -> float:
+        """One probe's time cap, its extensions included (``--max-probe-duration``; issue 30): an undecided probe
+        is extended, each segment sized to decide it (:func:`loadgen.sweep.evidence.next_segment_requests`),
+        until this; only then is it a point estimate."""
+        if self.max_probe_duration_s is not None:
+            return max(self.max_probe_duration_s, self.probe_duration_s)
+        return MAX_PROBE_FACTOR * self.probe_duration_s
 
     def needed_requests(self) -> int:
         pcts = [t.percentile for t in self.slos if judged_per_request(t)] or [50.0]

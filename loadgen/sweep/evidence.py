@@ -260,3 +260,50 @@ def tail_too_long(sched: np.ndarray, end: np.ndarray, meas: np.ndarray, ok: np.n
     window = float(sched[meas].max() - sched[meas].min())
     e2e_p99 = float(np.percentile((end[fin] - sched[fin]).astype(np.float64), 99))
     return window > 0 and e2e_p99 > TAIL_FRACTION * window
+
+
+# ---------------------------------------------------------------- probes sized for their evidence (issue 30)
+
+
+def more_to_certify(tj: TargetJudge, eff: TargetJudge, confidence: float, cap: int = 1 << 20) -> int | None:
+    """How many more judged requests would decide ``tj`` on effective counts, at its current exceedance
+    fraction k/n and dependence n/n_e (0 when decided; None when no count up to ``cap`` would: k/n sits
+    at the allowed fraction). Doubling search over the effective count: the smallest of the powers of two
+    that decides it, so an estimate within a factor of two."""
+    t = tj.target
+    if judge_counts(eff.k, eff.n, t, confidence)[0] != "undecided":
+        return 0
+    if tj.n <= 0 or eff.n <= 0:
+        return None
+    f, tau = tj.k / tj.n, tj.n / eff.n
+    n_e = eff.n
+    while n_e * tau <= cap:
+        n_e *= 2
+        if judge_counts(min(n_e, round(f * n_e)), n_e, t, confidence)[0] != "undecided":
+            return max(0, math.ceil(n_e * tau) - tj.n)
+    return None
+
+
+def first_segment_requests(per_segment: int, need: int, tau_hint: float, rate: float, max_probe_s: float) -> int:
+    """A probe's first segment (requests): at least ``need`` x ``tau_hint`` (the effective count its
+    percentile needs, at the largest dependence seen at or below this rate), within ``max_probe_s``
+    at ``rate``; never fewer than ``per_segment`` (the probe duration's and the evidence rule's count)."""
+    want = math.ceil(need * max(1.0, tau_hint))
+    return max(per_segment, min(want, math.floor(rate * max_probe_s)))
+
+
+def next_segment_requests(
+    judged: list[tuple[TargetJudge, TargetJudge]], confidence: float, seg_requests: int, rate: float, left_s: float
+) -> int | None:
+    """The next segment of an undecided open-loop probe (requests), or None when none fits: sized to decide
+    every undecided target (:func:`more_to_certify`, plus 10 %), at least half the last segment, at most
+    what ``left_s`` (the time left under ``--max-probe-duration``) holds at ``rate``; None when that is
+    under a quarter of the last segment (the cap is reached: the probe ends a point estimate)."""
+    room = math.floor(rate * max(0.0, left_s))
+    if room < max(1, seg_requests // 4):
+        return None
+    wants = [more_to_certify(tj, eff, confidence) for tj, eff in judged]
+    want = max((w for w in wants if w is not None), default=0)
+    if any(w is None for w in wants):
+        want = room  # at the allowed fraction: only the most the cap holds can decide it
+    return max(1, min(room, max(math.ceil(1.1 * want), seg_requests // 2)))

@@ -111,7 +111,9 @@ class Plan:
         return (
             f"plan: each probe at least {s.probe_duration_s:g} s and {s.needed_requests()} requests "
             f"(p{pct:g} at {s.confidence * 100:g} % confidence cannot pass on fewer, even with no request over); "
-            f"an undecided or long-tailed probe is extended up to {s.max_extensions} times"
+            f"an undecided or long-tailed probe is extended up to {s.max_extensions} times, each extension sized "
+            f"to decide it, within {s.max_probe_s():g} s a probe (--max-probe-duration); a probe after the first holds "
+            "that many requests times the dependence between requests (tau) seen at or below its rate"
         )
 
     def note(

@@ -60,160 +60,33 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from loadgen.core.clock import now_ns
 from loadgen.core.metrics import RequestMetrics
 from loadgen.core.slo import (
-    CANCELLED_OVER,
-    CANCELLED_UNDER,
-    CANCELLED_UNKNOWN,
-    MISS,
-    SLOTarget,
-    TargetJudge,
-    exceeds,
-    fail_count,
-    inflight_over,
     itl_probe_verdict,
     judge_counts,
     judged_per_request,
-    proves_fail,
 )
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
-from loadgen.engine.summary import RequestSummary, summarize
 from loadgen.engine.validity import DEFAULT_LOOP_LAG_BOUND_MS, RATE_LIMIT_DOMINATED
 from loadgen.measurement import measure
 from loadgen.sweep import evidence as ev
-from loadgen.sweep.client_error import TargetLog, flip_test, timing_only
+from loadgen.sweep.client_error import flip_test, timing_only
 from loadgen.sweep.config import SweepConfig
-from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps, tail_too_long
+from loadgen.sweep.evidence import (
+    closed_loop_extension_s,
+    closed_loop_sent_rps,
+    first_segment_requests,
+    more_to_certify,
+    next_segment_requests,
+    tail_too_long,
+)
+from loadgen.sweep.judge import ProbeJudge
 from loadgen.sweep.session_search import measure_load, probe_sessions, session_turns
 from loadgen.sweep.stability import TAIL_FRACTION, backlog_trend
 from loadgen.sweep.verdict import INTERRUPTED, probe_verdict_text, target_verdict
-
-# Failures that are the server's whatever the generator's timing (not: connect, which a saturated
-# client can cause too; cancelled, the probe's own early stop; client_limit).
-_SERVER_ERRORS = ("timeout", "header_timeout", "rate_limited", "http_error", "incomplete_stream", "stream_error",
-                  "protocol")  # fmt: skip
-
-
-class ProbeJudge:
-    """Counts exceedances as records arrive and watches in-flight requests for early stop."""
-
-    def __init__(self, slos: list[SLOTarget], n_cap: int, confidence: float) -> None:
-        self.targets = [TargetJudge(t) for t in slos]
-        self.n_cap = n_cap
-        self.confidence = confidence
-        self.runner: Runner | None = None
-        self.stopped_early = False
-        self.censored = 0
-        self.dep = ev.DependenceLog({i: tj.target.threshold_ns for i, tj in enumerate(self.targets)})
-        self.logs = {i: TargetLog() for i, tj in enumerate(self.targets) if judged_per_request(tj.target)}  # flip test
-        # exceedances out of n_cap that make FAIL certain, computed once: certain_fail() runs every
-        # 100 ms on the event loop that sends the requests and must not evaluate binomial bounds there
-        self.set_cap(n_cap)
-
-    def set_cap(self, n_cap: int) -> None:
-        """The largest possible probe (requests); sets the exceedance counts that make FAIL certain."""
-        self.n_cap = n_cap
-        self.fail_k = {
-            tj.target.label: fail_count(n_cap, tj.target, self.confidence)
-            for tj in self.targets
-            if tj.target.metric not in ("itl", "tpot")
-        }
-
-    def new_segment(self) -> None:
-        """Start the per-request timing rows of a new segment (for the stability test)."""
-        self.rows: list[tuple[int, int | None, float, bool, bool, float]] = []
-
-    def timing(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """This segment's (scheduled_ns, end_ns, first_token_ns or NaN, measured, ok, tpot_ns or NaN) arrays."""
-        rows = getattr(self, "rows", [])
-        ends = [r[1] for r in rows if r[1] is not None]
-        last = max(ends) if ends else 0
-        sched = np.asarray([r[0] for r in rows], dtype=np.int64)
-        end = np.asarray([r[1] if r[1] is not None else last for r in rows], dtype=np.int64)
-        first = np.asarray([r[2] for r in rows], dtype=np.float64)
-        meas = np.asarray([r[3] for r in rows], dtype=np.bool_)
-        ok = np.asarray([r[4] for r in rows], dtype=np.bool_)
-        tpot = np.asarray([r[5] for r in rows], dtype=np.float64)
-        return sched, end, first, meas, ok, tpot
-
-    def on_summary(self, s: RequestSummary) -> None:
-        """Count one finished request: the one counting path, for a request of this process
-        (:meth:`on_record` summarises it first) and one shipped by a worker process alike."""
-        first = float(s.first_event_ns) if s.first_event_ns is not None else math.nan
-        tpot = float(s.tpot_ns) if s.tpot_ns is not None else math.nan
-        getattr(self, "rows", []).append((s.scheduled_ns, s.end_ns, first, s.phase == "measure", bool(s.ok), tpot))
-        if s.phase != "measure":
-            return
-        censored = False
-        for i, tj in enumerate(self.targets):
-            t = tj.target
-            if not judged_per_request(t):
-                continue
-            if s.error_kind == "cancelled":  # slo.cancelled_state: a miss, conforming, or censored
-                state = s.cancelled_states[i] if i < len(s.cancelled_states) else CANCELLED_UNKNOWN
-                if state == CANCELLED_OVER:
-                    tj.n += 1
-                    tj.k += 1
-                    self.dep.add(i, s.scheduled_ns, MISS)  # over, its value unknown: a miss in its run
-                elif state == CANCELLED_UNDER:
-                    tj.n += 1  # measured before the stop, and it conforms: not censored
-                else:
-                    tj.censored += 1
-                    censored = True
-                continue
-            tj.n += 1
-            self.dep.add(i, s.scheduled_ns, v := s.slo_values[i] if (s.ok and not s.zero_output) else MISS)
-            self.logs[i].add(v, s.schedule_lag_ns)
-            if exceeds(t, v):
-                tj.k += 1
-                if not s.ok and s.error_kind in _SERVER_ERRORS:
-                    tj.server_errors += 1
-        if censored:
-            self.censored += 1
-
-    def on_record(self, rec: RequestRecord | None, m: RequestMetrics | None) -> None:
-        """Count a request of this process: summarised as a worker process ships it, then :meth:`on_summary`."""
-        if rec is None or m is None:  # worker mode: counted in on_summary
-            return
-        self.on_summary(summarize(rec, m, [tj.target for tj in self.targets]))
-
-    def certain_fail(self) -> bool:
-        """True when the probe would FAIL even if every remaining request conformed."""
-        inflight = list(self.runner.inflight_records.values()) if self.runner else []
-        now = now_ns()
-        for tj in self.targets:
-            t = tj.target
-            if t.metric in ("itl", "tpot"):
-                continue
-            k = tj.k + sum(1 for r in inflight if r.phase == "measure" and inflight_over(t, r, now))
-            if k >= self.fail_k[t.label]:
-                return True
-        return False
-
-    def fails_on_server_errors(self) -> bool:
-        """True when the server's errors alone make a target FAIL (out of ``n_cap`` after an early
-        stop): a generator that lagged cannot have caused HTTP errors, so that verdict stands."""
-        for tj in self.targets:
-            if not judged_per_request(tj.target):
-                continue
-            n = self.n_cap if self.stopped_early else tj.n
-            if proves_fail(tj.server_errors, n, tj.target, self.confidence):
-                return True
-        return False
-
-    async def watch(self, period_s: float = 0.1) -> None:
-        while True:
-            await asyncio.sleep(period_s)
-            if self.runner is not None and self.certain_fail():
-                self.stopped_early = True
-                self.runner.request_stop(interrupted=False, cancel_inflight=True)
-                return
 
 
 @dataclass
@@ -256,6 +129,7 @@ class Probe:
     prefix_cache_hit_rate: float | None = None
     # the flip test of a probe that failed only client-timing checks (loadgen.sweep.client_error); None: not needed
     client_timing: dict[str, Any] | None = None
+    certify_more_s: float | None = None  # a point estimate: about how much longer would have certified it
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -278,8 +152,14 @@ async def run_probe(
     server_observer: Any = None,
     cluster: Any = None,
     stop_requested: Callable[[], bool] | None = None,
+    tau_hint: float = 1.0,
 ) -> Probe:
     """One probe at ``rate`` req/s (or closed loop at ``concurrency``), extended while undecided.
+
+    ``tau_hint``: the largest dependence between requests seen at or below this rate (the sweep's
+    earlier probes): the first segment holds ``tau_hint`` x the requests the evidence rule needs, so a
+    probe is sized for its evidence before it starts (issue 30); an undecided one is extended by
+    segments sized to decide it until ``--max-probe-duration``.
 
     ``stop_requested``: the caller's interrupt flag (the sweep was stopped by the user). When it
     is set, or a segment's run ends interrupted, no further segment is run and the probe's verdict
@@ -288,7 +168,12 @@ async def run_probe(
     need = scfg.needed_requests()
     per_segment = probe_sessions(base, need, rate, scfg.probe_duration_s) if concurrency is None else None
     most = session_turns(base)[1]  # sessions (issue 17): a probe counts sessions and judges their turns
+    max_s = scfg.max_probe_s()
+    if per_segment and most == 1:
+        per_segment = first_segment_requests(per_segment, need, tau_hint, rate, max_s)
     n_cap = (per_segment * most if per_segment else need) * (1 + scfg.max_extensions)
+    if per_segment and most == 1:
+        n_cap = max(n_cap, math.ceil(rate * max_s))  # the largest possible probe, under its time cap
     judge = ProbeJudge(scfg.slos, n_cap, scfg.confidence)
     lag_ms, lag_note = scfg.schedule_lag_bound_ms(base.bounds.max_schedule_lag_p99_ms)
     loop_ms = base.bounds.max_loop_lag_p99_ms  # scaled with the SLO as the lag bound is, unless set (--max-loop-lag)
@@ -302,6 +187,7 @@ async def run_probe(
     stability: list[str] = []
     unstable = False
     tail_short = False
+    capped = False
     interrupted = False
     seg_requests = per_segment
     seg_duration_s = scfg.probe_duration_s  # closed loop: a segment's length (extended in time)
@@ -395,11 +281,11 @@ async def run_probe(
                 unstable = True
                 break
             tail_short = tail_too_long(sched, end, meas, ok)
-            verdicts = [  # on the raw counts: each extension is one more stability test (loadgen.sweep.evidence)
-                judge_counts(tj.k, tj.n, tj.target, scfg.confidence)[0]
-                for tj in judge.targets
-                if judged_per_request(tj.target)
+            judged = [
+                (tj, judge.dep.effective(i, tj)) for i, tj in enumerate(judge.targets) if judged_per_request(tj.target)
             ]
+            # decided on the effective counts (the dependence rule), as the verdict is: a PASS there is certified
+            verdicts = [judge_counts(e.k, e.n, tj.target, scfg.confidence)[0] for tj, e in judged]
             if segments > scfg.max_extensions:
                 break
             if tail_short and seg_requests is not None:
@@ -409,6 +295,12 @@ async def run_probe(
                 judge.set_cap(max(judge.n_cap, done + seg_requests * most * (2**left - 1)))
             elif "fail" in verdicts or all(v == "pass" for v in verdicts):
                 break
+            elif seg_requests is not None and most == 1:
+                nxt = next_segment_requests(judged, scfg.confidence, seg_requests, rate, max_s - total_duration)
+                if nxt is None:
+                    capped = True  # --max-probe-duration reached: a point estimate, said with the time it lacked
+                    break
+                seg_requests = nxt
         if stop_requested is not None and stop_requested():
             interrupted = True  # an extension was needed, but the sweep was stopped: undecided
             break
@@ -418,6 +310,7 @@ async def run_probe(
     probe.schedule_realized_rps = results[0].get("client", {}).get("schedule_realized_rps")
     if unstable and probe.verdict not in ("invalid", "rate_limited"):
         probe.verdict = "fail"
+        probe.low_confidence = False  # a growing backlog is a FAIL at the trend test's own 1 %: not a point estimate
         probe.reasons.insert(
             0, "unstable: backlog growing (" + "; ".join(ln for ln in stability if "GROWING" in ln) + ")"
         )
@@ -427,12 +320,30 @@ async def run_probe(
             f"the p99 E2E of finished requests exceeds {TAIL_FRACTION:.0%} of the window even after "
             f"{scfg.max_extensions} extensions: a point estimate"
         )
+    client_point = bool(probe.client_timing and probe.client_timing.get("point_estimate"))
+    if (
+        probe.low_confidence
+        and not client_point
+        and probe.verdict in ("pass", "fail")
+        and concurrency is None
+        and rate > 0
+    ):
+        more = [more_to_certify(tj, judge.dep.effective(i, tj), scfg.confidence)
+                for i, tj in enumerate(judge.targets) if judged_per_request(tj.target)]  # fmt: skip
+        known = [m for m in more if m is not None]
+        probe.certify_more_s = None if len(known) < len(more) else max(known, default=0) / (rate * most)
+        why = f"--max-probe-duration {max_s:g} s reached" if capped else "the probe's extensions ran out"
+        probe.reasons.append(
+            f"a point estimate: {why}; "
+            + (f"about {probe.certify_more_s:.0f} s more at this rate would have certified it"
+               if probe.certify_more_s is not None else "its exceedances sit at the allowed fraction: no length certifies it")
+        )  # fmt: skip
     probe.verdict_text = probe_verdict_text(
         probe.verdict,
         low_confidence=probe.low_confidence,
         stopped_early=probe.stopped_early,
         validity_detail=probe.validity_detail,
-        client_timing=bool(probe.client_timing and probe.client_timing.get("point_estimate")),
+        client_timing=client_point,
     )
     return probe
 

@@ -56,10 +56,12 @@ from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
+from loadgen.sweep.answer import certified_interval, non_monotonic
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
 from loadgen.sweep.plan import Plan
 from loadgen.sweep.probe import Probe, run_probe
 from loadgen.sweep.session_search import calibration_sps, measure_load, session_turns
+from loadgen.sweep.starved import StarvedCheck
 from loadgen.sweep.unloaded import unloaded_check
 from loadgen.sweep.verdict import evidence_rule
 
@@ -109,6 +111,7 @@ class Sweep:
         self.reruns: list[dict[str, Any]] = []  # INVALID probes run again (a transient client stall)
         self.unloaded: dict[str, Any] | None = None  # the unloaded check (loadgen.sweep.unloaded)
         self.plan = Plan(scfg)
+        self.starved = StarvedCheck.for_sweep(scfg.slos, self.progress, server_observer, cluster)  # issue 30
         self.started_ns = now_ns()
         self.untested_above: float | None = None  # the lowest rate the client could not test (INVALID after re-runs)
         self.untested_users: int | None = None  # the same for a concurrency sweep: the user count
@@ -142,6 +145,7 @@ class Sweep:
             server_observer=self.server_observer,
             cluster=self.cluster,
             stop_requested=lambda: self.interrupted,
+            tau_hint=self.tau_at(rate) if concurrency is None else 1.0,
         )
         p.prefix_cache_reset = reset
         self.probes.append(p)
@@ -151,21 +155,39 @@ class Sweep:
         self.progress(f"probe {idx}: {label}: {p.verdict_text}{sent}; " + "; ".join(p.reasons))
         return p
 
+    def tau_at(self, rate: float) -> float:
+        """The largest dependence between requests (tau, :mod:`loadgen.sweep.evidence`) any earlier open-loop probe
+        at or below ``rate`` measured (1 when none): tau rises toward capacity, so a probe sized with it holds the
+        effective requests its percentile needs (issue 30's definition)."""
+        taus = [
+            max(x.get("tau") or [1.0])
+            for p in self.probes
+            if p.concurrency is None and p.offered_rps <= rate * (1 + 1e-9) and p.verdict in ("pass", "fail")
+            for x in p.targets
+        ]
+        return max(taus, default=1.0)
+
     async def check_unloaded(self) -> bool:
         """The unloaded check; True when the SLO is out of reach at any load (said in one line)."""
+        if await self.starved.before_load(last=self.scfg.unloaded_requests <= 0):
+            return True  # a starved client, said at once with its cause and remedy (loadgen.sweep.starved)
         if self.scfg.unloaded_requests <= 0:
             return False
         n = self.scfg.unloaded_requests
         self.progress(f"unloaded check: {n} requests one at a time ...")
-        self.unloaded = await unloaded_check(
-            self.endpoint,
-            self.base,
-            self.scfg,
-            self.out_dir,
-            config_record=self.config_record,
-            redactor=self.redactor,
-            runner_hook=self._set_runner,
+        self.unloaded = await self.starved.during(  # the client's wake-up lateness meanwhile
+            unloaded_check(
+                self.endpoint,
+                self.base,
+                self.scfg,
+                self.out_dir,
+                config_record=self.config_record,
+                redactor=self.redactor,
+                runner_hook=self._set_runner,
+            )
         )
+        if self.starved.refusal is not None:
+            return True
         u = self.unloaded
         if u["e2e_p50_ms"] is not None:
             self.plan.e2e_p50_s = u["e2e_p50_ms"] / 1e3
@@ -475,6 +497,7 @@ class Sweep:
         }
         if limited_by == "rate_limit":
             answer["rate_limited_at"] = self.rate_limited_at
+        answer["interval_rps"] = certified_interval(self.probes)
         # the answer probe's own verdict text: "PASS (point estimate)" marks an answer on thin evidence
         answer["verdict_text"] = at.verdict_text if at else None
         answer["point_estimate"] = bool(at.low_confidence) if at else None
@@ -506,6 +529,7 @@ class Sweep:
                 "max_rate_rps": s.max_rate_rps,
                 "min_requests_per_probe": s.needed_requests(),
                 "max_extensions": s.max_extensions,
+                "max_probe_duration_s": s.max_probe_s(),
                 "max_reruns": s.max_reruns,
                 "unloaded_requests": s.unloaded_requests,
                 "max_schedule_lag_ms": s.schedule_lag_bound_ms(self.base.bounds.max_schedule_lag_p99_ms)[0],
@@ -521,6 +545,7 @@ class Sweep:
                 s.probe_duration_s,
                 s.max_extensions,
                 closed_loop=bool(s.concurrency_levels),
+                max_probe_s=s.max_probe_s(),
             ),
             "unloaded": self.unloaded,
             "plan": {"estimates": self.plan.estimates, "elapsed_s": self.elapsed_s()},
@@ -532,6 +557,7 @@ class Sweep:
             "probes": [p.to_json() for p in self.probes],
             "interrupted": self.interrupted,
         }
+        self.starved.apply(result)  # client_wakeup; a starved client is the answer (loadgen.sweep.starved)
         return SweepOutcome(result, self.probes)
 
 
@@ -540,14 +566,3 @@ def cost_per_million(cost_per_hour_usd: float | None, tokens_per_s: float | None
     if not cost_per_hour_usd or not tokens_per_s:
         return None
     return cost_per_hour_usd / (tokens_per_s * 3600.0) * 1e6
-
-
-def non_monotonic(probes: list[Probe]) -> list[str]:
-    """Rates that FAILed below a rate that PASSed (or mixed verdicts at one rate)."""
-    flags = []
-    open_loop = [p for p in probes if p.concurrency is None and p.verdict in ("pass", "fail")]
-    passes = [p.offered_rps for p in open_loop if p.verdict == "pass"]
-    for p in open_loop:
-        if p.verdict == "fail" and any(r >= p.offered_rps for r in passes):
-            flags.append(f"{p.offered_rps:.3f} req/s failed although a rate at or above it passed")
-    return flags

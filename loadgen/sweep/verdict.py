@@ -124,6 +124,7 @@ def evidence_rule(
     max_extensions: int,
     *,
     closed_loop: bool,
+    max_probe_s: float | None = None,
 ) -> str:
     """The rule the probes were held to, in one sentence (``sweep.json`` ``evidence_rule``, the report's header).
 
@@ -142,8 +143,15 @@ def evidence_rule(
     else:
         head = f"each probe: at least {probe_duration_s:g} s and at least {need} requests ({why})"
         which = f"an undecided probe (or one whose p99 E2E exceeds {TAIL_FRACTION:.0%} of its window)"
+    if max_probe_s is not None and not closed_loop:  # issue 30: sized for its evidence, within a time cap
+        head += " times tau, the dependence between requests seen at or below its rate"
+        which += (
+            f" is extended by segments sized to decide it, within {max_probe_s:g} s in all (--max-probe-duration) and"
+        )
+    else:
+        which += " is extended"
     return (
-        f"{head}; {which} is extended up to {max_extensions} times, then decided on its "
+        f"{head}; {which} up to {max_extensions} times, then decided on its "
         "point estimate k/n and marked (point estimate); a probe interrupted by the user is not extended "
         "and gets no verdict (INTERRUPTED: undecided) unless its FAIL was already certain; the bounds count "
         f"{DEPENDENCE_RULE}"

@@ -220,7 +220,11 @@ def test_fast_profile_bracket_contains_reference_and_files(tmp_path: Path) -> No
 
     # -- the answer against the virtual-clock reference ---------------------------------
     target = parse_slo(FAST_SLO)
-    ref, per_seed = probe_length_reference(FAST, target, probe_s, warmup_s=0.1 * probe_s)
+    # the reference at the answer probe's own length: probes are sized for their evidence (issue 30), so
+    # a probe after the first holds its evidence rule's count times the dependence seen below its rate
+    ans = next(q for q in res["probes"] if q["offered_rps"] == res["answer"]["max_rate_rps"])
+    ans_s = max(probe_s, (ans["judged_requests"] or 0) / ans["offered_rps"])
+    ref, per_seed = probe_length_reference(FAST, target, ans_s, warmup_s=0.1 * probe_s)
     steady = reference_max_rate(
         FAST, target, input_tokens=IN_TOKENS, output_tokens=OUT_TOKENS, requests=8000, rel_precision=0.005
     )

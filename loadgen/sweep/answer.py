@@ -1,0 +1,39 @@
+"""What the probes say about the answer: its certified interval and its inconsistencies.
+
+Read by :mod:`loadgen.sweep.search` when it writes the answer (``sweep.json`` ``answer.interval_rps``,
+``non_monotonic``); plain functions of the finished probes.
+"""
+
+from __future__ import annotations
+
+from loadgen.sweep.probe import Probe
+
+__all__ = ["certified_interval", "non_monotonic"]
+
+
+def non_monotonic(probes: list[Probe]) -> list[str]:
+    """Rates that FAILed below a rate that PASSed (or mixed verdicts at one rate)."""
+    flags = []
+    open_loop = [p for p in probes if p.concurrency is None and p.verdict in ("pass", "fail")]
+    passes = [p.offered_rps for p in open_loop if p.verdict == "pass"]
+    for p in open_loop:
+        if p.verdict == "fail" and any(r >= p.offered_rps for r in passes):
+            flags.append(f"{p.offered_rps:.3f} req/s failed although a rate at or above it passed")
+    return flags
+
+
+def certified_interval(probes: list[Probe]) -> list[float | None]:
+    """The answer's interval (issue 30): [highest certified-PASS rate, lowest certified-FAIL rate above it] of the
+    open-loop probes (certified: decided on the evidence rule's bounds, not a point estimate; a FAIL stopped
+    early or on a growing backlog is certain). None where no probe certified that side."""
+    loop = [p for p in probes if p.concurrency is None and not p.interrupted]
+    lo = max((p.offered_rps for p in loop if p.verdict == "pass" and not p.low_confidence), default=None)
+    hi = min(
+        (
+            p.offered_rps
+            for p in loop
+            if p.verdict == "fail" and not p.low_confidence and (lo is None or p.offered_rps > lo)
+        ),
+        default=None,
+    )
+    return [lo, hi]
