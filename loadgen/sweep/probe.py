@@ -193,6 +193,8 @@ async def run_probe(
     seg_duration_s = scfg.probe_duration_s  # closed loop: a segment's length (extended in time)
     while True:
         seg_dir = out_dir if segments == 0 else out_dir / f"extension-{segments}"
+        e2e_p99_s = ((results[0]["latency_ms"].get("e2e") or {}).get("p99") or 0.0) / 1e3 if results else 0.0
+        warm_s = max(scfg.warmup_s(), min(3 * e2e_p99_s, scfg.probe_duration_s))
         judge.new_segment()
         if concurrency is None:
             load = replace(
@@ -203,8 +205,11 @@ async def run_probe(
                 exact_rate=True,
                 bounds=bounds,
                 duration_s=None,
-                # the warm-up rides on the same arrival process before the measured requests
-                warmup_requests=math.ceil(scfg.warmup_s() * rate) if segments == 0 else 0,
+                # the warm-up rides on the same arrival process before the measured requests, in every
+                # segment: each starts from a drained server, and a queue filling up from empty reads as a
+                # rising backlog to the stability test (a false "unstable" at 88 % load); an extension's
+                # warm-up is at least 3 x the first segment's p99 E2E (the time a batch takes to fill)
+                warmup_requests=math.ceil(warm_s * rate),
                 warmup_s=0.0,
                 seed=base.seed + 1000 * index + segments,
                 salt=f"p{index}s{segments}-",

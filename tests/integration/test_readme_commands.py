@@ -61,7 +61,8 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 FAST_SIM = ["--slots", "64", "--ttft-ms", "5", "--itl-ms", "1", "--tokens-per-chunk", "4"]
 # four slots of ~140 ms requests: ~30 req/s, a limit a busy client reaches with room to spare
 SWEEP_SIM = ["--slots", "4", "--ttft-ms", "5", "--itl-ms", "1", "--tokens-per-chunk", "4"]
-SWEEP_SHORT = ["--probe-duration", "2s", "--calibration", "2s", "--precision", "50%", "--confidence", "50%"]
+SWEEP_SHORT = ["--probe-duration", "2s", "--max-probe-duration", "4s", "--calibration", "2s", "--precision", "50%",
+               "--confidence", "50%"]  # fmt: skip
 RELAX = ["--max-schedule-lag", "200ms", "--max-loop-lag", "200ms"]
 CPU_VLLM_ARGS = "--max-model-len 1024 --enforce-eager"  # no KV-cache size, no dtype: loadgen's CPU defaults
 # files the README names, made from the shipped excerpts
