@@ -55,9 +55,7 @@ from rich.text import Text
 
 from loadgen.core.clock import now_ns
 from loadgen.engine.why import unloaded_ttft_ms, why_of_dirs
-from loadgen.report.sweep_facts import counts_words
 from loadgen.report.why import cause_words
-from loadgen.sweep.verdict import text_of
 from loadgen.telemetry.tail import RecordTail
 
 if TYPE_CHECKING:
@@ -296,6 +294,9 @@ class LiveFigures:
     def _probe_table(self) -> Table:
         """The finished probes: verdict text and counts as the sweep stored them (never "met" for a probe
         without a PASS: an INVALID, interrupted or rate-limited probe shows its own verdict text)."""
+        from loadgen.report.sweep_facts import counts_words  # a sweep's only: a plain run imports no sweep module
+        from loadgen.sweep.verdict import text_of
+
         t = Table(title=f"finished probes ({COUNTED_SHORT})", box=None, pad_edge=False)
         for col in ("probe", "offered", "verdict", "over of measured", "p99 ms", "why"):
             t.add_column(col, overflow="fold")

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from loadgen.report.why import target_counts
 from loadgen.sweep.verdict import text_of
 
 NOT_RECORDED = "not recorded"
@@ -54,16 +55,6 @@ COUNTED = (
     "probes[i].targets[j] exceedances and requests, the counts the live view, the console and report.html show"
 )
 """What the one count of a probe counts (the console's table note and the report's)."""
-
-
-def target_counts(p: dict[str, Any]) -> dict[str, tuple[int, int]]:
-    """Per SLO target of a ``sweep.json`` probe: (over, measured), its ``targets[j]`` ``exceedances`` and
-    ``requests`` -- the one count of a probe, shown alike everywhere. Per-token targets (ITL) have none."""
-    return {
-        str(x.get("target")): (int(x["exceedances"]), int(x["requests"]))
-        for x in p.get("targets") or []
-        if x.get("requests") is not None and x.get("exceedances") is not None
-    }
 
 
 def counts_words(p: dict[str, Any]) -> str:

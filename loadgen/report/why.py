@@ -13,7 +13,6 @@ from typing import Any
 from rich.console import Console
 
 from loadgen.engine.why import PHASE_WORDS
-from loadgen.report.sweep_facts import target_counts
 
 __all__ = ["cause_words", "miss_counts", "probe_why_lines", "render_sweep_why", "why_html"]
 
@@ -29,10 +28,20 @@ def cause_words(wt: dict[str, Any]) -> str:
     return ", ".join(f"{n} {PHASE_WORDS.get(c, c)}" for c, n in (wt.get("causes") or {}).items())
 
 
+def target_counts(p: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Per SLO target of a ``sweep.json`` probe: (over, measured), its ``targets[j]`` ``exceedances`` and
+    ``requests`` -- the one count of a probe, shown alike everywhere. Per-token targets (ITL) have none."""
+    return {
+        str(x.get("target")): (int(x["exceedances"]), int(x["requests"]))
+        for x in p.get("targets") or []
+        if x.get("requests") is not None and x.get("exceedances") is not None
+    }
+
+
 def miss_counts(p: dict[str, Any], wt: dict[str, Any]) -> str:
     """A target's misses as the probe counted them: "23 of 40 measured requests over ttft:p99<=300ms".
 
-    The probe's own counts (``targets[j]``, :func:`loadgen.report.sweep_facts.target_counts`), the ones
+    The probe's own counts (``targets[j]``, :func:`target_counts`), the ones
     every place shows; when the attribution could not give a cause to each of them (a request cancelled
     in flight after its first token: its record has no phases), it says how many it attributed.
     """
