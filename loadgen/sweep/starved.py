@@ -301,8 +301,9 @@ class StarvedCheck:
     async def during(self, aw: Awaitable[T]) -> T:
         """Await ``aw`` (the unloaded check) with the loop probed meanwhile; :attr:`refusal` set when starved."""
         task = asyncio.ensure_future(aw)
-        # at least BEFORE_LOAD_S x 2 of samples: a few holds of the client's own (a file written) stay out of the p99
-        w = await measure_wakeup("during the unloaded check", duration_s=2 * BEFORE_LOAD_S, until=task, pgid=self.pgid)
+        # at least BEFORE_LOAD_S of samples (~250): a hold or two of the client's own (a file written) stay out of
+        # the p99 (0.5 s more than that cost every sweep ~1 s: over CI's ~80 sweeps, a minute)
+        w = await measure_wakeup("during the unloaded check", duration_s=BEFORE_LOAD_S, until=task, pgid=self.pgid)
         out = await task
         self._judge(w, True)
         return out

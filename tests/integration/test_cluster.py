@@ -231,6 +231,8 @@ SWEEP = [
     "40",
     "--probe-duration",
     "2s",
+    "--max-probe-duration",  # the same evidence on both sides; no probe sized past its 2 s (CI time)
+    "2s",
     "--input-tokens",
     "16",
     "--output-tokens",

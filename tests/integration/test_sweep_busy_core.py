@@ -8,7 +8,7 @@ types it must land within 0.85-1.08 x that reference while ``nice -n 19 yes`` ho
 and say how many probes it re-ran (a probe made INVALID by a client stall is re-run, not the
 end of the sweep). Where the machine is busier still and the client's own schedule lag stays
 over its bound above the answer, the sweep must say "client limited" (exit 5) and its answer,
-a lower bound, must still land in that range. The shortened CI form: 10 s probes, 10 % precision (about 70 s);
+a lower bound, must still land in that range. The shortened CI form: 10 s probes, not sized past 10 s, 10 % precision (about 70 s);
 ``scripts/bench_sweep --profile md4 --busy-core`` runs the full form with three seeds.
 """
 
@@ -39,9 +39,10 @@ def test_md4_sweep_lands_near_the_reference_with_a_core_busy(tmp_path: Path) -> 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     out = tmp_path / "sweep"
-    # --max-probe-duration 20s: the CI form's time (probes sized for their evidence would run 40 s near the
-    # knee, where tau reaches 10-20: scripts/bench_sweep --profile md4 runs that full form)
-    args = ["--slo", "ttft:p99<=120ms", "--probe-duration", "10s", "--max-probe-duration", "20s", "--precision", "10%",
+    # --max-probe-duration 10s: the CI form's time. Probes sized for their evidence run 20-40 s near the knee
+    # (tau 10-30 there) and answer no better within this test's range on a 2-core machine (0.86-0.94 x in three
+    # runs at a 15-20 s cap): the sized form is scripts/bench_sweep --profile md4
+    args = ["--slo", "ttft:p99<=120ms", "--probe-duration", "10s", "--max-probe-duration", "10s", "--precision", "10%",
             "--calibration", "3s",
             "--input-tokens", "16", "--output-tokens", "16", "--seed", "1",
             "--sim-args", "--slots 4 --fifo --ttft-ms 20 --itl-ms 2", "--out", str(out)]  # fmt: skip
