@@ -293,8 +293,13 @@ async def run_probe(
             verdicts = [judge_counts(e.k, e.n, tj.target, scfg.confidence)[0] for tj, e in judged]
             if segments > scfg.max_extensions:
                 break
+            room = math.floor(rate * max(0.0, max_s - total_duration)) if most == 1 else None
+            if tail_short and seg_requests is not None and room is not None and room < max(1, seg_requests // 4):
+                capped = True  # a longer segment for the tail would pass --max-probe-duration: a point estimate
+                break
             if tail_short and seg_requests is not None:
-                seg_requests = 2 * seg_requests  # a longer segment: its tail a smaller part of it
+                # a longer segment: its tail a smaller part of it (within the probe's time cap)
+                seg_requests = 2 * seg_requests if room is None else min(2 * seg_requests, room)
                 left = scfg.max_extensions - segments + 1  # segments still possible, this one included
                 done = sum((r.get("counts") or {}).get("requests") or 0 for r in results)
                 judge.set_cap(max(judge.n_cap, done + seg_requests * most * (2**left - 1)))
