@@ -6,7 +6,7 @@ calibrated capacity, double to the first FAIL, geometric bisection to ``--precis
 :func:`loadgen.sim.model.simulate` instead of real time, and judged by the sweep's own code:
 the counts and the dependence rule (:class:`loadgen.sweep.evidence.DependenceLog`,
 :func:`~loadgen.sweep.evidence.dependent_verdict`, :func:`loadgen.sweep.verdict.target_verdict`),
-the stability test (:func:`loadgen.sweep.stability.backlog_trend`), the early stop
+the stability test (:func:`loadgen.core.stability.backlog_trend`), the early stop
 (:func:`loadgen.core.slo.fail_count` over the largest possible probe) and the extension rule
 (:func:`~loadgen.sweep.evidence.extension_verdict`: extended while undecided, up to
 ``max_extensions`` segments of the first one's size, each after the previous one drained). Left out: the client's timing (no INVALID), the tail-length rule
@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from loadgen.core.slo import SLOTarget, TargetJudge, fail_count, judge_counts
+from loadgen.core.stability import backlog_trend
 from loadgen.core.stats import min_requests
 from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams, capacity_rps, simulate
 from loadgen.sweep.evidence import DependenceLog, dependent_verdict, extension_verdict
-from loadgen.sweep.stability import backlog_trend
 from loadgen.sweep.verdict import target_verdict
 from loadgen.workload.arrivals import arrival_offsets_array, condition_on_rate
 

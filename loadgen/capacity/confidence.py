@@ -156,7 +156,7 @@ def probe_state_at(
     ``raw_probe``: the probe's ``sweep.json`` entry; its effective counts (:func:`effective_counts`,
     the dependence between requests accounted for) are the evidence when present, else the raw
     counts. A probe the sweep failed on a test of its own other than the exceedance count
-    (``unstable: backlog growing``, :mod:`loadgen.sweep.stability`, at its own alpha; the
+    (``unstable: backlog growing``, :mod:`loadgen.core.stability`, at its own alpha; the
     server's errors alone) is a fail here too, and never a pass; a fail or pass the sweep
     decided on its point estimate, or stopped early on the raw count, only counts when the
     bounds at this level decide it. Without ``raw_probe`` (older callers) a FAIL the bounds do

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from loadgen.core.slo import TargetJudge, allowed_fraction, judge_counts, judged_per_request, probe_target_verdict
+from loadgen.core.stability import TAIL_FRACTION
 from loadgen.sweep.config import SweepConfig
-from loadgen.sweep.stability import TAIL_FRACTION
 
 
 def closed_loop_extension_s(

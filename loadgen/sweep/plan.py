@@ -12,7 +12,7 @@ The model (an estimate, not a promise; checked against the demo, issue 23):
   (:func:`bisection_steps`);
 * one probe at rate r: warm-up + segments + 1 s of set-up; a segment lasts
   w = max(probe_duration_s, need / r) plus its drain (the E2E p99 at r); while that p99
-  exceeds :data:`~loadgen.sweep.stability.TAIL_FRACTION` of w the probe is extended by a
+  exceeds :data:`~loadgen.core.stability.TAIL_FRACTION` of w the probe is extended by a
   segment twice as long (within ``max_extensions``), as the probe does;
 * the E2E p99 at r: once probes have finished, that of the finished probe nearest in rate,
   scaled by r / its rate (a lighter load, a shorter queue); before, the calibration's E2E p99
@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadgen.core.stability import TAIL_FRACTION
 from loadgen.sweep.config import SweepConfig
-from loadgen.sweep.stability import TAIL_FRACTION
 
 SETUP_S = 0.5  # per probe beyond warm-up and duration_s: start, lead-in, files (0.3-0.6 s on the demo and FAST)
 

@@ -21,13 +21,13 @@ what is in flight; in-flight requests still under the threshold are *censored*
 (excluded from the denominator). Both counts are reported.
 
 Stability: an open-loop probe PASSes only if the system keeps up. After each segment
-:func:`loadgen.sweep.stability.backlog_trend` tests the first-token delay and the decode
+:func:`loadgen.core.stability.backlog_trend` tests the first-token delay and the decode
 pace (TPOT) for a growing backlog (one-sided Mann-Kendall at 1 % per series, and a material
 Theil-Sen rise); a growing backlog is FAIL with the reason ``unstable: backlog growing``,
 whatever the percentile says (a short probe at 110 % of capacity can pass p99 only because
 the queue has not yet had time to push it past the threshold). A probe is also long enough
 for its tail: while the p99 E2E of its finished requests exceeds
-:data:`~loadgen.sweep.stability.TAIL_FRACTION` of its window of scheduled sends, it is
+:data:`~loadgen.core.stability.TAIL_FRACTION` of its window of scheduled sends, it is
 extended by a segment twice as long (within ``max_extensions``; past that, low confidence).
 The measured sends are conditioned on the nominal rate (``LoadConfig.exact_rate``), so a
 probe offers exactly the rate the search compares.
@@ -66,6 +66,7 @@ from loadgen.core.slo import (
     judge_counts,
     judged_per_request,
 )
+from loadgen.core.stability import TAIL_FRACTION, backlog_trend
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runner import Runner
@@ -85,7 +86,6 @@ from loadgen.sweep.evidence import (
 )
 from loadgen.sweep.judge import ProbeJudge
 from loadgen.sweep.session_search import measure_load, probe_sessions, session_turns
-from loadgen.sweep.stability import TAIL_FRACTION, backlog_trend
 from loadgen.sweep.verdict import INTERRUPTED, probe_verdict_text, target_verdict
 
 

@@ -38,8 +38,8 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.core.slo import SLOTarget, TargetJudge, probe_target_verdict
+from loadgen.core.stability import TAIL_FRACTION
 from loadgen.sweep.evidence import DEPENDENCE_RULE
-from loadgen.sweep.stability import TAIL_FRACTION
 
 PASS, FAIL = "PASS", "FAIL"
 POINT = " (point estimate)"

@@ -1,6 +1,6 @@
 """Stable probes, exact-rate probe schedules and the sweep's schedule-lag bound (virtual clock, no network).
 
-The backlog test (:mod:`loadgen.sweep.stability`) on the simulated endpoint's own model
+The backlog test (:mod:`loadgen.core.stability`) on the simulated endpoint's own model
 (:func:`loadgen.sim.model.simulate`), shaped like the sweep's probes (2 s warm-up, 20 s
 measured, arrivals conditioned on the nominal rate as the probes send them): one FIFO slot,
 TTFT 50 ms, ITL 2 ms, 26 output tokens (100 ms of service: 10 req/s).
@@ -16,12 +16,12 @@ import pytest
 
 from loadgen.core.schedule import Schedule
 from loadgen.core.slo import parse_slo
+from loadgen.core.stability import backlog_trend, mann_kendall_p, theil_sen_slope
 from loadgen.engine.runner import realized_send_rps
 from loadgen.engine.runplan import LoadConfig, build_plan
 from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams, SimResult, simulate
 from loadgen.sweep import SweepConfig
-from loadgen.sweep.stability import backlog_trend, mann_kendall_p, theil_sen_slope
 from loadgen.workload.arrivals import arrival_offsets_ns, condition_on_rate
 from loadgen.workload.lengths import parse_length_spec
 
