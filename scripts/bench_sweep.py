@@ -205,22 +205,32 @@ def run_sweep(pr: Profile, args: argparse.Namespace, seed: int, out: Path) -> tu
         if args.lag_bound_ms is None
         else ["--max-schedule-lag", f"{args.lag_bound_ms:g}ms", "--max-loop-lag", f"{max(args.lag_bound_ms, 10):g}ms"]
     )
+    shape = (
+        []
+        if args.defaults
+        else [
+            "--probe-duration",
+            f"{args.probe_duration:g}s",
+            "--calibration",
+            f"{args.calibration:g}s",
+            "--calibration-concurrency",
+            str(pr.calibration_concurrency),
+            "--precision",
+            f"{args.precision * 100:g}%",
+        ]
+    )
+    # --hog: the client on CPU 0 beside the hog, the simulated endpoint on CPU 1
+    cpus, sim_cpus = (["--cpus", "0"], " --cpus 1") if args.hog else ([], "")
     cmd = [
         sys.executable,
         "-m",
         "loadgen.cli",
         "sweep",
         *bounds,
+        *cpus,
         "--slo",
         pr.slo,
-        "--probe-duration",
-        f"{args.probe_duration:g}s",
-        "--calibration",
-        f"{args.calibration:g}s",
-        "--calibration-concurrency",
-        str(pr.calibration_concurrency),
-        "--precision",
-        f"{args.precision * 100:g}%",
+        *shape,
         "--input-tokens",
         str(pr.input_tokens),
         "--output-tokens",
@@ -228,7 +238,7 @@ def run_sweep(pr: Profile, args: argparse.Namespace, seed: int, out: Path) -> tu
         "--seed",
         str(seed),
         "--sim-args",
-        f"{pr.sim_args} --truth-log {out.parent / (out.name + '-truth.jsonl')}",
+        f"{pr.sim_args}{sim_cpus} --truth-log {out.parent / (out.name + '-truth.jsonl')}",
         "--out",
         str(out),
     ]
@@ -341,6 +351,38 @@ def window_truth_main(lag_bound_ms: float | None, timeout_s: float) -> int:
     return 0 if ok else 1
 
 
+def issue30_bars(rows: list[dict[str, Any]], steady: float, a: argparse.Namespace) -> bool:
+    """Issue 30's must-show 1 (``--defaults``) and 2 (``--hog``): each sweep's answer against the
+    steady-state reference, whether it is certified, its interval and the sweep's time from its plan."""
+    print(f"issue 30: answer / steady-state reference {steady:.2f} req/s, certification, interval")
+    ok = True
+    for r in rows:
+        ans_d = r["res"]["answer"]
+        ratio = (r["answer"] or 0.0) / steady
+        lo, hi = (list(ans_d.get("interval_rps") or []) + [None, None])[:2]
+        certified = r["answer"] is not None and ans_d.get("point_estimate") is False
+        contains = lo is not None and hi is not None and lo <= steady <= hi
+        width = (hi - lo) / steady if lo is not None and hi is not None else math.inf
+        span = f"{lo:.2f}-{hi:.2f}" if lo is not None and hi is not None else f"{lo}-{hi}"
+        print(
+            f"  seed {r['seed']}: exit {r['rc']}, {r['answer'] or 0:.2f} req/s = {ratio:.3f} x, "
+            f"{'certified' if certified else 'POINT ESTIMATE'}, interval {span} req/s "
+            f"(width {width * 100:.1f} % of the reference, {'contains' if contains else 'MISSES'} it), "
+            f"{len(r['res'].get('reruns') or [])} re-run(s), {r['wall']:.0f} s"
+        )
+        if a.hog:
+            ok &= r["rc"] != 5 and 0.85 <= ratio <= 1.08
+        if a.defaults:
+            ok &= 0.90 <= ratio <= 1.05 and certified and contains and width <= 0.15
+    bars = []
+    if a.defaults:
+        bars.append("answer 0.90-1.05 x, certified, interval containing the reference, no wider than 15 %")
+    if a.hog:
+        bars.append("every answer 0.85-1.08 x, none exit 5")
+    print(f"bar (issue 30): {'; '.join(bars)}: {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
 def grid_probes(lo: float, hi: float, step: float) -> int:
     """Probes of an evenly spaced grid from lo to hi (inclusive) with the given step."""
     return int(math.floor((hi - lo) / step + 1e-9)) + 1
@@ -380,6 +422,21 @@ def main() -> int:
         action="store_true",
         help="keep a core busy with a low-priority process (nice -n 19 yes) during the sweeps; bar: every "
         "answer within 0.85-1.08 x the steady-state reference (use with --profile md4), re-runs reported",
+    )
+    ap.add_argument(
+        "--defaults",
+        action="store_true",
+        help="sweep with loadgen's own defaults (probe duration, calibration, precision, confidence): only the "
+        "SLO, the token counts, the seed and the endpoint are given (issue 30, must-show 1); adds the bars: "
+        "answer 0.90-1.05 x the steady-state reference, certified, its interval containing the reference "
+        "and no wider than 15 %% of it",
+    )
+    ap.add_argument(
+        "--hog",
+        action="store_true",
+        help="a same-priority CPU hog (yes) pinned to CPU 0 with the client (--cpus 0), the simulated "
+        "endpoint on CPU 1 (issue 30, must-show 2); bars: every answer 0.85-1.08 x the steady-state "
+        "reference, none exit 5",
     )
     ap.add_argument(
         "--window-truth",
@@ -458,12 +515,14 @@ def main() -> int:
     rows = []
     base = tmpdir("bench-sweep-")
     busy = subprocess.Popen(["nice", "-n", "19", "yes"], stdout=subprocess.DEVNULL) if a.busy_core else None
+    hog = subprocess.Popen(["taskset", "-c", "0", "yes"], stdout=subprocess.DEVNULL) if a.hog else None
     try:
         swept = [(seed, *run_sweep(pr, a, seed, base / f"seed-{seed}")) for seed in seeds]
     finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
+        for h in (busy, hog):
+            if h is not None:
+                h.kill()
+                h.wait()
     for seed, rc, res, wall in swept:
         ans = res["answer"]["max_rate_rps"]
         lo_b, hi_b = res["answer"]["bracket_rps"]
@@ -530,7 +589,9 @@ def main() -> int:
         busy_ok = all(r["answer"] and 0.85 <= r["answer"] / ref["steady"] <= 1.08 for r in rows)
         print(f"bar: every answer within 0.85-1.08 x the steady-state reference: {'PASS' if busy_ok else 'FAIL'}")
         ok_all &= busy_ok
-    if len(answers) == len(rows) and answers:
+    if a.defaults or a.hog:
+        ok_all &= issue30_bars(rows, ref["steady"], a)
+    if len(answers) == len(rows) and answers and not (a.defaults or a.hog):
         med = statistics.median(answers)
         spread = (max(answers) - min(answers)) / med * 100
         mids = [math.sqrt(r["bracket"][0] * r["bracket"][1]) for r in rows if r["bracket"][1]]
@@ -556,7 +617,7 @@ def main() -> int:
         print(f"bar: median answer within 5 % of the probe-length reference: {'PASS' if bar1 else 'FAIL'}")
         print(f"bar: seeds within 10 % of each other (spread {spread:.1f} %): {'PASS' if bar2 else 'FAIL'}")
         ok_all = ok_all and bar1 and bar2
-    else:
+    elif not (a.defaults or a.hog):
         print("bar: answers: FAIL (a sweep gave no answer or was limited; see above)")
         ok_all = False
     tot_sweep = sum(r["probe_s"] for r in rows)

@@ -50,7 +50,13 @@ __all__ = ["sweep_cmd"]
 @click.option("--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE (repeatable; all must hold).")
 @click.option("--probe-duration", default="60s", show_default=True, help="Minimum measured time of each probe.")
 @click.option("--probe-warmup", help="Warm-up before each probe (default 10 % of the probe, at most 5 s).")
-@click.option("--confidence", default="95%", show_default=True, help="Confidence of the probe verdicts.")
+@click.option(
+    "--confidence",
+    default="97.5%",
+    show_default=True,
+    help="Confidence of each probe verdict; the answer's interval, whose two ends are each tested at it, "
+    "covers 1 - 2 x (1 - this): 95 % at the default.",
+)
 @click.option("--precision", default="5%", show_default=True, help="Stop when (fail - pass) / pass is at most this.")
 @click.option("--repeats", type=int, default=1, show_default=True, help="A rate passes only if all K probes pass.")
 @click.option("--max-rate", type=float, help="Never offer more than this (req/s).")

@@ -39,11 +39,12 @@ def headline(res: dict[str, Any]) -> str | None:
     if rate is None or res.get("interrupted") or a.get("concurrency") or "interval_rps" not in a:
         return None  # (a file from before issue 30 has no interval)
     u = sweep_units(res)[0]
-    conf = (res.get("settings") or {}).get("confidence") or 0.95
+    conf = (res.get("settings") or {}).get("confidence") or 0.975
+    pair = max(0.0, 1 - 2 * (1 - conf))  # each end tested at conf: the pair covers 1 - 2(1 - conf)
     lo, hi = (list(a["interval_rps"] or []) + [None, None])[:2]
     head = f"{_n(rate)} {u} meets {slo_words(res)}"
     if lo is not None and hi is not None:
-        head += f" (interval {_n(lo)}–{_n(hi)} {u}, each end certified at {conf * 100:g} %)"
+        head += f" ({pair * 100:.3g} % interval {_n(lo)}–{_n(hi)} {u})"
     elif lo is not None:
         head += f" (certified at {_n(lo)} {u}; no rate above it was certified to fail"
         head += {"max_rate": ": --max-rate reached)", "client": ": the client could test no higher)"}.get(

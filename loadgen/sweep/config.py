@@ -27,7 +27,7 @@ class SweepConfig:
     slos: list[SLOTarget]
     probe_duration_s: float = 60.0
     probe_warmup_s: float | None = None  # default: 10 % of the probe, at most 5 s
-    confidence: float = 0.95
+    confidence: float = 0.975  # each probe verdict; the answer's two-ended interval covers 1 - 2(1 - c)
     precision: float = 0.05
     repeats: int = 1
     max_rate_rps: float | None = None

@@ -1,7 +1,7 @@
 """The sweep's plan, said before it starts: requests per probe and why, expected probes, total time.
 
 A sweep given ``--probe-duration 20s`` can run for many minutes: each probe needs at least
-:meth:`~loadgen.sweep.SweepConfig.needed_requests` requests (299 for p99 at 95 %), so a low
+:meth:`~loadgen.sweep.SweepConfig.needed_requests` requests (368 for p99 at the default 97.5 %, 299 at 95 %), so a low
 rate stretches it; a long tail extends it; the bisection to ``--precision`` takes a known number
 of steps. :class:`Plan` says so up front and updates its estimate as probes finish.
 

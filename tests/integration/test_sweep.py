@@ -386,12 +386,14 @@ def test_server_errors_at_high_load_are_fail_probes_not_client_limited(tmp_path:
     # Every request gets HTTP 500 at once; 300 then 150 req/s (the lowest rate allowed). The
     # 10 s probes (up to 9000 requests with extensions) need hundreds of errors before FAIL is
     # certain, so the early-stop watcher runs many times with large counts on the event loop.
-    # Shipped bounds: HTTP errors are the server's, whatever the generator's lag.
+    # Shipped bounds: HTTP errors are the server's, whatever the generator's lag. Every request
+    # fails, so the threshold only sets how late the client may wake before it is refused as
+    # starved (10 % of it, at least 5 ms): 250 ms keeps a busy CI machine from that refusal.
     out = tmp_path / "sweep"
     p = sweep_cli(
         [
             "--slo",
-            "ttft:p90<=50ms",
+            "ttft:p90<=250ms",
             "--probe-duration",
             "10s",
             "--calibration",
@@ -418,10 +420,10 @@ def test_server_errors_at_high_load_are_fail_probes_not_client_limited(tmp_path:
     assert p.returncode == 1, p.stdout + p.stderr
     for q in res["probes"]:
         assert q["stopped_early"] and q["duration_s"] < 0.7 * 10, q
-        assert q["exceedance_fraction"]["ttft:p90<=50ms"] == 1.0
+        assert q["exceedance_fraction"]["ttft:p90<=250ms"] == 1.0
         check_bounds_in_force(out / q["dir"], relaxed=False)
     assert res["answer"]["limited_by"] is None and res["answer"]["max_rate_rps"] is None
     assert res["answer"]["bracket_rps"] == [None, 150.0]
     text = flat(p.stdout)
     assert "client limit" not in text
-    assert "no rate met ttft:p90<=50ms: even the lowest probe failed" in text
+    assert "no rate met ttft:p90<=250ms: even the lowest probe failed" in text

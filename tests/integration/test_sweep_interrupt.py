@@ -99,7 +99,7 @@ def test_sigint_mid_probe_drains_and_reports_a_lower_bound(start: Callable[[list
     # extension stopped at once) and shows it as "PASS (point estimate)"; the answer line says
     # nothing of the interrupt (or, with no PASS, "even the lowest probe failed").
     args = ["--slo", "ttft:p90<=500ms", "--probe-duration", "3s", "--calibration", "0", "--start-rate", "10",
-            "--drain-grace", "30s", *FAST, *RELAXED]  # fmt: skip
+            "--confidence", "95%", "--drain-grace", "30s", *FAST, *RELAXED]  # fmt: skip
     s = start(args)
     s.wait_for_line(r"^probe 2: [\d.]+ req/s \.\.\.$", 90.0)
     time.sleep(1.0)
@@ -154,7 +154,7 @@ def test_a_signal_while_the_results_are_written_loses_nothing(start: Callable[[l
     # server and writes sweep.json and the report. Today that SIGTERM kills the process (-15)
     # before or while they are written.
     args = ["--slo", "ttft:p90<=500ms", "--probe-duration", "3s", "--calibration", "0", "--start-rate", "10",
-            "--drain-grace", "30s", *FAST, *RELAXED]  # fmt: skip
+            "--confidence", "95%", "--drain-grace", "30s", *FAST, *RELAXED]  # fmt: skip
     s = start(args)
     s.wait_for_line(r"^probe 1: [\d.]+ req/s \.\.\.$", 60.0)
     time.sleep(1.0)

@@ -57,7 +57,7 @@ def shown_alike(p: subprocess.CompletedProcess[str], out: Path) -> dict[str, Any
 @pytest.mark.timeout(120)
 def test_concurrency_probes_hold_the_stated_minimum_or_say_point_estimate(tmp_path: Path) -> None:
     # p90 at 95 % needs 29 requests; c=1 sends ~11 in its 2 s: it is extended in time
-    p = sweep_cli(["--slo", "ttft:p90<=500ms", "--probe-duration", "2s", "--concurrency-levels", "1,4", *SLOW, *RELAXED], tmp_path / "a")  # fmt: skip
+    p = sweep_cli(["--slo", "ttft:p90<=500ms", "--probe-duration", "2s", "--concurrency-levels", "1,4", "--confidence", "95%", *SLOW, *RELAXED], tmp_path / "a")  # fmt: skip
     res = shown_alike(p, tmp_path / "a")
     assert p.returncode == 0, p.stdout + p.stderr
     need = res["settings"]["min_requests_per_probe"]

@@ -368,7 +368,7 @@ def result(valid: bool = True) -> dict[str, Any]:
 
 
 def finish(j: ProbeJudge, results: list[dict[str, Any]]) -> Probe:
-    scfg = SweepConfig(slos=[t.target for t in j.targets], probe_duration_s=2.0)
+    scfg = SweepConfig(slos=[t.target for t in j.targets], probe_duration_s=2.0, confidence=0.95)
     return _finish_probe(j, scfg, results, 50.0, Path("probe-x"), 2.0, len(results), None)
 
 

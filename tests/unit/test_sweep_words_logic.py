@@ -134,7 +134,7 @@ def test_one_text_in_the_table_and_the_answer_for_a_point_estimate() -> None:
 
 
 def test_closed_loop_extension_sized_to_the_needed_requests() -> None:
-    scfg = SweepConfig(slos=[P99], probe_duration_s=10.0, max_extensions=2)
+    scfg = SweepConfig(slos=[P99], probe_duration_s=10.0, max_extensions=2, confidence=0.95)
     tj = TargetJudge(P99, n=60)
     # 60 judged in 10 s: 239 more at 6/s, plus 25 %
     assert closed_loop_extension_s([tj], scfg, 299, 10.0, 1) == pytest.approx(1.25 * 239 * 10 / 60)
@@ -229,7 +229,7 @@ def test_bisection_steps() -> None:
 
 
 def test_probe_time_follows_the_evidence_and_tail_rules() -> None:
-    scfg = SweepConfig(slos=[P99], probe_duration_s=10.0, probe_warmup_s=1.0, max_extensions=2)
+    scfg = SweepConfig(slos=[P99], probe_duration_s=10.0, probe_warmup_s=1.0, max_extensions=2, confidence=0.95)
     plan = Plan(scfg, e2e_p99_s=4.0, cal_rps=40.0)
     # at 20 req/s: 299 requests take 14.95 s; E2E p99 4 * 20 / 40 = 2 s <= 25 % of 14.95: no extension
     assert plan.probe_s(20.0) == pytest.approx(SETUP_S + 1.0 + 14.95 + 2.0)
