@@ -307,3 +307,17 @@ def next_segment_requests(
     if any(w is None for w in wants):
         want = room  # at the allowed fraction: only the most the cap holds can decide it
     return max(1, min(room, max(math.ceil(1.1 * want), seg_requests // 2)))
+
+
+def tail_segment_requests(seg_requests: int, rate: float, left_s: float | None) -> int | None:
+    """The next segment of an open-loop probe whose tail was too long for its window
+    (:func:`tail_too_long`): twice the last segment, so that the tail is a smaller part of it, but
+    at most what ``left_s`` (the time left under ``--max-probe-duration``; None: no cap, as for a
+    session probe) holds at ``rate``; None when that is under a quarter of the last segment (the cap
+    is reached: the probe ends a point estimate)."""
+    if left_s is None:
+        return 2 * seg_requests
+    room = math.floor(rate * max(0.0, left_s))
+    if room < max(1, seg_requests // 4):
+        return None
+    return min(2 * seg_requests, room)

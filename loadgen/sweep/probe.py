@@ -82,6 +82,7 @@ from loadgen.sweep.evidence import (
     first_segment_requests,
     more_to_certify,
     next_segment_requests,
+    tail_segment_requests,
     tail_too_long,
 )
 from loadgen.sweep.judge import ProbeJudge
@@ -293,13 +294,13 @@ async def run_probe(
             verdicts = [judge_counts(e.k, e.n, tj.target, scfg.confidence)[0] for tj, e in judged]
             if segments > scfg.max_extensions:
                 break
-            room = math.floor(rate * max(0.0, max_s - total_duration)) if most == 1 else None
-            if tail_short and seg_requests is not None and room is not None and room < max(1, seg_requests // 4):
-                capped = True  # a longer segment for the tail would pass --max-probe-duration: a point estimate
-                break
             if tail_short and seg_requests is not None:
                 # a longer segment: its tail a smaller part of it (within the probe's time cap)
-                seg_requests = 2 * seg_requests if room is None else min(2 * seg_requests, room)
+                longer = tail_segment_requests(seg_requests, rate, max_s - total_duration if most == 1 else None)
+                if longer is None:
+                    capped = True  # a longer segment for the tail would pass --max-probe-duration: a point estimate
+                    break
+                seg_requests = longer
                 left = scfg.max_extensions - segments + 1  # segments still possible, this one included
                 done = sum((r.get("counts") or {}).get("requests") or 0 for r in results)
                 judge.set_cap(max(judge.n_cap, done + seg_requests * most * (2**left - 1)))

@@ -15,7 +15,12 @@ from loadgen.core.slo import TargetJudge, judge_counts, parse_slo
 from loadgen.report.sweep_report import headline
 from loadgen.sweep.answer import certified_interval
 from loadgen.sweep.config import SweepConfig
-from loadgen.sweep.evidence import first_segment_requests, more_to_certify, next_segment_requests
+from loadgen.sweep.evidence import (
+    first_segment_requests,
+    more_to_certify,
+    next_segment_requests,
+    tail_segment_requests,
+)
 from loadgen.sweep.probe import Probe
 
 P99 = parse_slo("ttft:p99<=300ms")
@@ -109,3 +114,12 @@ def test_the_probe_cap_defaults_to_four_probe_durations() -> None:
     assert SweepConfig(slos=[P99], probe_duration_s=10.0).max_probe_s() == 40.0
     assert SweepConfig(slos=[P99], probe_duration_s=10.0, max_probe_duration_s=25.0).max_probe_s() == 25.0
     assert SweepConfig(slos=[P99], probe_duration_s=10.0, max_probe_duration_s=5.0).max_probe_s() == 10.0
+
+
+def test_a_longer_segment_for_the_tail_stays_within_the_probe_time_cap() -> None:
+    # the demo on a busy machine ran a 123 s probe under a 40 s cap: the tail doubled each segment unbounded
+    assert tail_segment_requests(400, 40.0, None) == 800  # no cap (a session probe): twice the last
+    assert tail_segment_requests(400, 40.0, 30.0) == 800  # 30 s holds 1200 at 40 req/s
+    assert tail_segment_requests(400, 40.0, 12.5) == 500  # the room left: 12.5 s at 40 req/s
+    assert tail_segment_requests(400, 40.0, 2.0) is None  # 80 < a quarter of 400: the cap is reached
+    assert tail_segment_requests(400, 40.0, -5.0) is None  # already past it
