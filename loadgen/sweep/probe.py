@@ -131,6 +131,7 @@ class Probe:
     # the flip test of a probe that failed only client-timing checks (loadgen.sweep.client_error); None: not needed
     client_timing: dict[str, Any] | None = None
     certify_more_s: float | None = None  # a point estimate: about how much longer would have certified it
+    capped: bool = False  # undecided when it reached --max-probe-duration (the search stops there, issue 30)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -343,6 +344,7 @@ async def run_probe(
                 for i, tj in enumerate(judge.targets) if judged_per_request(tj.target)]  # fmt: skip
         known = [m for m in more if m is not None]
         probe.certify_more_s = None if len(known) < len(more) else max(known, default=0) / (rate * most)
+        probe.capped = capped
         why = f"--max-probe-duration {max_s:g} s reached" if capped else "the probe's extensions ran out"
         probe.reasons.append(
             f"a point estimate: {why}; "

@@ -56,7 +56,7 @@ from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
-from loadgen.sweep.answer import certified_interval, non_monotonic
+from loadgen.sweep.answer import INTERVAL_WIDTH_PER_PRECISION, certified_interval, interval_settled, non_monotonic
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
 from loadgen.sweep.plan import Plan
 from loadgen.sweep.probe import Probe, run_probe
@@ -385,6 +385,21 @@ class Sweep:
             upper = min((x for x in (first_fail, self.untested_above) if x is not None), default=None)
             if last_pass is not None and upper is not None:
                 if (upper - last_pass) / last_pass <= s.precision:
+                    break
+                if interval_settled(self.probes, s.precision):
+                    lo, hi = certified_interval(self.probes)
+                    self.progress(
+                        f"stopped: the certified interval {lo:,.2f}-{hi:,.2f} req/s is within "
+                        f"{INTERVAL_WIDTH_PER_PRECISION * s.precision:.0%} of its midpoint"
+                    )
+                    break
+                last = self.probes[-1] if self.probes else None
+                near = (upper - last_pass) / last_pass <= 2 * INTERVAL_WIDTH_PER_PRECISION * s.precision
+                if near and last is not None and last.capped and last.offered_rps == r:
+                    self.progress(
+                        f"stopped: the probe at {r:,.2f} req/s reached --max-probe-duration undecided; rates "
+                        "between it and its neighbours sit as close to the knee and would not be decided either"
+                    )
                     break
                 r = math.sqrt(last_pass * upper)
         if (

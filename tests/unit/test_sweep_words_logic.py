@@ -177,14 +177,18 @@ def test_unloaded_median_over_the_threshold_names_value_and_threshold() -> None:
 # --------------------------------------------------------------------------- search below a client limit
 
 
-def stub_sweep(verdict_of: Any, **kw: Any) -> Sweep:
+def stub_sweep(verdict_of: Any, undecided: Any = lambda r: False, **kw: Any) -> Sweep:
+    """A sweep whose probes' verdicts are scripted: ``verdict_of(rate)``; ``undecided(rate)``: the probe
+    reached --max-probe-duration undecided (a point estimate)."""
     scfg = SweepConfig(slos=[P99], calibration_s=0, unloaded_requests=0, **kw)
     base = SimpleNamespace(bounds=SimpleNamespace(max_schedule_lag_p99_ms=None))
     sw = Sweep(None, base, scfg, Path("/nonexistent"), config_record={})  # type: ignore[arg-type]  # never sends
 
     async def verdict_at(rate: float) -> str:
         v = verdict_of(rate)
-        p = Probe(rate, v, False, {}, {}, 0, 1.0, False, {}, 1.0, 1.0, 1.0, 1.0, 1.0, f"p{len(sw.probes)}")
+        low = bool(undecided(rate)) and v in ("pass", "fail")
+        p = Probe(rate, v, low, {}, {}, 0, 1.0, False, {}, 1.0, 1.0, 1.0, 1.0, 1.0, f"p{len(sw.probes)}")
+        p.capped = low
         p.verdict_text = v.upper()
         sw.probes.append(p)
         return v
@@ -217,6 +221,26 @@ def test_client_limited_down_to_the_lowest_rate_is_no_answer() -> None:
     assert [p.offered_rps for p in out.probes] == [100.0, 50.0, 25.0]
     a = out.result["answer"]
     assert (a["limited_by"], a["max_rate_rps"], a["untested_above_rps"]) == ("client", None, 25.0)
+
+
+def test_the_search_stops_once_the_certified_interval_is_within_twice_the_precision() -> None:
+    # the knee at 59.6 req/s; within 3 % of it no probe is decided within its time cap (issue 30's md4 sweep
+    # ran a 240 s point-estimate probe at 58.9 after 56.4 PASS and 61.5 FAIL were certified, 8.7 % apart)
+    sw = stub_sweep(lambda r: "pass" if r <= 59.6 else "fail", lambda r: abs(r / 59.6 - 1) < 0.03, start_rate_rps=40.0)
+    out = asyncio.run(sw.search())
+    a = out.result["answer"]
+    rates = [round(p.offered_rps, 2) for p in out.probes]
+    assert rates == [40.0, 80.0, 56.57, 67.27, 61.69], rates  # stopped with [56.57, 61.69]: 8.7 % of its midpoint
+    assert a["interval_rps"] == [a["max_rate_rps"], out.probes[-1].offered_rps] and a["point_estimate"] is False
+
+
+def test_a_capped_probe_near_the_knee_ends_the_search_a_capped_one_far_from_it_does_not() -> None:
+    undecided = lambda r: abs(r / 59.6 - 1) < 0.12
+    out = asyncio.run(stub_sweep(lambda r: "pass" if r <= 59.6 else "fail", undecided, start_rate_rps=40.0).search())
+    rates = [round(p.offered_rps, 2) for p in out.probes]
+    # 56.57 capped inside a 41 % bracket: on; 67.27 certified FAIL; 61.69 capped in a 19 % bracket: stop
+    assert rates == [40.0, 80.0, 56.57, 67.27, 61.69], rates
+    assert out.result["answer"]["interval_rps"] == [40.0, out.probes[3].offered_rps]  # the capped ones bound nothing
 
 
 # --------------------------------------------------------------------------- the plan
