@@ -101,14 +101,16 @@ def test_a_remote_client_is_measured_not_refused() -> None:
     assert said and said[0].startswith("client wake-up lateness: p99 12.0 ms, max 12.0 ms before any load")
 
 
-def held_loop_wakeup(monkeypatch: pytest.MonkeyPatch, own_cpu: bool) -> Wakeup:
+def held_loop_wakeup(monkeypatch: pytest.MonkeyPatch, own_cpu: bool, speed: float = 1.0) -> Wakeup:
     """The wake-up probe while a task holds the loop 30 ms (wall) between sleeps; the loop thread's CPU clock
-    made to read the wall clock (``own_cpu``: every hold is the client's own work) or to stand still (none is)."""
+    made to read the wall clock (``own_cpu``: every hold is the client's own work; ``speed`` 0.5: at half
+    speed, as beside a same-priority process on its core) or to stand still (none is)."""
     import loadgen.sweep.starved as starved
 
     frozen = time.thread_time_ns()
     clock = SimpleNamespace(
-        thread_time_ns=starved.now_ns if own_cpu else (lambda: frozen), process_time=time.process_time
+        thread_time_ns=(lambda: int(starved.now_ns() * speed)) if own_cpu else (lambda: frozen),
+        process_time=time.process_time,
     )
     monkeypatch.setattr(starved, "time", clock)
 
@@ -132,6 +134,12 @@ def held_loop_wakeup(monkeypatch: pytest.MonkeyPatch, own_cpu: bool) -> Wakeup:
 
 def test_the_clients_own_work_is_not_counted_as_starvation(monkeypatch: pytest.MonkeyPatch) -> None:
     own = held_loop_wakeup(monkeypatch, own_cpu=True)
-    assert own.samples >= 3 and own.p99_ms == 0.0 and own.max_ms == 0.0  # each hold's time was the client's CPU
+    assert own.own_work_samples >= 3 and own.p99_ms == 0.0 and own.max_ms == 0.0  # each hold: the client's CPU
+    # beside a hog on its core the client's own 30 ms burst takes 60 ms of wall time: still its own work, left
+    # out (counted 15 ms late before, on CPU time alone: two such bursts in an unloaded check refused a sweep
+    # whose probes then ran at a p99 schedule lag of 4 ms)
+    half = held_loop_wakeup(monkeypatch, own_cpu=True, speed=0.5)
+    assert half.own_work_samples >= 3 and half.p99_ms < 2.0, half
+    assert half.to_json()["own_work_samples"] == half.own_work_samples
     off = held_loop_wakeup(monkeypatch, own_cpu=False)
     assert off.p99_ms >= 25.0  # the same holds off the client's CPU: a 2 ms sleep ended >= 28 ms late
