@@ -112,6 +112,9 @@ def answer_line(res: dict[str, Any]) -> str:
         s += f" (then the provider's quota: HTTP 429 took over at {_n(a.get('rate_limited_at'))} {u})"
     else:
         s += f" (bracket {_n(a['bracket_rps'][0])}..{_n(a['bracket_rps'][1])})"
+        low = a.get("untested_above_rps")
+        if low is not None and a["bracket_rps"][1] is not None and low < a["bracket_rps"][1]:
+            s += f"; the client's timing could not decide rates from {_n(low)} {u} up to that FAIL"
     s += f"; there {_n(a['output_tps'], 1)} output tok/s, {_n(a['total_tps'], 1)} total tok/s, goodput {_n(a['goodput_rps'])} {done}"
     if a.get("cost_per_million_output_tokens_usd") is not None:
         s += f"; ${a['cost_per_million_output_tokens_usd']:.4f} per million output tokens"

@@ -18,7 +18,10 @@ alone at most :data:`MAX_INVALID_HALVINGS` times, then stops. Still invalid, it 
 from above like a FAIL, without being one: the search goes on below it, and if no FAIL lies
 under it the answer is a lower bound, "X req/s meets the SLO; rates above Y could not be
 tested by this client" (``limited_by: client``, ``untested_above_rps`` = Y; no answer at all
-only when even the lowest rate was client-limited). A ``rate_limited`` probe stops the search
+only when even the lowest rate was client-limited). Where a FAIL the client could test lies
+above Y, the answer is bracketed by it, not a lower bound: the client limited only how close
+to the knee the search could go (``limited_by`` stays null; ``untested_above_rps`` says where;
+a busy client's near-knee FAILs are INVALID when their lag could flip them, issue 30). A ``rate_limited`` probe stops the search
 and reports the provider's quota as the limit (``limited_by: rate_limit``), not as the
 server's latency.
 
@@ -405,7 +408,7 @@ class Sweep:
         if (
             limited_by is None
             and self.untested_above is not None
-            and (first_fail is None or self.untested_above < first_fail)
+            and first_fail is None  # a FAIL above the untested rates bounds the answer: not a lower bound
         ):
             limited_by = "client"  # the bracket's upper end is the client's limit: a lower bound
         return self._outcome(last_pass, first_fail, limited_by)

@@ -215,6 +215,17 @@ def test_a_fail_below_the_client_limit_is_a_real_answer() -> None:
     assert a["limited_by"] is None and a["max_rate_rps"] <= 50 <= a["bracket_rps"][1]
 
 
+def test_untested_rates_under_a_fail_the_client_could_test_bracket_the_answer_not_limit_it() -> None:
+    # md4 with a same-priority hog on the client's core: 67.2 req/s FAILs (standing the flip test), 61.7 is
+    # INVALID three times (its lag could flip it) -- the capacity is below 67.2 for certain: not a lower bound
+    sw = stub_sweep(lambda r: "pass" if r <= 59.6 else ("invalid" if r < 65 else "fail"), start_rate_rps=40.0)
+    a = asyncio.run(sw.search()).result["answer"]
+    assert a["limited_by"] is None and round(a["max_rate_rps"], 2) == 59.07, a
+    assert round(a["bracket_rps"][1], 2) == 67.27 and round(a["untested_above_rps"], 2) == 61.69
+    line = answer_line({"slo": [{"target": P99.label}], "answer": {**a, "output_tps": 1.0, "total_tps": 1.0}})
+    assert "client limited" not in line and "could not decide rates from 61.69 req/s up to that FAIL" in line
+
+
 def test_client_limited_down_to_the_lowest_rate_is_no_answer() -> None:
     sw = stub_sweep(lambda r: "invalid", start_rate_rps=100.0, min_rate_rps=25.0)
     out = asyncio.run(sw.search())
