@@ -45,7 +45,7 @@ from loadgen.core.slo import SLOTarget, TargetJudge, judged_per_request
 from loadgen.core.timing_error import FROM_SCHEDULE, shifted_exceedances, timing_only
 from loadgen.sweep.verdict import target_verdict
 
-__all__ = ["FlipTest", "TargetLog", "flip_test", "shifted_exceedances", "timing_only"]
+__all__ = ["FlipTest", "TargetLog", "flip_test", "shifted_exceedances", "steady_error", "timing_only"]
 
 
 @dataclass
@@ -152,3 +152,28 @@ def flip_test(
         )
     facts = {"stands": stands, "point_estimate": point and stands, "stamp_error_bound_ms": e_ms, "targets": per}
     return FlipTest(stands, point and stands, lines, facts)
+
+
+def _error_ms(ct: dict[str, Any]) -> tuple[float, float]:
+    """A flip test's (stamp error bound e, largest send lag) in ms."""
+    lag = max((t.get("send_lag_max_ms") or 0.0 for t in ct.get("targets") or []), default=0.0)
+    return float(ct.get("stamp_error_bound_ms") or 0.0), float(lag)
+
+
+def steady_error(ct: dict[str, Any] | None, earlier: list[dict[str, Any] | None]) -> str | None:
+    """Why a probe made INVALID by its flip test (``ct``: its ``client_timing``, ``stands`` False) is not
+    worth a re-run, or None. A re-run is for a transient stall; when the probe's error (e and largest send
+    lag) is no larger than what an earlier probe of the sweep carried, the client's condition is steady (a
+    process sharing its core) and only the verdict's margin, small near the knee, made it flip: a re-run
+    would read the same. (md4 with a hog on the client's core ran 61.6 req/s three times, 240 s each,
+    INVALID each time with e 17 ms against 18-31 ms on the valid probes before it.)"""
+    if not ct or ct.get("stands") is not False:
+        return None
+    e, lag = _error_ms(ct)
+    seen = [_error_ms(c) for c in earlier if c]
+    if not seen or e > max(x for x, _ in seen) or lag > max(y for _, y in seen):
+        return None
+    return (
+        f"its client timing error (e {e:.1f} ms, largest send lag {lag:.1f} ms) is no larger than earlier probes "
+        "carried: a steady condition, not a transient stall, so it is not re-run"
+    )

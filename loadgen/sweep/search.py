@@ -12,7 +12,9 @@ Calibrate, bracket, bisect:
 Each probe is :func:`loadgen.sweep.probe.run_probe`. A probe ``invalid`` on the
 generator's checks (the client's timing only: see the verdict table in
 docs/measurement.md) is run again, at most ``max_reruns`` (2) times, because a transient
-stall of the client (a busy core, a descheduled process) is not a property of the load;
+stall of the client (a busy core, a descheduled process) is not a property of the load (a
+probe whose verdict could flip under an error no larger than earlier probes carried is not:
+its client's condition is steady, :func:`loadgen.sweep.client_error.steady_error`);
 each re-run is listed in ``sweep.json`` ``reruns``; the search halves its rate on INVALID probes
 alone at most :data:`MAX_INVALID_HALVINGS` times, then stops. Still invalid, it bounds the search
 from above like a FAIL, without being one: the search goes on below it, and if no FAIL lies
@@ -60,6 +62,7 @@ from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
 from loadgen.sweep.answer import INTERVAL_WIDTH_PER_PRECISION, certified_interval, interval_settled, non_monotonic
+from loadgen.sweep.client_error import steady_error
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
 from loadgen.sweep.plan import Plan
 from loadgen.sweep.probe import Probe, run_probe
@@ -203,8 +206,13 @@ class Sweep:
         """:meth:`_probe`, run again (at most ``max_reruns`` times) while INVALID on the client's timing."""
         p = await self._probe(rate, concurrency)
         n = 0
+        steady = steady_error(p.client_timing, [q.client_timing for q in self.probes if q is not p])
+        if p.verdict == "invalid" and steady:
+            p.reasons.append(steady)
+            self.progress(f"probe {len(self.probes)} was INVALID: {steady}")
         while (
-            p.verdict == "invalid"
+            not steady
+            and p.verdict == "invalid"
             and n < self.scfg.max_reruns
             and not self.interrupted
             and len(self.probes) < self.scfg.max_probes

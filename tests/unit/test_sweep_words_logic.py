@@ -25,6 +25,7 @@ from loadgen.core.slo import SLOTarget, TargetJudge
 from loadgen.core.types import RequestRecord, TokenEvent
 from loadgen.report.sweep_report import answer_line, render_sweep
 from loadgen.sweep import Probe, ProbeJudge, Sweep, SweepConfig
+from loadgen.sweep.client_error import steady_error
 from loadgen.sweep.evidence import closed_loop_extension_s, closed_loop_sent_rps
 from loadgen.sweep.plan import SETUP_S, Plan, bisection_steps
 from loadgen.sweep.probe import _finish_probe
@@ -224,6 +225,48 @@ def test_untested_rates_under_a_fail_the_client_could_test_bracket_the_answer_no
     assert round(a["bracket_rps"][1], 2) == 67.27 and round(a["untested_above_rps"], 2) == 61.69
     line = answer_line({"slo": [{"target": P99.label}], "answer": {**a, "output_tps": 1.0, "total_tps": 1.0}})
     assert "client limited" not in line and "could not decide rates from 61.69 req/s up to that FAIL" in line
+
+
+def flip_facts(e: float, lag: float, stands: bool) -> dict[str, Any]:
+    return {"stands": stands, "stamp_error_bound_ms": e, "targets": [{"send_lag_max_ms": lag}]}
+
+
+def test_an_error_no_larger_than_earlier_probes_carried_is_steady() -> None:
+    # md4 with a hog on the client's core re-ran 61.6 req/s twice (3 x 240 s), INVALID each time with e 17 ms
+    # while the valid probes before it carried 18-31 ms: the client's condition was steady, not a transient
+    earlier = [flip_facts(25.6, 12.6, True), None, flip_facts(30.6, 27.6, True)]
+    why = steady_error(flip_facts(17.1, 12.7, False), earlier)
+    assert why is not None and "e 17.1 ms" in why and "not re-run" in why
+    assert steady_error(flip_facts(35.0, 12.7, False), earlier) is None  # a larger error: a transient
+    assert steady_error(flip_facts(17.1, 40.0, False), earlier) is None  # a larger send lag: likewise
+    assert steady_error(flip_facts(17.1, 12.7, False), [None, None]) is None  # a quiet sweep's first stall
+    assert steady_error(flip_facts(17.1, 12.7, True), earlier) is None  # its verdict stands
+    assert steady_error(None, earlier) is None  # INVALID on other checks: re-run as before
+
+
+def test_the_search_does_not_rerun_a_probe_its_steady_client_error_flips() -> None:
+    calls: list[float] = []
+
+    def verdict(r: float) -> str:
+        calls.append(r)
+        return "invalid" if 60 < r < 65 else ("pass" if r <= 60 else "fail")
+
+    sw = stub_sweep(verdict, start_rate_rps=40.0)
+    scripted = sw._verdict_at
+    del sw._verdict_at  # the search's own: repeats and re-runs
+
+    async def probe(rate: float, concurrency: int | None = None) -> Probe:
+        v = await scripted(rate)
+        p = sw.probes[-1]
+        p.client_timing = flip_facts(17.0 if v == "invalid" else 25.0, 12.0, v != "invalid")
+        p.validity_detail = ["p99 schedule lag 10.7 ms"] if v == "invalid" else []
+        return p
+
+    sw._probe = probe  # type: ignore[method-assign]
+    asyncio.run(sw.search())
+    flipped = [r for r in calls if 60 < r < 65]
+    assert flipped and len(flipped) == len(set(flipped)) and not sw.reruns, calls  # none re-run
+    assert any("not re-run" in x for p in sw.probes for x in p.reasons)
 
 
 def test_client_limited_down_to_the_lowest_rate_is_no_answer() -> None:
