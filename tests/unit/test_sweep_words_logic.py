@@ -262,7 +262,7 @@ def test_the_search_does_not_rerun_a_probe_its_steady_client_error_flips() -> No
         p.validity_detail = ["p99 schedule lag 10.7 ms"] if v == "invalid" else []
         return p
 
-    sw._probe = probe  # type: ignore[method-assign]
+    sw._probe = probe  # type: ignore[method-assign]  # scripted probes, the real re-run rule
     asyncio.run(sw.search())
     flipped = [r for r in calls if 60 < r < 65]
     assert flipped and len(flipped) == len(set(flipped)) and not sw.reruns, calls  # none re-run
