@@ -8,12 +8,26 @@ from __future__ import annotations
 
 from loadgen.sweep.probe import Probe
 
-__all__ = ["INTERVAL_WIDTH_PER_PRECISION", "certified_interval", "interval_settled", "non_monotonic"]
+__all__ = [
+    "INTERVAL_WIDTH_MAX",
+    "INTERVAL_WIDTH_PER_PRECISION",
+    "certified_interval",
+    "interval_settled",
+    "interval_width",
+    "non_monotonic",
+]
 
-# The search also stops once the certified interval is at most this many times --precision wide
-# (relative to its midpoint): 2 x the default 5 % is issue 30's 10 %. Closer to the knee than
-# that, a probe's percentile sits at its threshold and --max-probe-duration cannot decide it.
+# The search also stops once the certified interval is at most min(2 x --precision, 10 %) wide
+# (relative to its midpoint): issue 30's 10 % at the default 5 %, never looser than that (with
+# --precision 10 % the bracket rule alone is as tight). Closer to the knee than that, a probe's
+# percentile sits at its threshold and --max-probe-duration cannot decide it.
 INTERVAL_WIDTH_PER_PRECISION = 2.0
+INTERVAL_WIDTH_MAX = 0.10
+
+
+def interval_width(precision: float) -> float:
+    """The certified interval's width (over its midpoint) at which the search stops."""
+    return min(INTERVAL_WIDTH_PER_PRECISION * precision, INTERVAL_WIDTH_MAX)
 
 
 def non_monotonic(probes: list[Probe]) -> list[str]:
@@ -46,8 +60,8 @@ def certified_interval(probes: list[Probe]) -> list[float | None]:
 
 def interval_settled(probes: list[Probe], precision: float) -> bool:
     """True when :func:`certified_interval` has both ends and its width is at most
-    ``INTERVAL_WIDTH_PER_PRECISION x precision`` of its midpoint: (hi - lo) / ((hi + lo) / 2)."""
+    :func:`interval_width` of its midpoint: (hi - lo) / ((hi + lo) / 2)."""
     lo, hi = certified_interval(probes)
     if lo is None or hi is None:
         return False
-    return (hi - lo) / ((hi + lo) / 2) <= INTERVAL_WIDTH_PER_PRECISION * precision
+    return (hi - lo) / ((hi + lo) / 2) <= interval_width(precision)

@@ -61,7 +61,7 @@ from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
-from loadgen.sweep.answer import INTERVAL_WIDTH_PER_PRECISION, certified_interval, interval_settled, non_monotonic
+from loadgen.sweep.answer import certified_interval, interval_settled, interval_width, non_monotonic
 from loadgen.sweep.client_error import steady_error
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
 from loadgen.sweep.plan import Plan
@@ -401,11 +401,11 @@ class Sweep:
                     lo, hi = certified_interval(self.probes)
                     self.progress(
                         f"stopped: the certified interval {lo:,.2f}-{hi:,.2f} req/s is within "
-                        f"{INTERVAL_WIDTH_PER_PRECISION * s.precision:.0%} of its midpoint"
+                        f"{interval_width(s.precision):.0%} of its midpoint"
                     )
                     break
                 last = self.probes[-1] if self.probes else None
-                near = (upper - last_pass) / last_pass <= 2 * INTERVAL_WIDTH_PER_PRECISION * s.precision
+                near = (upper - last_pass) / last_pass <= 2 * interval_width(s.precision)
                 if near and last is not None and last.capped and last.offered_rps == r:
                     self.progress(
                         f"stopped: the probe at {r:,.2f} req/s reached --max-probe-duration undecided; rates "
