@@ -64,7 +64,7 @@ from loadgen.measurement import measure
 from loadgen.sweep.answer import certified_interval, interval_settled, interval_width, non_monotonic
 from loadgen.sweep.client_error import steady_error
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
-from loadgen.sweep.plan import Plan
+from loadgen.sweep.plan import Plan, calibration_little_rps
 from loadgen.sweep.probe import Probe, run_probe
 from loadgen.sweep.session_search import calibration_sps, measure_load, session_turns
 from loadgen.sweep.starved import StarvedCheck
@@ -315,14 +315,18 @@ class Sweep:
             install_signal_handlers=False,
             runner_hook=self._set_runner,
         )
-        x = run.result["throughput"]["request_rps"]
+        window_rps = run.result["throughput"]["request_rps"]
         e2e = run.result["latency_ms"].get("e2e") or {}
+        little_rps = calibration_little_rps(self.scfg.calibration_concurrency, e2e.get("mean"))
+        x = max((v for v in (window_rps, little_rps) if v), default=window_rps)
         if e2e.get("p99") is not None and x:
             self.plan.e2e_p99_s, self.plan.e2e_p50_s, self.plan.cal_rps = e2e["p99"] / 1e3, e2e["p50"] / 1e3, x
         self.calibration = {
             "concurrency": self.scfg.calibration_concurrency,
             "duration_s": run.result["duration_s"],
             "request_rps": x,
+            "window_request_rps": window_rps,
+            "little_request_rps": little_rps,
             "dir": "calibration",
         }
         self.progress(f"calibration: about {x or 0:.2f} req/s completed")
@@ -405,8 +409,10 @@ class Sweep:
                     )
                     break
                 last = self.probes[-1] if self.probes else None
-                near = (upper - last_pass) / last_pass <= 2 * interval_width(s.precision)
-                if near and last is not None and last.capped and last.offered_rps == r:
+                # within the interval width, where probes extend (docs/measurement.md "capped")
+                near = (upper - last_pass) / last_pass <= interval_width(s.precision)
+                extends = s.max_probe_s() > s.probe_duration_s
+                if near and extends and last is not None and last.capped and last.offered_rps == r:
                     self.progress(
                         f"stopped: the probe at {r:,.2f} req/s reached --max-probe-duration undecided; rates "
                         "between it and its neighbours sit as close to the knee and would not be decided either"

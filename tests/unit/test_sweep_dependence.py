@@ -60,10 +60,13 @@ def test_runs_of_late_requests_count_once_per_run_and_levels_stand_in() -> None:
     # blocks of 20 identical values: every indicator comes in runs of 20
     rng = np.random.default_rng(3)
     v = np.repeat(rng.exponential(size=200), 20) * 1e6
-    tau = exceedance_tau(v, threshold=1e12)  # nothing over the threshold: its own p75/p90 stand in
+    top = float(v.max())
+    tau = exceedance_tau(v, threshold=1.5 * top)  # nothing over the threshold: its own p75/p90 stand in
     assert 15 < tau < 25, tau  # runs of m identical values: tau = 1 + 2 sum (1 - j/m) = m
-    assert exceedance_tau(rng.exponential(size=4000) * 1e6, threshold=1e12) < 1.3
-    log = DependenceLog({0: 1e12})
+    assert exceedance_tau(rng.exponential(size=4000) * 1e6, threshold=1.5e7) < 1.3
+    # a threshold beyond twice anything the segment reached: no excursion comes near it, no stand-in
+    assert exceedance_tau(v, threshold=2.01 * top) == 1.0
+    log = DependenceLog({0: 1.5 * top})
     for i, x in enumerate(v):
         log.add(0, i, float(x))
     log.end_segment()
@@ -141,10 +144,10 @@ def test_the_interval_uses_the_effective_counts(tmp_path: Path) -> None:
 
 
 def _log_with(n: int, tau_blocks: int) -> DependenceLog:
-    """A log of ``n`` values under the threshold, in runs of ``tau_blocks`` equal values (tau = that)."""
+    """A log of ``n`` values under the threshold (reaching past half of it), in runs of ``tau_blocks`` equal values (tau = that)."""
     rng = np.random.default_rng(11)
     log = DependenceLog({0: P99.threshold_ns})
-    for i, x in enumerate(np.repeat(rng.exponential(scale=20e6, size=n // tau_blocks), tau_blocks)):
+    for i, x in enumerate(np.repeat(rng.exponential(scale=40e6, size=n // tau_blocks), tau_blocks)):
         log.add(0, i, float(min(x, 150e6)))
     log.end_segment()
     return log
