@@ -295,16 +295,19 @@ def more_to_certify(tj: TargetJudge, eff: TargetJudge, confidence: float, cap: i
     return None
 
 
-def first_segment_requests(per_segment: int, need: int, tau_hint: float, rate: float, max_probe_s: float) -> int:
+def first_segment_requests(
+    per_segment: int, need: int, tau_hint: float, rate: float, max_probe_s: float, hard_cap: bool = False
+) -> int:
     """A probe's first segment (requests): at least ``need`` x ``tau_hint`` (the effective count its
     percentile needs, at the largest dependence seen at or below this rate), within ``max_probe_s``
-    at ``rate``; never fewer than ``per_segment`` (the probe duration's and the evidence rule's count)
-    unless that count itself does not fit the cap: then the cap's requests (at least 1), and a PASS
-    there is a point estimate (a vLLM-CPU sweep's 0.58 req/s probe held 368 requests: 638 s against
-    a 240 s cap)."""
+    at ``rate``; never fewer than ``per_segment`` (the probe duration's and the evidence rule's count),
+    unless ``hard_cap`` (``--max-probe-duration`` given) and that count itself does not fit the cap:
+    then the cap's requests (at least 1), and a PASS there is a point estimate (a vLLM-CPU sweep's
+    0.58 req/s probe held 368 requests: 638 s against a 240 s cap). The default cap admits the
+    evidence rule's count: a slow server's low rates can still certify a PASS."""
     want = math.ceil(need * max(1.0, tau_hint))
-    cap = max(1, math.ceil(rate * max_probe_s))
-    return min(max(per_segment, min(want, math.floor(rate * max_probe_s))), cap)
+    n = max(per_segment, min(want, math.floor(rate * max_probe_s)))
+    return min(n, max(1, math.ceil(rate * max_probe_s))) if hard_cap else n
 
 
 def next_segment_requests(

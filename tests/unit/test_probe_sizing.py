@@ -52,8 +52,10 @@ def test_the_first_segment_holds_need_times_tau_within_the_cap() -> None:
     assert first_segment_requests(299, 299, 3.0, 50.0, 40.0) == 897  # 299 x 3 = 17.9 s at 50 req/s
     assert first_segment_requests(299, 299, 10.0, 50.0, 40.0) == 2000  # the 40 s cap: 2000 requests
     assert first_segment_requests(500, 299, 1.0, 50.0, 40.0) == 500  # never fewer than the duration's count
-    # a vLLM-CPU sweep at 0.58 req/s: 368 requests are 634 s, over the 240 s cap; the cap's 140 requests
-    assert first_segment_requests(368, 368, 20.0, 0.58, 240.0) == 140
+    # a vLLM-CPU sweep at 0.58 req/s: 368 requests are 634 s, over a 240 s cap; a cap the user gave (hard)
+    # holds the cap's 140 requests, the default one admits the evidence rule's 368
+    assert first_segment_requests(368, 368, 20.0, 0.58, 240.0, hard_cap=True) == 140
+    assert first_segment_requests(368, 368, 20.0, 0.58, 240.0) == 368
 
 
 def test_extensions_are_sized_to_decide_and_stop_at_the_cap() -> None:
