@@ -349,6 +349,7 @@ def build_result(
         "cpu_s": outcome.client.cpu_s,
         "wall_s": outcome.client.wall_s,
         "cpu_fraction": validity["client_cpu_fraction"],
+        "cpu_wait_s": outcome.client.cpu_wait_s,
         "loop_lag_p99_ms": validity["loop_lag_p99_ms"],
         "stamp_lateness_p99_ms": outcome.client.stamp_lateness_p99_ms,
         "stamp_lateness_max_ms": m if (m := outcome.client.stamp_lateness_max_ms) is None or m < 1e9 else None,

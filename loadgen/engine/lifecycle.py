@@ -84,6 +84,7 @@ class ClientStats:
     stamp_tokens: int = 0  # token events it is over
     stamp_lateness_max_ms: float | None = None  # the latest stamp (inf: over 1 s); None: not measured
     stamps: StampLateness | None = None  # the histograms themselves: validity judges the errors they estimate
+    cpu_wait_s: float | None = None  # the event loop's time runnable but waiting for a CPU (loop_cpu_wait_ns)
 
 
 @dataclass
@@ -95,6 +96,20 @@ class RunOutcome:
     unsent_warmup: int
     client: ClientStats
     end_ns: int
+
+
+def loop_cpu_wait_ns() -> int | None:
+    """The calling thread's total time runnable but waiting for a CPU (ns): the run-queue delay, the
+    second field of Linux's ``/proc/thread-self/schedstat``; None where it cannot be read.
+
+    Over a run it tells a client that fell behind because other processes held the cores (a vLLM on
+    CPU beside it: 1.5 s of wait within 2 s, the whole machine's sleepers stalled) from one too slow
+    itself (its own CPU time: ``cpu_s``)."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def warm_record_path() -> None:
@@ -215,6 +230,7 @@ class RunEngine:
         self.t0_ns = self._t0_override if self._t0_override is not None else now_ns() + LEAD_IN_NS
         t0_wall = anchor_w + (self.t0_ns - anchor_m)
         w0 = now_ns()
+        wait0 = loop_cpu_wait_ns()
         background = [
             asyncio.create_task(self._loop_monitor()),
             asyncio.create_task(probe_loop(self.stamps)),  # the stamps' lateness (loadgen.engine.stamp_lateness)
@@ -240,6 +256,7 @@ class RunEngine:
             raise self._errors[0]
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         end = now_ns()
+        wait1 = loop_cpu_wait_ns()
         client = ClientStats(
             cpu_s=(ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
             wall_s=(end - w0) / 1e9,
@@ -250,6 +267,7 @@ class RunEngine:
             stamp_lateness_max_ms=self.stamps.max_ms(),
             stamp_tokens=self.stamps.tokens,
             stamps=self.stamps,
+            cpu_wait_s=(wait1 - wait0) / 1e9 if wait0 is not None and wait1 is not None else None,
         )
         self._finish_client(client)
         unsent, unsent_warmup = self._unsent()

@@ -70,6 +70,19 @@ class RunCounts(Protocol):
     def throughput(self) -> dict[str, Any]: ...
 
 
+def cpu_wait_note(client: ClientStats) -> str:
+    """The client_cpu check's word on the event loop's run-queue wait (``client.cpu_wait_s``), when it
+    was over 1 % of the run: the client ran slowly because other processes held the cores, not from
+    its own work (``lifecycle.loop_cpu_wait_ns``)."""
+    w = client.cpu_wait_s
+    if w is None or client.wall_s <= 0 or w <= 0.01 * client.wall_s:
+        return ""
+    return (
+        f"; its event loop waited {w:.2f} s ({w / client.wall_s * 100:.1f} % of the run) for a CPU while "
+        "runnable: other processes held the cores"
+    )
+
+
 def generator_send_rps(agg: RunCounts) -> float | None:
     """The rate at which the generator itself sent: (n - 1) / (last - first) generator send instants.
 
@@ -156,8 +169,9 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
         checks.append({"name": name, "group": group, "ok": bool(ok), "detail": detail})
 
     # generator checks: failing any makes the run INVALID (limited_by: client)
+    waited = cpu_wait_note(client)  # said where the generator fell behind: was it the machine?
     if client.aborted_reason:
-        check("generator_kept_up", "generator", False, client.aborted_reason)
+        check("generator_kept_up", "generator", False, client.aborted_reason + waited)
     if bounds.max_throughput:  # no schedule checks (said so), the send path judged (loadgen.engine.throughput)
         e2e = getattr(agg, "samples", {}).get("e2e")  # an Aggregator's exact E2E samples
         for name, ok, detail in max_throughput_checks(agg.generator_lag, e2e):
@@ -170,7 +184,8 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
             lag <= bounds.max_schedule_lag_p99_ms,
             f"p99 schedule lag {lag:.3f} ms (excluding connection set-up after the scheduled time) "
             f"<= {bounds.max_schedule_lag_p99_ms:g} ms"
-            + (f" ({bounds.schedule_lag_note})" if bounds.schedule_lag_note else ""),
+            + (f" ({bounds.schedule_lag_note})" if bounds.schedule_lag_note else "")
+            + (waited if lag > bounds.max_schedule_lag_p99_ms else ""),
         )
         gen = generator_send_rps(agg)
         want = client.schedule_realized_rps
@@ -210,7 +225,7 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
             "client_cpu",
             "generator",
             cpu <= bounds.max_client_cpu,
-            f"client process CPU {cpu * 100:.1f} % of one core (bound {bounds.max_client_cpu * 100:g} %)",
+            f"client process CPU {cpu * 100:.1f} % of one core (bound {bounds.max_client_cpu * 100:g} %)" + waited,
         )
     if client.worker_failures:
         check("workers", "generator", False, "; ".join(client.worker_failures))

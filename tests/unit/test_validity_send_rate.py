@@ -70,3 +70,16 @@ def test_only_the_handshakes_part_after_the_scheduled_time_is_excused() -> None:
     agg, checks = _run(late, late)  # all 4 ms the handshake's
     assert generator_send_rps(agg) == pytest.approx(REALIZED_RPS)
     assert checks["send_rate"]["ok"], checks["send_rate"]
+
+
+def test_the_client_cpu_check_says_when_the_loop_waited_for_a_cpu() -> None:
+    # a vLLM on CPU beside the client: the loop waited 1.52 s of 128 s runnable; the client's own CPU was 5 %
+    from loadgen.engine.lifecycle import loop_cpu_wait_ns
+    from loadgen.engine.validity import cpu_wait_note
+
+    busy = ClientStats(cpu_s=6.4, wall_s=128.0, cpu_wait_s=1.52)
+    assert "waited 1.52 s (1.2 % of the run) for a CPU" in cpu_wait_note(busy)
+    assert cpu_wait_note(ClientStats(cpu_s=6.4, wall_s=128.0, cpu_wait_s=0.5)) == ""  # under 1 %: nothing said
+    assert cpu_wait_note(ClientStats(cpu_s=6.4, wall_s=128.0)) == ""  # not measured (not Linux)
+    w = loop_cpu_wait_ns()
+    assert w is None or w >= 0
