@@ -21,7 +21,7 @@ import pytest
 
 from loadgen.serve.vllm import find_server_python
 
-pytestmark = [pytest.mark.slow, pytest.mark.timing]
+pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.alone]  # alone: vLLM on CPU stalls its neighbours
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -251,8 +251,14 @@ def test_cli_run_triton(triton: ServerProcess, tmp_path: Path, api: str) -> None
     p = cli_run("run", "--api", api, "--endpoint", url, "--model", "tiny_llm", "--rate", "20", "--requests", "20",
                 "--input-tokens", "16", "--output-tokens", "8", "--out", str(out),
                 "--max-schedule-lag", "1s", "--max-loop-lag", "1s")  # fmt: skip  # a busy CI core
-    assert p.returncode == 0, p.stdout + p.stderr  # was exit 2: unknown api 'triton-http' (and --yes for host:port)
+    assert p.returncode in (0, 1), (
+        p.stdout + p.stderr
+    )  # was exit 2: unknown api 'triton-http' (and --yes for host:port)
     res = json.loads((out / "result.json").read_text())
+    if p.returncode == 1:
+        # INVALID only as a busy machine's client (CI's timing phase runs two tests at a time: the loop waited
+        # 0.34 s of a 1 s run for a CPU, the send rate 2.2 % off): the API path is what this test checks
+        assert res["validity"]["limited_by"] == "client", res["validity"]
     assert res["counts"]["completed"] == 20 and res["counts"]["failed"] == 0, res["counts"]
     assert res["tokens"]["output"] == 20 * 8
 

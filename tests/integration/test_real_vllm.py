@@ -30,7 +30,7 @@ from loadgen.serve.vllm import find_server_python
 from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.tiny_model import build_tiny_model
 
-pytestmark = [pytest.mark.slow, pytest.mark.timing]
+pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.alone]  # alone: vLLM on CPU stalls its neighbours
 
 REPO = Path(__file__).resolve().parents[2]
 # --dtype float32: vLLM's CPU attention picks its AMX kernel for bfloat16 when the CPU reports AMX; on

@@ -19,7 +19,8 @@ from loadgen.serve.vllm import find_server_python, is_cpu_build
 from tests.fixtures.tiny_model import build_tiny_model
 
 pytestmark = [
-    pytest.mark.timing,  # asserts timing figures: the serial phase
+    pytest.mark.timing,  # asserts timing figures: the timing phase
+    pytest.mark.alone,  # vLLM on CPU stalls its neighbours: by itself
     pytest.mark.slow,
     pytest.mark.skipif(
         os.environ.get("CI") == "true",
