@@ -47,6 +47,13 @@ class SweepConfig:
     unloaded_requests: int = 5  # the unloaded check before the search (loadgen.sweep.unloaded); 0: none
     max_probe_duration_s: float | None = None  # one probe's time cap (None: MAX_PROBE_FACTOR x probe_duration_s)
 
+    @property
+    def probe_cap_given(self) -> bool:
+        """True when ``--max-probe-duration`` was given: then it bounds even a probe's first segment
+        (:func:`loadgen.sweep.evidence.first_segment_requests`); the default cap admits the evidence
+        rule's count."""
+        return self.max_probe_duration_s is not None
+
     def max_probe_s(self) -> float:
         """One probe's time cap, its extensions included (``--max-probe-duration``; issue 30): an undecided probe
         is extended, each segment sized to decide it (:func:`loadgen.sweep.evidence.next_segment_requests`),

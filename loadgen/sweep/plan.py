@@ -70,8 +70,8 @@ class Plan:
         if rate <= 0:
             return SETUP_S + s.warmup_s() + s.probe_duration_s
         w = max(s.probe_duration_s, s.needed_requests() / rate)
-        if s.max_probe_duration_s is not None:
-            w = min(w, s.max_probe_s())  # within a cap the user gave (evidence.first_segment_requests)
+        if s.probe_cap_given:
+            w = min(w, s.max_probe_s())  # within a cap the user gave
         e2e = self.e2e_at(rate)
         total, segs = w + e2e, 1
         while e2e > TAIL_FRACTION * w and segs <= s.max_extensions:

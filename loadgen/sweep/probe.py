@@ -172,8 +172,7 @@ async def run_probe(
     most = session_turns(base)[1]  # sessions (issue 17): a probe counts sessions and judges their turns
     max_s = scfg.max_probe_s()
     if per_segment and most == 1:
-        hard = scfg.max_probe_duration_s is not None  # a cap the user gave bounds even the first segment
-        per_segment = first_segment_requests(per_segment, need, tau_hint, rate, max_s, hard)
+        per_segment = first_segment_requests(per_segment, need, tau_hint, rate, max_s, scfg.probe_cap_given)
     n_cap = (per_segment * most if per_segment else need) * (1 + scfg.max_extensions)
     if per_segment and most == 1:
         n_cap = max(n_cap, math.ceil(rate * max_s))  # the largest possible probe, under its time cap
