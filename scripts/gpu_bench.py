@@ -120,7 +120,7 @@ def run_step(bench: Bench, name: str, cmd: list[str], timeout_s: float, env: dic
     bench.say(f"{name}: {shlex.join(cmd)}  (timeout {timeout_s:.0f} s, log {log})")
     t0 = time.monotonic()
     with open(log, "a", encoding="utf-8") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env, process_group=0)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

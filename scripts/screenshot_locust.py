@@ -70,7 +70,7 @@ def main() -> int:
     child = subprocess.Popen(
         [sys.executable, "-m", "loadgen.cli", "locust", "--sim-args", "--ttft-ms 60 --itl-ms 25 --slots 16",
          "--output-tokens", "64", "--out", str(tmp / "out"), "--web-port", str(port), "--stop-timeout", "20"],
-        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, process_group=0,
     )  # fmt: skip
     try:
         wait_port(port, 60)

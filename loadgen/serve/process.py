@@ -1,8 +1,12 @@
 """A real inference server as a child process: own process group, log file, readiness, teardown.
 
 The pattern of :mod:`loadgen.sim.launch`, for servers that live in environments of
-their own (vLLM, Triton): the command runs in a new session (its process group id
-is its pid, and every worker it forks without ``setsid`` stays in that group),
+their own (vLLM, Triton): the command runs in a new process group (its id is its pid,
+and every worker it forks without ``setsid`` stays in that group) of loadgen's own session,
+never a new session: with the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
+a new session is a scheduling group of its own, and on a 2-core machine a vLLM CPU server in its own
+group held both cores while loadgen's event loop, runnable, waited up to 2 s for one (its
+``/proc/thread-self/schedstat`` run delay equal to the lateness): every probe INVALID, issue 30;
 stdout and stderr go to a log file (never an undrained pipe), readiness is polled
 over HTTP with a deadline, and :meth:`ServerProcess.stop` sends SIGTERM to the
 whole group, SIGKILL after a grace period, and waits until no process of the
@@ -180,7 +184,7 @@ class ServerProcess:
             try:
                 self.proc = subprocess.Popen(
                     self.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=env, cwd=self.cwd, start_new_session=True,
+                    env=env, cwd=self.cwd, process_group=0,
                     preexec_fn=_pdeathsig if _use_pdeathsig() else None,
                 )  # fmt: skip
             except OSError as exc:

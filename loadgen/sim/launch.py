@@ -73,7 +73,7 @@ class SimProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True,
+                env=env, process_group=0,  # not a new session: loadgen/serve/process.py says why
             )  # fmt: skip
         try:
             self._wait_ready()

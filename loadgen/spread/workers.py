@@ -133,7 +133,9 @@ def die_with_parent() -> None:
 def _worker_main(
     w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, conn: Connection, body: Any = None
 ) -> None:
-    os.setsid()  # terminal signals go to the parent only; it forwards them
+    # terminal signals go to the parent only (it forwards them): a process group of its own, in the parent's
+    # session (a new session would be a scheduling group of its own: loadgen/serve/process.py)
+    os.setpgid(0, 0)
     die_with_parent()
     try:
         import uvloop

@@ -89,7 +89,7 @@ def ray_head() -> Iterator[str]:
         str(tmp),
     ]
     log = open(tmp / "head.log", "wb")
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), process_group=0)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

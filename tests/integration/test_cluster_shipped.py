@@ -78,7 +78,7 @@ def bare_head() -> Iterator[tuple[str, str]]:
            "--dashboard-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port()),
            "--ray-client-server-port", str(_free_port()), "--disable-usage-stats", "--temp-dir", str(tmp / "ray")]  # fmt: skip
     log = open(tmp / "head.log", "wb")
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp, start_new_session=True)
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp, process_group=0)
     try:
         deadline = time.monotonic() + 90
         while b"Ray runtime started" not in (tmp / "head.log").read_bytes():

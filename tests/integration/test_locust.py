@@ -60,7 +60,7 @@ class Child:
         self.log = log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "loadgen.cli", "locust", *args], cwd=REPO_ROOT, env=child_env(env),
-            stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT, process_group=0,
         )  # fmt: skip
 
     def wait(self, timeout_s: float) -> int:

@@ -38,7 +38,7 @@ def test_kill_9_of_the_parent_stops_its_workers(tmp_path: Path) -> None:
         run = subprocess.Popen(
             [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", url, "--workers", "2", "--rate", "40",
              "--duration", "60s", "--output-tokens", "2", "--out", str(tmp_path / "out")],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0,
         )  # fmt: skip
         for _ in range(300):  # bounded: 30 s until the workers are sending
             if truth.exists() and len(truth.read_text().splitlines()) > 40:

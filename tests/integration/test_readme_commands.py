@@ -414,7 +414,7 @@ def execute(plan: Plan, ctx: Context) -> Outcome:
     t0 = time.monotonic()
     with open(log, "w+b") as fh:
         proc = subprocess.Popen(_loadgen_argv(plan.argv), cwd=ctx.cwd, env=_env(plan.env), stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                                stderr=subprocess.STDOUT, process_group=0)  # fmt: skip
         note = ""
         try:
             if plan.server:

@@ -86,6 +86,22 @@ def test_ready_then_stop_leaves_no_process(tmp_path: Path) -> None:
     assert srv.stop()["signal"] is None  # idempotent
 
 
+def test_server_runs_in_its_own_group_of_loadgens_session(tmp_path: Path) -> None:
+    """Own process group (stopped as a whole), never its own session: with autogroup scheduling a new
+    session is a scheduling group of its own, and a vLLM CPU server there starved loadgen's event loop
+    for up to 2 s on a 2-core machine (issue 30, loadgen/serve/process.py)."""
+    srv = _proc(tmp_path, [], ready_timeout_s=20).start()
+    try:
+        assert srv.proc is not None and srv.pgid == srv.proc.pid
+        assert os.getpgid(srv.proc.pid) == srv.proc.pid  # its own group: stop() signals it whole
+        assert os.getsid(srv.proc.pid) == os.getsid(0)  # loadgen's session: the same autogroup
+        ag = Path(f"/proc/{srv.proc.pid}/autogroup")
+        if ag.exists():
+            assert ag.read_text().split()[0] == Path("/proc/self/autogroup").read_text().split()[0]
+    finally:
+        srv.stop()
+
+
 def test_worker_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
     srv = _proc(tmp_path, ["ignore-term"], ready_timeout_s=20, term_grace_s=0.5).start()
     pgid = srv.pgid
