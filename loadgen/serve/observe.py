@@ -38,6 +38,7 @@ from loadgen.core.redact import redact_url
 from loadgen.serve import prom
 from loadgen.serve.nvml import NVML, EnergyMeter, NVMLUnavailable, gpus_for_pids
 from loadgen.serve.process import ServerProcess, group_members
+from loadgen.serve.scrape import ScrapeFailed, ScrapeWorker
 from loadgen.serve.server_facts import server_conditions
 
 __all__ = ["ServerObserver"]
@@ -80,6 +81,8 @@ class ServerObserver:
         self._meter: EnergyMeter | None = None
         self._t0 = 0.0
         self._scrape_errors: list[str] = []
+        self._failed: dict[str, int] = {}  # skipped scrapes by kind (loadgen.serve.scrape.ScrapeFailed)
+        self._scraper = ScrapeWorker()
         self._timed: list[tuple[int, dict[str, float]]] = []  # (scrape midpoint ns, server_gauges)
         self._period_s = sample_period_s
 
@@ -112,6 +115,7 @@ class ServerObserver:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        await asyncio.to_thread(self._scraper.close)
 
     # -- conditions -----------------------------------------------------------------------
 
@@ -127,17 +131,14 @@ class ServerObserver:
     # -- scraping -------------------------------------------------------------------------
 
     async def scrape(self) -> prom.Scrape | None:
-        """One parsed /metrics page; None (and the reason kept) when it cannot be read."""
-        try:
-            s = await self._http()
-            async with s.get(self.metrics_url) as resp:
-                if resp.status != 200:
-                    self._note(f"HTTP {resp.status} from {self._metrics_url_shown}")
-                    return None
-                return prom.parse(await resp.text())
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            self._note(f"{type(exc).__name__} reading {self._metrics_url_shown}")
+        """One parsed /metrics page, fetched and parsed in a child process within its bounds
+        (:mod:`loadgen.serve.scrape`); None, the reason kept and counted, when it cannot be read."""
+        got = await self._scraper.scrape(self.metrics_url)
+        if isinstance(got, ScrapeFailed):
+            self._failed[got.kind] = self._failed.get(got.kind, 0) + 1
+            self._note(f"{got.reason} reading {self._metrics_url_shown}")
             return None
+        return got
 
     def _note(self, msg: str) -> None:
         if len(self._scrape_errors) < 10:
@@ -196,6 +197,7 @@ class ServerObserver:
         """Before a run: scrape, start the energy window and the samplers."""
         self._samples = []
         self._scrape_errors = []
+        self._failed = {}
         self._timed = []
         self._period_s = self.sample_period_s
         self._before = await self.scrape()
@@ -223,6 +225,10 @@ class ServerObserver:
             "metrics_url": self._metrics_url_shown,
             "window_s": round(window, 3),
             "scrapes": (self._before is not None) + (after is not None) + len(self._samples),
+            # skipped scrapes (a bad page is never an exception in the run): counted by kind, the first ten named
+            "scrapes_failed": sum(self._failed.values()),
+            "scrapes_failed_by_kind": dict(self._failed),
+            "scrape_errors": list(self._scrape_errors),
         }
         if self._before is not None and after is not None and self.kind in ("vllm", "triton"):
             summary = prom.vllm_summary if self.kind == "vllm" else prom.triton_summary

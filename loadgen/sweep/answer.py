@@ -31,9 +31,12 @@ def interval_width(precision: float) -> float:
 
 
 def non_monotonic(probes: list[Probe]) -> list[str]:
-    """Rates that FAILed below a rate that PASSed (or mixed verdicts at one rate)."""
+    """Rates that FAILed below a rate that PASSed (or mixed verdicts at one rate); a probe a certifying probe
+    continued counts only through it (their requests are judged together)."""
     flags = []
-    open_loop = [p for p in probes if p.concurrency is None and p.verdict in ("pass", "fail")]
+    gone = {p.continues for p in probes if p.continues is not None}
+    open_loop = [p for i, p in enumerate(probes, 1) if p.concurrency is None and p.verdict in ("pass", "fail")
+                 and i not in gone]  # fmt: skip
     passes = [p.offered_rps for p in open_loop if p.verdict == "pass"]
     for p in open_loop:
         if p.verdict == "fail" and any(r >= p.offered_rps for r in passes):

@@ -115,7 +115,8 @@ class Plan:
             f"(p{pct:g} at {s.confidence * 100:g} % confidence cannot pass on fewer, even with no request over); "
             f"an undecided or long-tailed probe is extended up to {s.max_extensions} times, each extension sized "
             f"to decide it, within {s.max_probe_s():g} s a probe (--max-probe-duration); a probe after the first holds "
-            "that many requests times the dependence between requests (tau) seen at or below its rate"
+            "that many requests times the dependence between requests (tau) seen at or below its rate; an answer "
+            "that passed on a point estimate is run longer at its rate by up to 3 certifying probes"
         )
 
     def note(

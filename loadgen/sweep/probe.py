@@ -132,9 +132,13 @@ class Probe:
     client_timing: dict[str, Any] | None = None
     certify_more_s: float | None = None  # a point estimate: about how much longer would have certified it
     capped: bool = False  # undecided when it reached --max-probe-duration (the search stops there, issue 30)
+    continues: int | None = None  # a certifying probe: the index of the probe at this rate whose requests it adds to
+    judge: Any = field(default=None, repr=False, compare=False)  # its ProbeJudge (a certifying probe goes on with it)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        d.pop("judge", None)
+        return d
 
 
 async def run_probe(
@@ -155,6 +159,7 @@ async def run_probe(
     cluster: Any = None,
     stop_requested: Callable[[], bool] | None = None,
     tau_hint: float = 1.0,
+    resume: Probe | None = None,
 ) -> Probe:
     """One probe at ``rate`` req/s (or closed loop at ``concurrency``), extended while undecided.
 
@@ -166,6 +171,11 @@ async def run_probe(
     ``stop_requested``: the caller's interrupt flag (the sweep was stopped by the user). When it
     is set, or a segment's run ends interrupted, no further segment is run and the probe's verdict
     is ``interrupted`` (unless its FAIL was already certain: ``FAIL (stopped early)``).
+
+    ``resume``: an earlier open-loop probe at this rate whose verdict is a point estimate (its ``judge``
+    kept): this probe goes on counting with that judge, its segments added to the earlier probe's as
+    extensions are (separate runs, each from a drained server: :class:`~loadgen.sweep.evidence.DependenceLog`),
+    its first segment sized by the earlier one's ``certify_more_s``, all within its own ``--max-probe-duration``.
     """
     need = scfg.needed_requests()
     per_segment = probe_sessions(base, need, rate, scfg.probe_duration_s) if concurrency is None else None
@@ -177,6 +187,10 @@ async def run_probe(
     if per_segment and most == 1:
         n_cap = max(n_cap, math.ceil(rate * max_s))  # the largest possible probe, under its time cap
     judge = ProbeJudge(scfg.slos, n_cap, scfg.confidence)
+    if resume is not None and resume.judge is not None and per_segment and most == 1:
+        judge = resume.judge  # the earlier probe's counts and segments, judged with this probe's (a certifying probe)
+        per_segment = max(1, min(math.ceil(1.1 * (resume.certify_more_s or 0.0) * rate), math.floor(rate * max_s)))
+        judge.set_cap(judge.n_cap + max(n_cap, math.ceil(rate * max_s)))
     lag_ms, lag_note = scfg.schedule_lag_bound_ms(base.bounds.max_schedule_lag_p99_ms)
     loop_ms = base.bounds.max_loop_lag_p99_ms  # scaled with the SLO as the lag bound is, unless set (--max-loop-lag)
     loop_ms = max(loop_ms, lag_ms) if loop_ms == DEFAULT_LOOP_LAG_BOUND_MS else loop_ms
@@ -318,6 +332,11 @@ async def run_probe(
             break
     probe = _finish_probe(judge, scfg, results, rate, out_dir, total_duration, segments, concurrency, interrupted)
     probe.interrupted = interrupted
+    probe.judge = judge
+    if resume is not None and judge is resume.judge:
+        probe.reasons.insert(
+            0, f"certifying: judged with the earlier probe at this rate ({probe.judged_requests} requests)"
+        )
     probe.stability = stability
     probe.schedule_realized_rps = results[0].get("client", {}).get("schedule_realized_rps")
     if unstable and probe.verdict not in ("invalid", "rate_limited"):

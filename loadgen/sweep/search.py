@@ -9,36 +9,24 @@ Calibrate, bracket, bisect:
 3. Bisection at the geometric midpoint of the last PASS and the first FAIL until
    (fail - pass) / pass <= precision.
 
-Each probe is :func:`loadgen.sweep.probe.run_probe`. A probe ``invalid`` on the
-generator's checks (the client's timing only: see the verdict table in
-docs/measurement.md) is run again, at most ``max_reruns`` (2) times, because a transient
-stall of the client (a busy core, a descheduled process) is not a property of the load (a
-probe whose verdict could flip under an error no larger than earlier probes carried is not:
-its client's condition is steady, :func:`loadgen.sweep.client_error.steady_error`);
-each re-run is listed in ``sweep.json`` ``reruns``; the search halves its rate on INVALID probes
-alone at most :data:`MAX_INVALID_HALVINGS` times, then stops. Still invalid, it bounds the search
-from above like a FAIL, without being one: the search goes on below it, and if no FAIL lies
-under it the answer is a lower bound, "X req/s meets the SLO; rates above Y could not be
-tested by this client" (``limited_by: client``, ``untested_above_rps`` = Y; no answer at all
-only when even the lowest rate was client-limited). Where a FAIL the client could test lies
-above Y, the answer is bracketed by it, not a lower bound: the client limited only how close
-to the knee the search could go (``limited_by`` stays null; ``untested_above_rps`` says where;
-a busy client's near-knee FAILs are INVALID when their lag could flip them, issue 30). A ``rate_limited`` probe stops the search
-and reports the provider's quota as the limit (``limited_by: rate_limit``), not as the
-server's latency.
+Each probe is :func:`loadgen.sweep.probe.run_probe`. A probe ``invalid`` on the client's timing
+alone (the verdict table in docs/measurement.md) is run again at most ``max_reruns`` (2) times
+(not when its client's condition is steady, :func:`loadgen.sweep.client_error.steady_error`;
+``sweep.json`` ``reruns``); the search halves its rate on INVALID probes alone at most
+:data:`MAX_INVALID_HALVINGS` times. Still invalid, it bounds the search from above without being
+a FAIL: with no FAIL under it the answer is a lower bound (``limited_by: client``,
+``untested_above_rps``); with a FAIL the client could test above it, the answer is bracketed by
+that FAIL. A ``rate_limited`` probe stops the search (``limited_by: rate_limit``).
 
-Signals (:meth:`Sweep.interrupt`, SIGINT/SIGTERM in ``loadgen sweep``): the first stops the
-search; the probe in progress drains (``--drain-grace``), is not extended and has no verdict
-unless its FAIL was already certain (the rule of :mod:`loadgen.sweep.verdict`); probes decided
-before it keep theirs, and the answer says it was interrupted and is at most the bracket or
-lower bound they show (``sweep.json`` ``interrupted``, ``answer.interrupted``; exit 130). A
-second signal cancels what is in flight at once, as in ``loadgen run``.
+When the search ends on an answer whose PASS is a point estimate of the evidence rule, certifying
+probes at its rate add their requests to it (:mod:`loadgen.sweep.certify`).
 
-Before calibration, the unloaded check (:mod:`loadgen.sweep.unloaded`) stops a sweep whose SLO
-the server misses with one request at a time, before any probe; then the plan
-(:mod:`loadgen.sweep.plan`: requests per probe and why, expected probes, total time) is
-printed, and updated as probes finish. Each probe's verdict is said in one text
-(:mod:`loadgen.sweep.verdict`), the same in the live line, the table, sweep.json and the report.
+Signals (:meth:`Sweep.interrupt`): the first stops the search; the probe in progress drains, gets no
+verdict unless its FAIL was already certain, and the answer is at most what the decided probes show
+(exit 130); a second cancels what is in flight (docs/measurement.md "Sweep").
+
+The unloaded check (:mod:`loadgen.sweep.unloaded`) comes first; the plan (:mod:`loadgen.sweep.plan`)
+is printed and updated as probes finish; each verdict is one text (:mod:`loadgen.sweep.verdict`).
 
 Price at the answer: with ``--cost-per-hour``, cost_per_hour / (tokens/s * 3600) * 1e6;
 with per-token prices, (input_tps * p_in + output_tps * p_out) / output_tps per million
@@ -62,6 +50,7 @@ from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
 from loadgen.sweep.answer import certified_interval, interval_settled, interval_width, non_monotonic
+from loadgen.sweep.certify import certify_answer
 from loadgen.sweep.client_error import steady_error
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
 from loadgen.sweep.plan import Plan, calibration_little_rps
@@ -125,7 +114,7 @@ class Sweep:
     def elapsed_s(self) -> float:
         return (now_ns() - self.started_ns) / 1e9
 
-    async def _probe(self, rate: float, concurrency: int | None = None) -> Probe:
+    async def _probe(self, rate: float, concurrency: int | None = None, resume: Probe | None = None) -> Probe:
         idx = len(self.probes) + 1
         name = f"probe-{idx:02d}-" + (f"c{concurrency}" if concurrency else f"{rate:.3f}rps")
         unit = "sessions/s" if self.base.sessions is not None else "req/s"  # issue 17: a session sweep
@@ -152,7 +141,9 @@ class Sweep:
             cluster=self.cluster,
             stop_requested=lambda: self.interrupted,
             tau_hint=self.tau_at(rate) if concurrency is None else 1.0,
+            resume=resume,
         )
+        p.continues = self.probes.index(resume) + 1 if resume is not None else None
         p.prefix_cache_reset = reset
         self.probes.append(p)
         if concurrency is None and p.verdict in ("pass", "fail") and not p.stopped_early:
@@ -419,6 +410,7 @@ class Sweep:
                     )
                     break
                 r = math.sqrt(last_pass * upper)
+        last_pass, first_fail = await certify_answer(self, last_pass, first_fail)
         if (
             limited_by is None
             and self.untested_above is not None

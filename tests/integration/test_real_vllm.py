@@ -157,7 +157,7 @@ def run_observed_sweep(srv: ServerProcess, out: Path) -> tuple[dict[str, Any], l
     from loadgen.core.slo import parse_slo
     from loadgen.engine.runplan import LoadConfig
     from loadgen.engine.validity import ValidityBounds
-    from loadgen.sweep import Sweep, SweepConfig
+    from loadgen.sweep import Probe, Sweep, SweepConfig
 
     base = LoadConfig(input_tokens=32, output_tokens=24,
                       bounds=ValidityBounds(max_schedule_lag_p99_ms=500, max_loop_lag_p99_ms=500,
@@ -173,10 +173,10 @@ def run_observed_sweep(srv: ServerProcess, out: Path) -> tuple[dict[str, Any], l
         await ep.open()
 
         class ObservedSweep(Sweep):
-            async def _probe(self, rate: float, concurrency: int | None = None) -> Any:
+            async def _probe(self, rate: float, concurrency: int | None = None, resume: Probe | None = None) -> Any:
                 reset = await obs.reset_prefix_cache()
                 await obs.begin()
-                p = await super()._probe(rate, concurrency)
+                p = await super()._probe(rate, concurrency, resume)
                 sections.append({"offered_rps": rate, "prefix_cache_reset": reset, **await obs.end()})
                 return p
 

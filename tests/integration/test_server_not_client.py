@@ -41,7 +41,10 @@ def test_a_full_max_concurrency_is_the_servers_backlog_not_client_lag(tmp_path: 
 
 
 def test_mostly_failed_run_is_a_fail_not_a_success(tmp_path: Path) -> None:
+    # the client's timing bounds loosened: this test is about whose failures they are, and beside another test (CI's
+    # timing phase, two at a time) a 5 ms p99 lag bound made it INVALID once (session 15)
     p = cli_run("run", "--rate", "20", "--requests", "40", "--output-tokens", "4", "--no-preflight",
+                "--max-schedule-lag", "100ms", "--max-loop-lag", "100ms",
                 "--sim-args", "--fault-500 0.8 --ttft-ms 5 --itl-ms 1", out=tmp_path / "o")  # fmt: skip
     res = json.loads((tmp_path / "o" / "result.json").read_text())
     failed = res["counts"]["failed"]

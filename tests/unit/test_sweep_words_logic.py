@@ -256,7 +256,7 @@ def test_the_search_does_not_rerun_a_probe_its_steady_client_error_flips() -> No
     scripted = sw._verdict_at
     del sw._verdict_at  # the search's own: repeats and re-runs
 
-    async def probe(rate: float, concurrency: int | None = None) -> Probe:
+    async def probe(rate: float, concurrency: int | None = None, resume: Probe | None = None) -> Probe:
         v = await scripted(rate)
         p = sw.probes[-1]
         p.client_timing = flip_facts(17.0 if v == "invalid" else 25.0, 12.0, v != "invalid")
@@ -354,3 +354,63 @@ def test_a_concurrency_level_the_client_cannot_test_makes_the_answer_a_lower_bou
     line = answer_line({"slo": [{"target": P99.label}], "answer": a})
     assert "highest concurrency meeting ttft:p99<=300ms: 4 users" in line
     assert "; 16 users could not be tested by this client (a lower bound; remedy: give the client CPUs" in line
+
+
+# --------------------------------------------------------------------------- certifying probes (issue 30)
+
+
+def certifying_sweep(more_s: float, cert_verdict: str, cert_low: bool = False) -> tuple[Sweep, list[Any]]:
+    """Probes PASS at or below 59.6 req/s, all of them point estimates lacking ``more_s`` s; a certifying probe
+    (``_probe`` with ``resume``) is scripted: ``cert_verdict`` ("fail,pass": the first FAILs, the next PASS),
+    a point estimate when ``cert_low``."""
+    verdicts = cert_verdict.split(",")
+    sw = stub_sweep(lambda r: "pass" if r <= 59.6 else "fail", lambda r: r <= 59.6, start_rate_rps=40.0,
+                    probe_duration_s=10.0, precision=0.10)  # fmt: skip
+    scripted = sw._verdict_at
+    calls: list[Any] = []
+
+    async def verdict_at(rate: float) -> str:
+        v = await scripted(rate)
+        p = sw.probes[-1]
+        p.judge, p.certify_more_s = object(), (more_s if p.low_confidence else None)
+        p.capped = False  # undecided at its extensions' end, not at the time cap: the search goes on
+        return v
+
+    async def probe(rate: float, concurrency: int | None = None, resume: Probe | None = None) -> Probe:
+        calls.append((rate, resume))
+        v = verdicts[min(len(calls), len(verdicts)) - 1]
+        p = Probe(rate, v, cert_low, {}, {}, 0, 1.0, False, {}, 1.0, 1.0, 1.0, 1.0, 1.0, "c")
+        p.continues = sw.probes.index(resume) + 1 if resume is not None else None
+        p.judge, p.certify_more_s = object(), (more_s / 10 if cert_low else None)
+        sw.probes.append(p)
+        return p
+
+    sw._verdict_at = verdict_at  # type: ignore[method-assign]  # scripted
+    sw._probe = probe  # type: ignore[method-assign]  # the certifying probes, scripted
+    return sw, calls
+
+
+def test_a_point_estimate_answer_is_certified_by_a_probe_at_its_rate() -> None:
+    sw, calls = certifying_sweep(30.0, "pass")
+    a = asyncio.run(sw.search()).result["answer"]
+    assert len(calls) == 1 and calls[0][0] == a["max_rate_rps"] and calls[0][1] is not None
+    assert a["point_estimate"] is False and a["interval_rps"][0] == a["max_rate_rps"]
+    assert sw.probes[-1].continues == sw.probes.index(calls[0][1]) + 1
+
+
+def test_a_certifying_fail_moves_the_answer_down() -> None:
+    sw, calls = certifying_sweep(30.0, "fail,pass")
+    a = asyncio.run(sw.search()).result["answer"]
+    first = calls[0][0]
+    assert a["max_rate_rps"] < first and a["bracket_rps"][1] == first
+    assert len(calls) == 2 and calls[1][0] == a["max_rate_rps"]  # the next answer down, certified in turn
+    assert a["point_estimate"] is False
+
+
+def test_no_certifying_probe_when_the_time_lacking_does_not_fit_or_the_answer_is_certified() -> None:
+    sw, calls = certifying_sweep(3 * 40.0 + 1, "pass")  # three probes of 40 s cannot hold it
+    a = asyncio.run(sw.search()).result["answer"]
+    assert calls == [] and a["point_estimate"] is True
+    sw, calls = certifying_sweep(100.0, "pass", cert_low=True)  # still short after each: at most three
+    asyncio.run(sw.search())
+    assert len(calls) == 3

@@ -1,0 +1,92 @@
+"""A /metrics page that cannot hurt the run (issue 33): each hostile page is a skipped scrape, named.
+
+The pages come from a real HTTP server on 127.0.0.1 (tests/fixtures/hostile_metrics.py); each test fails
+before loadgen/serve/scrape.py: the page was read whole on the run's loop and decoded strictly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from loadgen.serve.observe import ServerObserver
+from loadgen.serve.scrape import ScrapeFailed, ScrapeWorker, fetch_scrape
+from tests.fixtures.hostile_metrics import hostile_metrics_server
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[str]:
+    with hostile_metrics_server() as url:
+        yield url
+
+
+def test_a_good_page_keeps_only_the_series_a_summary_reads(hostile: str) -> None:
+    got = fetch_scrape(hostile + "/good", 5.0)
+    assert not isinstance(got, ScrapeFailed)
+    assert got["vllm:num_requests_running"][0][1] == 3.0
+    assert "process_cpu_seconds_total" not in got  # stays in the child
+
+
+def test_userinfo_is_sent_as_basic_auth(hostile: str) -> None:
+    got = fetch_scrape(hostile.replace("http://", "http://bob:s3cr%25t@") + "/auth", 5.0)
+    assert not isinstance(got, ScrapeFailed), got
+    assert isinstance(fetch_scrape(hostile + "/auth", 5.0), ScrapeFailed)
+
+
+@pytest.mark.parametrize(
+    "path,kind",
+    [
+        ("/byte-first", "encoding"),
+        ("/byte-mid", "encoding"),
+        ("/huge", "too_large"),
+        ("/bomb", "too_large"),
+        ("/endless", "timeout"),
+        ("/stall", "timeout"),
+        ("/malformed", "no_samples"),
+        ("/status-500", "http"),
+    ],
+)
+def test_each_hostile_page_is_a_skipped_scrape_named_by_kind(hostile: str, path: str, kind: str) -> None:
+    t0 = time.monotonic()
+    got = fetch_scrape(hostile + path, 3.0)
+    assert isinstance(got, ScrapeFailed), got
+    assert got.kind == kind, got
+    assert time.monotonic() - t0 < 8.0  # bounded: the stall and the endless page end at their timeouts
+
+
+def test_the_observer_runs_through_a_bad_byte_and_counts_it(hostile: str) -> None:
+    async def go() -> dict[str, Any]:
+        obs = ServerObserver("auto", hostile, metrics_url=hostile + "/byte-first", sample_period_s=0.2, energy=False)
+        try:
+            await obs.begin()
+            await asyncio.sleep(0.6)
+            return await obs.end({"conditions": {}})
+        finally:
+            await obs.close()
+
+    s = asyncio.run(go())
+    assert s["metrics"] is None
+    assert s["scrapes_failed"] >= 2 and s["scrapes_failed_by_kind"].get("encoding", 0) >= 2
+    assert "not UTF-8" in s["scrape_errors"][0]
+
+
+def test_a_child_that_dies_costs_one_scrape_and_is_replaced(hostile: str) -> None:
+    async def go() -> tuple[Any, Any, Any]:
+        w = ScrapeWorker(timeout_s=3.0)
+        try:
+            first = await w.scrape(hostile + "/good")
+            for p in list(getattr(w._pool, "_processes", {}).values()):
+                p.kill()
+                p.join(5)
+            return first, await w.scrape(hostile + "/good"), await w.scrape(hostile + "/good")
+        finally:
+            w.close()
+
+    a, b, c = asyncio.run(go())
+    assert not isinstance(a, ScrapeFailed)
+    assert isinstance(b, ScrapeFailed) and b.kind == "child", b
+    assert not isinstance(c, ScrapeFailed)
