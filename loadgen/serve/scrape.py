@@ -5,8 +5,9 @@ end, stall mid-body, be a gzip bomb or be malformed. Read on the run's own event
 cost a run (a ``UnicodeDecodeError`` traceback and no load sent; a 1 GiB page took the client's RSS to
 975 MB and its p99 schedule lag to 336-470 ms). Here the page is fetched and parsed by
 :func:`fetch_scrape` in a child process (:class:`ScrapeWorker`, one per observer, started with
-``spawn`` and at ``nice`` +10, so that its parsing neither holds the client's interpreter lock nor
-outranks it for a CPU); the run receives only the parsed samples it needs. Every scrape is bounded:
+``spawn`` and at ``nice`` +10, off the client's ``--cpus`` where there are other CPUs, so that its parsing
+neither holds the client's interpreter lock nor outranks it for a CPU; killed with the process that started it, ``PR_SET_PDEATHSIG``, and writing to
+``/dev/null``, so an orphan can never hold the run's output pipes); the run receives only the parsed samples it needs. Every scrape is bounded:
 
 * bytes: at most :data:`MAX_PAGE_BYTES` (16 MiB) of page, counted after decompression (``gzip`` and
   ``deflate`` are decompressed with a cap: a bomb stops at the cap);
@@ -26,9 +27,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -50,6 +53,7 @@ MAX_KEPT_SAMPLES = 4000
 KEEP_PREFIXES = ("vllm:", "nv_", "sglang:", "tgi_")
 """Series the summaries read (:mod:`loadgen.serve.prom`): the rest of a page stays in the child."""
 CHUNK = 1 << 16
+_PR_SET_PDEATHSIG = 1
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy from the environment, as aiohttp
 
 
@@ -134,9 +138,27 @@ def fetch_scrape(url: str, timeout_s: float, max_bytes: int = MAX_PAGE_BYTES) ->
     return scrape
 
 
-def _init_child() -> None:
+def _init_child(parent: int) -> None:
+    # never outlive the run, and never hold its stdout/stderr: an orphaned scraper kept a caller waiting on the
+    # run's pipes (CI, session 15: a `loadgen run --server-metrics` against vLLM waited 300 s for EOF)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(0)  # the run ended before this child started
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
     # Ctrl-C reaches the whole foreground process group: the run's own handler stops it and closes this child
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # off the client's own CPUs (--cpus) where there are others: the scraper is not the client
+        others = set(range(os.cpu_count() or 1)) - os.sched_getaffinity(0)
+        if others:
+            os.sched_setaffinity(0, others)
+    except (OSError, AttributeError):
+        pass
     try:
         os.nice(10)  # the client's event loop first, whenever the two want the same CPU
     except OSError:
@@ -154,7 +176,10 @@ class ScrapeWorker:
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_init_child
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_child,
+                initargs=(os.getpid(),),
             )
         return self._pool
 

@@ -90,3 +90,42 @@ def test_a_child_that_dies_costs_one_scrape_and_is_replaced(hostile: str) -> Non
     assert not isinstance(a, ScrapeFailed)
     assert isinstance(b, ScrapeFailed) and b.kind == "child", b
     assert not isinstance(c, ScrapeFailed)
+
+
+_ORPHAN = """
+import asyncio, sys, time
+sys.path.insert(0, sys.argv[2])
+from loadgen.serve.scrape import ScrapeWorker
+async def go():
+    w = ScrapeWorker(timeout_s=5.0)
+    await w.scrape(sys.argv[1])
+    print(*[p.pid for p in w._pool._processes.values()], flush=True)
+    time.sleep(60)
+asyncio.run(go())
+"""
+
+
+def test_a_killed_run_leaves_no_scraper_holding_its_pipes(hostile: str) -> None:
+    # CI, session 15: an orphaned scraper held a `loadgen run`'s stdout/stderr, and the caller waited 300 s for EOF
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[2])
+    p = subprocess.Popen([sys.executable, "-c", _ORPHAN, hostile + "/good", repo], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert p.stdout is not None
+        child = int(p.stdout.readline().split()[0])
+        os.kill(p.pid, signal.SIGKILL)
+        out, _ = p.communicate(timeout=10)  # EOF on both pipes: no child holds them
+    finally:
+        if p.poll() is None:
+            p.kill()
+    for _ in range(100):  # bounded: 5 s
+        if not os.path.exists(f"/proc/{child}") or "Z" in open(f"/proc/{child}/stat").read().split()[2]:
+            break
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{child}") or "Z" in open(f"/proc/{child}/stat").read().split()[2]
