@@ -83,6 +83,7 @@ class ServerObserver:
         self._scrape_errors: list[str] = []
         self._failed: dict[str, int] = {}  # skipped scrapes by kind (loadgen.serve.scrape.ScrapeFailed)
         self._scraper = ScrapeWorker()
+        self._stopping = False  # end() or close(): the sampler stops at its next turn
         self._timed: list[tuple[int, dict[str, float]]] = []  # (scrape midpoint ns, server_gauges)
         self._period_s = sample_period_s
 
@@ -106,12 +107,18 @@ class ServerObserver:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         return self._session
 
-    async def close(self) -> None:
+    async def _stop_sampler(self) -> None:
+        """Stop the gauge sampler: a flag it checks and a cancel, then at most 20 s of waiting (a scrape's own
+        bound is 10 s): a cancellation swallowed in flight must not hold the run's end forever."""
+        self._stopping = True
         if self._sampler is not None:
             self._sampler.cancel()
             with contextlib.suppress(BaseException):
-                await self._sampler
+                await asyncio.wait({self._sampler}, timeout=20.0)
             self._sampler = None
+
+    async def close(self) -> None:
+        await self._stop_sampler()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -145,7 +152,7 @@ class ServerObserver:
             self._scrape_errors.append(msg)
 
     async def _sample_loop(self) -> None:
-        while True:  # ends when end() cancels it; memory bounded (MAX_TIMED, then thinned)
+        while not self._stopping:  # ends when end() stops it; memory bounded (MAX_TIMED, then thinned)
             await asyncio.sleep(self._period_s)
             a = now_ns()
             s = await self.scrape()
@@ -198,6 +205,7 @@ class ServerObserver:
         self._samples = []
         self._scrape_errors = []
         self._failed = {}
+        self._stopping = False
         self._timed = []
         self._period_s = self.sample_period_s
         self._before = await self.scrape()
@@ -210,11 +218,7 @@ class ServerObserver:
 
     async def end(self, result: dict[str, Any] | None = None) -> dict[str, Any]:
         """After a run: the server section (deltas, energy); stored in ``result["server"]`` when given."""
-        if self._sampler is not None:
-            self._sampler.cancel()
-            with contextlib.suppress(BaseException):
-                await self._sampler
-            self._sampler = None
+        await self._stop_sampler()
         after = await self.scrape()
         window = time.monotonic() - self._t0
         energy = await asyncio.to_thread(self._meter.stop) if self._meter is not None else {

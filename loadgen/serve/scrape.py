@@ -187,8 +187,11 @@ class ScrapeWorker:
         loop = asyncio.get_running_loop()
         try:
             fut = loop.run_in_executor(self._executor(), fetch_scrape, url, self.timeout_s)
-            # the child's own deadline is timeout_s; its start (spawn, ~0.5 s once) and its answer get more
-            return await asyncio.wait_for(fut, self.timeout_s + 5.0)
+            # the child's own deadline is timeout_s; its start (spawn, ~0.5 s once) and its answer get more.
+            # asyncio.timeout, not wait_for: in 3.11 wait_for can swallow a cancellation that arrives as the inner
+            # future completes, and the observer's sampler then never stopped (CI, session 15: a 300 s hang)
+            async with asyncio.timeout(self.timeout_s + 5.0):
+                return await fut
         except TimeoutError:
             self.close()
             return ScrapeFailed("child", f"the scraping process did not answer within {self.timeout_s + 5.0:g} s")

@@ -37,8 +37,9 @@ def certifying_candidate(probes: list[Probe], rate: float | None, max_probe_s: f
     (the answer) when it PASSed on a point estimate of the evidence rule (not of the client's timing) and
     the time that would have certified it (``certify_more_s``) fits in the certifying probes left, each
     within ``max_probe_s`` (``--max-probe-duration``). Its requests and the certifying probe's are judged
-    together, as a probe's extensions are: a busy machine's near-knee PASS (0 of 1,481 over, tau ~5 at
-    10 s probes capped at 40 s) is certified by running longer at the answer's rate, not by giving up."""
+    together, as a probe's extensions are: a busy machine's near-knee PASS (0 of 1,481 over, tau ~12 at
+    10 s probes capped at 40 s) gets more requests at the answer's rate instead of ending there (with two
+    CPU hogs even three were too few to certify it: docs/measurement.md)."""
     done = sum(p.continues is not None for p in probes)
     if rate is None or done >= MAX_CERTIFYING:
         return None

@@ -257,8 +257,11 @@ def test_sweep_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -
     sl = json.loads((tmp_path / "local" / "sweep.json").read_text())
     assert sc["answer"]["max_rate_rps"] == sl["answer"]["max_rate_rps"] == 40
     assert sc["conditions"]["cluster"]["engine"] == "ray" and sc["conditions"]["workers"] == 2
-    assert [p["offered_rps"] for p in sc["probes"]] == [p["offered_rps"] for p in sl["probes"]]
-    for a, b in zip(sc["probes"], sl["probes"]):
+    # the decided probes: a probe INVALID on a busy machine's client timing is run again at its rate (CI, two tests
+    # at a time: [20, 20, 40] against [20, 40]); the search's path is what must agree
+    dc, dl = ([p for p in s["probes"] if p["verdict"] in ("pass", "fail")] for s in (sc, sl))
+    assert [p["offered_rps"] for p in dc] == [p["offered_rps"] for p in dl]
+    for a, b in zip(dc, dl):
         assert a["verdict"] == b["verdict"] == "pass"
         assert _near(a["latency_ms"]["ttft"]["p50"], b["latency_ms"]["ttft"]["p50"]), (a["latency_ms"], b["latency_ms"])
         res = json.loads((tmp_path / "cluster" / a["dir"] / "result.json").read_text())
