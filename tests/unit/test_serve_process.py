@@ -86,6 +86,14 @@ def test_ready_then_stop_leaves_no_process(tmp_path: Path) -> None:
     assert srv.stop()["signal"] is None  # idempotent
 
 
+def _autogroup(path: Path) -> str:
+    try:
+        words = path.read_text().split()
+    except OSError:
+        return ""
+    return words[0] if words else ""
+
+
 def test_server_runs_in_its_own_group_of_loadgens_session(tmp_path: Path) -> None:
     """Own process group (stopped as a whole), never its own session: with autogroup scheduling a new
     session is a scheduling group of its own, and a vLLM CPU server there starved loadgen's event loop
@@ -95,9 +103,9 @@ def test_server_runs_in_its_own_group_of_loadgens_session(tmp_path: Path) -> Non
         assert srv.proc is not None and srv.pgid == srv.proc.pid
         assert os.getpgid(srv.proc.pid) == srv.proc.pid  # its own group: stop() signals it whole
         assert os.getsid(srv.proc.pid) == os.getsid(0)  # loadgen's session: the same autogroup
-        ag = Path(f"/proc/{srv.proc.pid}/autogroup")
-        if ag.exists():
-            assert ag.read_text().split()[0] == Path("/proc/self/autogroup").read_text().split()[0]
+        theirs, ours = (_autogroup(Path(f"/proc/{p}/autogroup")) for p in (srv.proc.pid, "self"))
+        if theirs and ours:  # empty where the kernel has autogroup off (CI's machine)
+            assert theirs == ours
     finally:
         srv.stop()
 
