@@ -46,7 +46,7 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
     })),
     ("Server launch", frozenset({
         "serve", "serve_model", "served_model_name", "server_python", "server_port", "serve_args",
-        "model_repository", "pytriton", "serve_timeout", "server_metrics", "server_metrics_interval",
+        "model_repository", "pytriton", "serve_timeout", "server_metrics", "server_metrics_interval", "dcgm_metrics",
     })),
     ("SLO and validity", frozenset({
         "slos", "slo_p99", "slo_metric", "latency_origin", "max_schedule_lag", "max_loop_lag", "max_error_rate",
@@ -60,7 +60,8 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
         "calibration", "calibration_concurrency", "max_extensions", "max_probe_duration", "concurrency_levels",
     })),
     ("Output", frozenset({"out_dir", "save_text", "no_token_lists", "label", "config_file", "help",
-                          "progress", "quiet", "metrics_port", "metrics_host", "otlp_endpoint", "otlp_interval"})),
+                          "progress", "quiet", "metrics_port", "metrics_host", "metrics_token_env", "otlp_endpoint",
+                          "otlp_interval"})),
 )  # fmt: skip
 """Help sections in print order, each with the parameter names (click's ``param.name``) it holds."""
 

@@ -68,29 +68,9 @@ def view_options(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def live_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """:func:`view_options` and the live exporters' ``--metrics-port``/``--metrics-host``/``--otlp-*`` (``run``)."""
-    options = [  # in the order --help lists them
-        click.option(
-            "--metrics-port",
-            type=click.IntRange(0, 65535),
-            default=None,
-            help="Serve live Prometheus metrics on 127.0.0.1:PORT during the run (0 picks a free port; "
-            "needs the 'telemetry' extra).",
-        ),
-        click.option(
-            "--metrics-host",
-            default="127.0.0.1",
-            show_default=True,
-            help="Address the --metrics-port endpoint binds (loopback unless you choose otherwise).",
-        ),
-        click.option(
-            "--otlp-endpoint",
-            type=URL,
-            help="Push live metrics over OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318/v1/metrics "
-            "(needs the 'otlp' extra).",
-        ),
-        click.option("--otlp-interval", default="5s", show_default=True, help="How often --otlp-endpoint is pushed."),
+def server_metrics_option_list() -> list[Callable[..., Any]]:
+    """``--server-metrics URL`` and ``--server-metrics-interval`` (``run`` and ``sweep``)."""
+    return [
         click.option(
             "--server-metrics",
             type=URL,
@@ -99,8 +79,58 @@ def live_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "time axis (--serve does this by itself).",
         ),
         click.option(
-            "--server-metrics-interval", default="1s", show_default=True, help="How often --server-metrics is scraped."
+            "--server-metrics-interval",
+            default="1s",
+            show_default=True,
+            help="How often --server-metrics and --dcgm-metrics are scraped.",
         ),
+        click.option(
+            "--dcgm-metrics",
+            type=URL,
+            help="An NVIDIA DCGM exporter's page (e.g. http://127.0.0.1:9400/metrics): the GPUs' power and energy "
+            "over the run, once per physical GPU (MIG instance rows not summed), in result.json's gpu_dcgm.",
+        ),
+    ]
+
+
+def server_metrics_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`server_metrics_option_list` on a command (``sweep``: each probe's server section)."""
+    for opt in reversed(server_metrics_option_list()):
+        f = opt(f)
+    return f
+
+
+def live_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`view_options` and the live exporters' ``--metrics-port``/``--metrics-host``/``--otlp-*`` (``run``)."""
+    options = [  # in the order --help lists them
+        click.option(
+            "--metrics-port",
+            type=click.IntRange(0, 65535),
+            default=None,
+            help="Serve live Prometheus metrics on 127.0.0.1:PORT during the run (0 picks a free port); the page "
+            "is rendered at most once a second, whatever the scrape rate.",
+        ),
+        click.option(
+            "--metrics-host",
+            default="127.0.0.1",
+            show_default=True,
+            help="Address the --metrics-port endpoint binds (loopback unless you choose otherwise: another "
+            "address needs --metrics-token-env).",
+        ),
+        click.option(
+            "--metrics-token-env",
+            metavar="NAME",
+            help="Require the token in environment variable NAME of every scrape (Authorization: Bearer TOKEN); "
+            "needed when --metrics-host is not loopback.",
+        ),
+        click.option(
+            "--otlp-endpoint",
+            type=URL,
+            help="Push live metrics over OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318/v1/metrics "
+            "(needs the 'otlp' extra).",
+        ),
+        click.option("--otlp-interval", default="5s", show_default=True, help="How often --otlp-endpoint is pushed."),
+        *server_metrics_option_list(),
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -279,6 +309,28 @@ class _Exporters:
             e.attach(runner)
 
 
+def with_dcgm(kw: dict[str, Any], observer: Any) -> Any:
+    """``observer`` paired with the :class:`~loadgen.serve.observe.DcgmObserver` of ``--dcgm-metrics URL``
+    (issue 33), or ``observer`` itself without the option."""
+    url = kw.get("dcgm_metrics")
+    if not url:
+        return observer
+    from urllib.parse import urlsplit
+
+    from loadgen.serve.observe import DcgmObserver, ObserverPair
+
+    p = urlsplit(url)
+    if p.scheme not in ("http", "https") or not p.hostname:
+        raise click.UsageError(
+            f"--dcgm-metrics {redact_url(url)!r}: expected an http(s) URL, e.g. http://127.0.0.1:9400/metrics"
+        )
+    with usage_errors():
+        period_s = parse_duration_ns(kw.get("server_metrics_interval") or "1s") / 1e9
+    if period_s <= 0:
+        raise click.UsageError("--server-metrics-interval must be more than 0")
+    return ObserverPair(observer, DcgmObserver(url, sample_period_s=period_s))
+
+
 def server_observer(kw: dict[str, Any], endpoint_url: str | None) -> Any:
     """The :class:`~loadgen.serve.ServerObserver` of ``--server-metrics URL`` (the server's kind told by
     its metric names), or None without the option."""
@@ -304,6 +356,26 @@ def server_observer(kw: dict[str, Any], endpoint_url: str | None) -> Any:
                           sample_period_s=period_s, energy=False)  # fmt: skip
 
 
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def metrics_token(host: str, env_name: str | None) -> str | None:
+    """The token ``--metrics-token-env NAME`` names (read from the environment, never from the command
+    line); UsageError for a non-loopback ``--metrics-host`` without one: the page shows the run to anyone
+    who can reach it, and a flood of scrapes costs the client CPU (issue 33)."""
+    if env_name:
+        token = os.environ.get(env_name)
+        if not token:
+            raise click.UsageError(f"--metrics-token-env {env_name}: that environment variable is not set or empty")
+        return token
+    if host not in LOOPBACK:
+        raise click.UsageError(
+            f"--metrics-host {host!r} serves the live metrics beyond this machine: also give --metrics-token-env "
+            "NAME (every scrape must then send Authorization: Bearer <token>)"
+        )
+    return None
+
+
 @contextlib.contextmanager
 def telemetry_from_options(
     kw: dict[str, Any], jsonl: Path, err: Console, redact: Callable[[str], str]
@@ -314,16 +386,12 @@ def telemetry_from_options(
     with contextlib.ExitStack() as stack:
         port = kw.get("metrics_port")
         if port is not None:
-            try:
-                import prometheus_client  # noqa: F401
+            from loadgen.telemetry.prom import PromExporter  # its own page and server: no extra needed
 
-                from loadgen.telemetry.prom import PromExporter
-            except ImportError:
-                raise click.UsageError(
-                    "--metrics-port needs prometheus-client: pip install 'loadgen[telemetry]'"
-                ) from None
+            host = kw.get("metrics_host") or "127.0.0.1"
+            token = metrics_token(host, kw.get("metrics_token_env"))
             try:
-                prom = stack.enter_context(PromExporter(jsonl, port, kw.get("metrics_host") or "127.0.0.1"))
+                prom = stack.enter_context(PromExporter(jsonl, port, host, token=token))
             except OSError as exc:
                 raise click.UsageError(f"--metrics-port {port}: cannot listen: {exc.strerror or exc}") from None
             err.print(f"live metrics on {prom.url}", markup=False)

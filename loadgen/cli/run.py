@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.config import build_load_config, config_record, prices, run_estimate
-from loadgen.cli.live import LiveView, live_enabled, live_options, server_observer, telemetry_from_options
+from loadgen.cli.live import LiveView, live_enabled, live_options, server_observer, telemetry_from_options, with_dcgm
 from loadgen.cli.options import (
     common_endpoint_options,
     cpus_option,
@@ -90,7 +90,9 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
         use_uvloop()
 
         async def go() -> MeasuredRun:
-            observer = target.observer() or server_observer(kw, target.url)  # --serve, or --server-metrics URL
+            observer = with_dcgm(
+                kw, target.observer() or server_observer(kw, target.url)
+            )  # --serve, or --server-metrics URL
             try:
                 await endpoint.open()
                 extra = {"server": await observer.conditions()} if observer is not None else None

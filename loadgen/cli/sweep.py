@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.config import base_load_config, build_sweep_config, config_record, sweep_estimate
-from loadgen.cli.live import LiveView, live_enabled, view_options
+from loadgen.cli.live import LiveView, live_enabled, server_metrics_options, server_observer, view_options, with_dcgm
 from loadgen.cli.options import (
     common_endpoint_options,
     cpus_option,
@@ -90,6 +90,7 @@ __all__ = ["sweep_cmd"]
     "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/)."
 )
 @view_options
+@server_metrics_options
 def sweep_cmd(**kw: Any) -> SweepOutcome | ScaledOutcome:
     """Find the highest offered load that still meets the SLO."""
     from loadgen.cli.scale import scaled_sweep, sizes_of
@@ -179,7 +180,9 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
 
         async def go() -> SweepOutcome:
             loop = asyncio.get_running_loop()
-            observer = target.observer()
+            observer = with_dcgm(
+                kw, target.observer() or server_observer(kw, target.url)
+            )  # --serve, or --server-metrics URL
             sweep = None
 
             def progress(msg: str) -> None:

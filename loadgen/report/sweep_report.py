@@ -58,6 +58,11 @@ def headline(res: dict[str, Any]) -> str | None:
         )
         if hi is not None:
             head = head[:-1] + f"; {_n(hi)} {u} certainly fails)"
+    if lo is not None and a.get("point_estimate"):
+        head += f", on a point estimate at {_n(rate)} {u}"  # the answer's own probe was not certified
+    above = a.get("point_estimate_pass_above_rps")
+    if above is not None:
+        head += f"; {_n(above)} {u} passed too, on a point estimate only"
     return head
 
 

@@ -238,7 +238,8 @@ def gpus_for_pids(nvml: NVML, pids: set[int], env: dict[str, str] | None = None)
     """The GPU indices a server uses, and how that was decided.
 
     First the devices whose compute processes include one of ``pids``; else the
-    server's ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs); else every GPU.
+    server's ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs); a MIG instance there: none, and why
+    (the energy is then not measured; before, it fell back to every GPU); else every GPU.
     """
     n = nvml.count()
     if pids:
@@ -250,6 +251,13 @@ def gpus_for_pids(nvml: NVML, pids: set[int], env: dict[str, str] | None = None)
         if found:
             return found, "GPUs running the server's processes"
     cvd = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if cvd is not None and any(p.strip().startswith("MIG-") for p in cvd.split(",")):
+        # NVML's power and energy are per physical GPU, shared by all of its MIG instances; the instance's
+        # parent is not told by these UUIDs: never fall back to every GPU (issue 33)
+        return [], (
+            "CUDA_VISIBLE_DEVICES names a MIG instance: NVML reads power and energy per physical GPU, shared by "
+            "all its instances, so the server's share cannot be measured here: not measured"
+        )
     if cvd is not None and cvd.strip():
         idx = []
         uuids = {nvml.uuid(nvml.handle(i)): i for i in range(n)}

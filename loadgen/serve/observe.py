@@ -160,8 +160,8 @@ class ServerObserver:
                 continue
             self._detect(s)
             if len(self._samples) < 3600:
-                # only the gauges matter between the end points: keep them, drop the rest
-                self._samples.append({k: v for k, v in s.items() if _is_gauge(k)})
+                # between the end points: the gauges, and the counters read (their resets are bridged there)
+                self._samples.append({k: v for k, v in s.items() if _kept_between(k)})
             self._timed.append(((a + now_ns()) // 2, prom.server_gauges(s)))
             if len(self._timed) >= MAX_TIMED:  # a long run: keep every other sample, sample half as often
                 self._timed = self._timed[::2]
@@ -198,6 +198,11 @@ class ServerObserver:
             m = EnergyMeter()
             m._unavailable = str(exc)
             return m
+        if not idx:  # a MIG instance: its share of the GPU's energy cannot be told (loadgen.serve.nvml)
+            nvml.close()
+            m = EnergyMeter()
+            m._unavailable = how
+            return m
         return EnergyMeter(idx, self.power_period_s, nvml=nvml, selection=how)
 
     async def begin(self) -> None:
@@ -211,6 +216,7 @@ class ServerObserver:
         self._before = await self.scrape()
         if self._before is not None:
             self._detect(self._before)
+            self._timed.append((now_ns(), prom.server_gauges(self._before)))  # an end scrape counts too
         self._meter = await asyncio.to_thread(self._energy_meter)
         await asyncio.to_thread(self._meter.start)
         self._t0 = time.monotonic()
@@ -220,6 +226,8 @@ class ServerObserver:
         """After a run: the server section (deltas, energy); stored in ``result["server"]`` when given."""
         await self._stop_sampler()
         after = await self.scrape()
+        if after is not None:  # always taken: a run shorter than one sampling period still gets its gauges
+            self._timed.append((now_ns(), prom.server_gauges(after)))
         window = time.monotonic() - self._t0
         energy = await asyncio.to_thread(self._meter.stop) if self._meter is not None else {
             "measured": False, "reason": "begin() was not called"}  # fmt: skip
@@ -243,6 +251,10 @@ class ServerObserver:
         else:
             section["metrics"] = None
             section["metrics_unavailable"] = "; ".join(self._scrape_errors) or "no /metrics scrape"
+        section["gauges"] = _gauge_summary(self._timed)
+        cov = _coverage(section.get("metrics"), result)
+        if cov:
+            section["coverage"] = cov
         section["energy"] = energy
         t0_ns = ((result or {}).get("conditions") or {}).get("t0_monotonic_ns")
         section["series"] = self._series(energy, t0_ns if isinstance(t0_ns, int) else None)
@@ -308,5 +320,114 @@ _GAUGES = ("kv_cache_usage_perc", "cache_usage_perc", "num_requests_running", "n
            "pending_request_count")  # fmt: skip
 
 
-def _is_gauge(name: str) -> bool:
-    return any(g in name for g in _GAUGES)
+_COUNTERS = ("num_preemptions_total", "prompt_tokens_total", "generation_tokens_total", "request_success_total",
+             "prefix_cache_queries_total", "prefix_cache_hits_total", "nv_inference_request_success",
+             "nv_inference_count")  # fmt: skip
+
+
+def _kept_between(name: str) -> bool:
+    """A series kept from the scrapes between the run's end points: a gauge, or a counter a summary reads."""
+    return name.startswith("DCGM_FI_") or any(g in name for g in _GAUGES) or any(name.endswith(c) for c in _COUNTERS)
+
+
+def _gauge_summary(timed: list[tuple[int, dict[str, float]]]) -> dict[str, Any]:
+    """Each server gauge over the run's scrapes, the two end scrapes included: ``mean`` (of the samples, taken
+    every sampling period), ``max`` and ``samples``; a gauge the server does not export is left out."""
+    out: dict[str, Any] = {}
+    for k in prom.GAUGE_NAMES:
+        vals = [g[k] for _, g in timed if k in g]
+        if vals:
+            out[k] = {"mean": round(sum(vals) / len(vals), 4), "max": round(max(vals), 4), "samples": len(vals)}
+    return out
+
+
+def _coverage(metrics: dict[str, Any] | None, result: dict[str, Any] | None) -> str | None:
+    """A word when the page counted fewer finished requests than the client completed in the run: the page
+    covers part of the server (one of several API servers or engines behind the endpoint reports)."""
+    server_n = (metrics or {}).get("requests_finished")
+    if server_n is None:
+        server_n = (metrics or {}).get("requests_success")
+    client_n = ((result or {}).get("counts") or {}).get("completed")
+    if server_n is None or not client_n or server_n >= client_n:
+        return None
+    return (
+        f"the page counted {server_n} finished requests over the run, the client completed {client_n}: "
+        "it covers part of the server (several API servers or engines behind the endpoint, one page?)"
+    )
+
+
+class DcgmObserver(ServerObserver):
+    """Scrapes an NVIDIA DCGM exporter's page around runs (``--dcgm-metrics URL``, issue 33): the GPUs' power and
+    energy once per physical GPU, MIG instance rows not summed (:mod:`loadgen.serve.dcgm`). Its section goes to
+    ``result["gpu_dcgm"]``; the server's own section (``result["server"]``) is another observer's."""
+
+    def __init__(self, metrics_url: str, *, sample_period_s: float = 1.0) -> None:
+        super().__init__("dcgm", metrics_url, metrics_url=metrics_url, sample_period_s=sample_period_s, energy=False)
+
+    def _detect(self, s: prom.Scrape) -> None:
+        return  # a DCGM page: never a server kind
+
+    async def end(self, result: dict[str, Any] | None = None) -> dict[str, Any]:
+        from loadgen.serve.dcgm import dcgm_summary
+
+        await self._stop_sampler()
+        after = await self.scrape()
+        window = time.monotonic() - self._t0
+        if self._meter is not None:
+            await asyncio.to_thread(self._meter.stop)
+            self._meter = None
+        scrapes = [s for s in (self._before, *self._samples, after) if s is not None]
+        section: dict[str, Any] = {
+            "metrics_url": self._metrics_url_shown,
+            "scrapes": len(scrapes),
+            "scrapes_failed": sum(self._failed.values()),
+            "scrapes_failed_by_kind": dict(self._failed),
+            "scrape_errors": list(self._scrape_errors),
+            **(dcgm_summary(scrapes, window) if scrapes else {"gpus": {}, "window_s": round(window, 3)}),
+        }
+        if result is not None:
+            result["gpu_dcgm"] = section
+        return section
+
+
+class ObserverPair:
+    """A server observer (or None) and a :class:`DcgmObserver`, driven as one (``--dcgm-metrics`` beside
+    ``--serve`` or ``--server-metrics``): the engine calls begin/end on it as on one observer."""
+
+    def __init__(self, main: ServerObserver | None, dcgm: DcgmObserver) -> None:
+        self.main = main
+        self.dcgm = dcgm
+
+    @property
+    def server(self) -> ServerProcess | None:
+        return self.main.server if self.main is not None else None
+
+    @property
+    def kind(self) -> str:
+        return self.main.kind if self.main is not None else "dcgm"
+
+    def _all(self) -> list[ServerObserver]:
+        return [o for o in (self.main, self.dcgm) if o is not None]
+
+    async def begin(self) -> None:
+        for o in self._all():
+            await o.begin()
+
+    async def end(self, result: dict[str, Any] | None = None) -> dict[str, Any]:
+        sec = await self.main.end(result) if self.main is not None else {}
+        await self.dcgm.end(result)
+        return sec
+
+    async def conditions(self) -> dict[str, Any]:
+        cond = await self.main.conditions() if self.main is not None else {}
+        cond["dcgm_metrics_url"] = self.dcgm._metrics_url_shown
+        return cond
+
+    async def reset_prefix_cache(self) -> dict[str, Any]:
+        if self.main is None:
+            return {"reset": False, "how": None, "detail": "no server observer"}
+        return await self.main.reset_prefix_cache()
+
+    async def close(self) -> None:
+        for o in self._all():
+            await o.close()

@@ -27,6 +27,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from loadgen.serve.counters import RENAMED, first_present, increase
+
 __all__ = [
     "GAUGE_NAMES",
     "Scrape",
@@ -195,6 +197,10 @@ def bucket_bound(q: float, buckets: Mapping[float, float]) -> float | None:
     return None
 
 
+HIT_RATE_TOLERANCE = 0.05
+"""A server hit-rate gauge further than this from the counters' Δhits / Δqueries is flagged."""
+
+
 def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
 
@@ -216,6 +222,10 @@ def vllm_summary(
         else None
     )
     out: dict[str, Any] = {}
+    scrapes = [before, *samples, after]
+    resets: dict[str, int] = {}
+    wraps: dict[str, int] = {}
+    names: dict[str, str] = {}
     for key, name in (
         ("preemptions", "vllm:num_preemptions_total"),
         ("prompt_tokens", "vllm:prompt_tokens_total"),
@@ -224,19 +234,46 @@ def vllm_summary(
         ("prefix_cache_queries_tokens", "vllm:prefix_cache_queries_total"),
         ("prefix_cache_hits_tokens", "vllm:prefix_cache_hits_total"),
     ):
-        d = delta(before, after, name, where)
-        if d is not None:
-            out[key] = int(d)
+        used = first_present(scrapes, RENAMED.get(name, (name,))) or name
+        inc = increase(scrapes, used, where)  # resets and wraps bridged
+        if inc is None:
+            continue
+        out[key] = int(inc.value)
+        if used != name:
+            names[key] = used  # an older name of the series (loadgen.serve.counters.RENAMED)
+        if inc.resets:
+            resets[used] = resets.get(used, 0) + inc.resets
+        if inc.wraps:
+            wraps[used] = wraps.get(used, 0) + inc.wraps
+        engines = {dict(lab).get("engine") for lab in inc.by_label} - {None}
+        if key == "generation_tokens" and len(engines) > 1:  # several engines behind one page: each counted
+            out["engines"] = len(engines)
+            out["generation_tokens_by_engine"] = {
+                str(dict(lab).get("engine")): int(v) for lab, v in sorted(inc.by_label.items())
+            }
+    if resets:
+        out["counter_resets"] = resets  # counted from 0 after each: the figure is a lower bound
+    if wraps:
+        out["counter_wraps"] = wraps
+    if names:
+        out["series_names"] = names
     q, h = out.get("prefix_cache_queries_tokens"), out.get("prefix_cache_hits_tokens")
     if q is not None and h is not None:
         out["prefix_cache_hit_rate"] = _r(h / q) if q else None
-    scrapes = [before, *samples, after]
-    for key, names in (
+        gauge = peak(after, "vllm:gpu_prefix_cache_hit_rate", where)  # the V0 engine's own figure (blocks)
+        if gauge is not None and out["prefix_cache_hit_rate"] is not None:
+            out["prefix_cache_hit_rate_gauge"] = _r(gauge)
+            if abs(gauge - out["prefix_cache_hit_rate"]) > HIT_RATE_TOLERANCE:
+                out["prefix_cache_hit_rate_disagrees"] = (
+                    f"the server's hit-rate gauge reads {gauge:.3f}, its counters give "
+                    f"{out['prefix_cache_hit_rate']:.3f} over the run: the counters' figure is kept"
+                )
+    for key, gauge_names in (
         ("kv_cache_usage_peak", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc")),
         ("requests_running_peak", ("vllm:num_requests_running",)),
         ("requests_waiting_peak", ("vllm:num_requests_waiting",)),
     ):
-        for name in names:
+        for name in gauge_names:
             vals = [total(s, name, where) if "requests" in key else peak(s, name, where) for s in scrapes]
             vals = [v for v in vals if v is not None]
             if vals:

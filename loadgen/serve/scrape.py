@@ -50,7 +50,7 @@ SOCKET_TIMEOUT_S = 2.0
 """Connecting, and each read of the body: a page that stalls this long mid-body is skipped."""
 MAX_KEPT_SAMPLES = 4000
 """Samples a scrape returns to the run at most (those of :data:`KEEP_PREFIXES` and the gauges)."""
-KEEP_PREFIXES = ("vllm:", "nv_", "sglang:", "tgi_")
+KEEP_PREFIXES = ("vllm:", "nv_", "sglang:", "tgi_", "DCGM_FI_")
 """Series the summaries read (:mod:`loadgen.serve.prom`): the rest of a page stays in the child."""
 CHUNK = 1 << 16
 _PR_SET_PDEATHSIG = 1

@@ -110,6 +110,7 @@ class Sweep:
         self.started_ns = now_ns()
         self.untested_above: float | None = None  # the lowest rate the client could not test (INVALID after re-runs)
         self.untested_users: int | None = None  # the same for a concurrency sweep: the user count
+        self.point_estimate_above: float | None = None  # a PASS above the certified answer, on a point estimate
 
     def elapsed_s(self) -> float:
         return (now_ns() - self.started_ns) / 1e9
@@ -121,8 +122,7 @@ class Sweep:
         label = f"concurrency {concurrency}" if concurrency else f"{rate:.3f} {unit}"
         self.progress(f"probe {idx}: {label} ...")
         reset = None
-        if self.server_observer is not None:
-            # a warm prefix cache must not flatter later probes
+        if resets_prefix_cache(self.server_observer):  # a warm prefix cache must not flatter later probes
             reset = await self.server_observer.reset_prefix_cache()
         p = await run_probe(
             self.endpoint,
@@ -526,6 +526,7 @@ class Sweep:
         answer["verdict_text"] = at.verdict_text if at else None
         answer["point_estimate"] = bool(at.low_confidence) if at else None
         answer["untested_above_rps"] = self.untested_above
+        answer["point_estimate_pass_above_rps"] = self.point_estimate_above  # loadgen.sweep.certify
         # stopped by the user: the answer is at most the bracket or lower bound the decided probes show
         answer["interrupted"] = self.interrupted
         answer["untested_concurrency"] = self.untested_users
@@ -583,6 +584,12 @@ class Sweep:
         }
         self.starved.apply(result)  # client_wakeup; a starved client is the answer (loadgen.sweep.starved)
         return SweepOutcome(result, self.probes)
+
+
+def resets_prefix_cache(observer: Any) -> bool:
+    """Whether a probe resets the server's prefix cache first: only a server loadgen started (``--serve``), never
+    one it only reads (``--server-metrics URL``: someone else's server, issue 33)."""
+    return observer is not None and getattr(observer, "server", None) is not None
 
 
 def cost_per_million(cost_per_hour_usd: float | None, tokens_per_s: float | None) -> float | None:

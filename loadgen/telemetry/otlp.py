@@ -10,12 +10,15 @@ more on close, after the last record: the last push holds the run's final counts
 Instruments (GenAI semantic-convention names where one exists; ``loadgen.phase`` is
 ``measure`` or ``warmup``, as in ``requests.jsonl``):
 
-* ``gen_ai.server.time_to_first_token`` (s): TTFT from the scheduled send, successful
-  measured requests; ``gen_ai.server.time_per_output_token`` (s): every per-token gap
-  (``itl_ms``); ``gen_ai.client.operation.duration`` (s): E2E of successful measured
-  requests. Explicit buckets: the exporter's schema-3 bounds
-  (:data:`~loadgen.telemetry.prom.BUCKET_BOUNDS_S`), so the OTLP and Prometheus histograms
-  of any number of generators merge exactly and a percentile is known within a factor 2**(1/8);
+* histograms (s) of the successful measured requests: loadgen's own ``loadgen.ttft`` (TTFT from
+  the *scheduled* send), ``loadgen.itl`` (every per-token gap, ``itl_ms``), ``loadgen.e2e`` (from the
+  scheduled send); and the GenAI *client* metrics of :data:`~loadgen.telemetry.prom.GENAI_SEMCONV`:
+  ``gen_ai.client.operation.time_to_first_chunk`` (from the client's send, as the convention
+  defines it), ``gen_ai.client.operation.time_per_output_chunk`` (chunk to chunk,
+  ``inter_chunk_ms``), ``gen_ai.client.operation.duration`` (from the send to the end); never the
+  GenAI *server* names (loadgen is a client). Explicit buckets: the exporter's schema-7 bounds
+  (:data:`~loadgen.telemetry.prom.BUCKET_BOUNDS_S`), so the OTLP and Prometheus histograms of any
+  number of generators merge exactly and a percentile is known within a factor 2**(1/128) (0.54 %);
 * ``gen_ai.client.token.usage`` ({token}, ``gen_ai.token.type`` = ``output``): output tokens
   per successful measured request;
 * counters ``loadgen.requests`` (``loadgen.phase``, ``loadgen.status``),
@@ -40,16 +43,20 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.telemetry.prom import BUCKET_BOUNDS_S, REFRESH_S
+from loadgen.telemetry.prom import BUCKET_BOUNDS_S, REFRESH_S, histogram_values_s
 from loadgen.telemetry.tail import RecordTail, refresh_until_stopped
 
 __all__ = ["OtlpPusher"]
 
-HISTOGRAM_NAMES = (
-    "gen_ai.server.time_to_first_token",
-    "gen_ai.server.time_per_output_token",
-    "gen_ai.client.operation.duration",
+HISTOGRAMS = (
+    ("ttft", "loadgen.ttft", "TTFT from the scheduled send"),
+    ("itl", "loadgen.itl", "Per-token gap (ITL)"),
+    ("e2e", "loadgen.e2e", "E2E of successful requests, from the scheduled send"),
+    ("ttfc", "gen_ai.client.operation.time_to_first_chunk", "From the client's send to the first chunk"),
+    ("tpoc", "gen_ai.client.operation.time_per_output_chunk", "From one chunk to the next"),
+    ("duration", "gen_ai.client.operation.duration", "From the client's send to the end, successful requests"),
 )
+HISTOGRAM_NAMES = tuple(name for _, name, _ in HISTOGRAMS)
 
 
 class OtlpPusher:
@@ -114,9 +121,7 @@ class OtlpPusher:
             return cb
 
         self._inst = {
-            "ttft": m.create_histogram(HISTOGRAM_NAMES[0], unit="s", description="TTFT from the scheduled send"),
-            "itl": m.create_histogram(HISTOGRAM_NAMES[1], unit="s", description="Per-token gap (ITL)"),
-            "e2e": m.create_histogram(HISTOGRAM_NAMES[2], unit="s", description="E2E of successful requests"),
+            **{key: m.create_histogram(name, unit="s", description=doc) for key, name, doc in HISTOGRAMS},
             "usage": m.create_histogram("gen_ai.client.token.usage", unit="{token}", description="Output tokens"),
             "requests": m.create_counter("loadgen.requests", description="Finished requests"),
             "sent": m.create_counter("loadgen.requests.sent", description="Finished requests that were sent"),
@@ -173,12 +178,9 @@ class OtlpPusher:
                 i["tokens"].add(n, {"loadgen.phase": ph})
             if ok and ph == "measure":
                 attrs = {"loadgen.phase": ph}
-                if d.get("ttft_ms") is not None:
-                    i["ttft"].record(float(d["ttft_ms"]) / 1e3, attrs)
-                if d.get("e2e_ms") is not None:
-                    i["e2e"].record(float(d["e2e_ms"]) / 1e3, attrs)
-                for v in d.get("itl_ms") or ():
-                    i["itl"].record(float(v) / 1e3, attrs)
+                for key, vs in histogram_values_s(d).items():
+                    for v in vs:
+                        i[key].record(v, attrs)
                 i["usage"].record(n, {"loadgen.phase": ph, "gen_ai.token.type": "output"})
         r = self.runner
         unsent = int(getattr(r, "unsent", 0) or 0) + int(getattr(r, "unsent_warmup", 0) or 0)

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.fixtures.promql import histogram_quantile
+
 pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,10 +89,12 @@ def test_metrics_port_counts_equal_the_result(tmp_path: Path, sim_url: str, work
     for kind, n in c["errors_by_kind"].items():
         assert final[("loadgen_errors_total", ("kind", kind), ("phase", "measure"))] == n
     assert final[("loadgen_output_tokens_total", ("phase", "measure"))] == res["tokens"]["output"]
-    # the p99 TTFT of the whole run, from the exported histogram: within one bucket (a factor 2**(1/8))
-    le = bucket_of(final[("loadgen_ttft_seconds_bucket", "measure")], 0.99)
-    exact_s = res["latency_ms"]["ttft"]["p99"] / 1e3
-    assert le / 2 ** (2 / 8) <= exact_s <= le
+    # p50 and p99 TTFT of the whole run read back as Grafana does (histogram_quantile): within 1 % of
+    # result.json's (issue 33 must-show 5: the schema-3 buckets were within about 4.5 %)
+    for q, name in ((0.5, "p50"), (0.99, "p99")):
+        est = histogram_quantile(final[("loadgen_ttft_seconds_bucket", "measure")], q)
+        exact_s = res["latency_ms"]["ttft"][name] / 1e3
+        assert abs(est / exact_s - 1) <= 0.01, (name, est, exact_s)
 
 
 def run_in_terminal(cmd: list[str], timeout_s: float) -> tuple[int | None, str]:
@@ -238,10 +242,12 @@ def test_otlp_push_counts_equal_the_result(tmp_path: Path, sim_url: str) -> None
     assert total("loadgen.requests", **{"loadgen.phase": "measure", "loadgen.status": "ok"}) == c["completed"]
     assert total("loadgen.requests", **{"loadgen.phase": "measure", "loadgen.status": "error"}) == c["failed"]
     assert total("loadgen.output_tokens", **{"loadgen.phase": "measure"}) == res["tokens"]["output"]
-    ttft = pts["gen_ai.server.time_to_first_token"]
+    assert not any(n.startswith("gen_ai.server.") for n in pts)  # loadgen is a client (issue 33)
+    assert {"gen_ai.client.operation.time_to_first_chunk", "gen_ai.client.operation.time_per_output_chunk"} <= set(pts)
+    ttft = pts["loadgen.ttft"]
     assert sum(p.count for p in ttft) == res["latency_ms"]["ttft"]["count"]
-    # the same schema-3 buckets as the Prometheus endpoint: p99 within one bucket of result.json's
+    # the same schema-7 buckets as the Prometheus endpoint: p99 within one bucket of result.json's
     (p,) = ttft
     cum = list(itertools.accumulate(p.bucket_counts))
     le = bucket_of(list(zip([*p.explicit_bounds, float("inf")], cum)), 0.99)
-    assert le / 2 ** (2 / 8) <= res["latency_ms"]["ttft"]["p99"] / 1e3 <= le
+    assert le / 2 ** (2 / 128) <= res["latency_ms"]["ttft"]["p99"] / 1e3 <= le

@@ -32,3 +32,68 @@ def test_a_run_beside_a_hostile_metrics_page_is_whole(tmp_path: Path, sim_url: s
     srv = res["server"]
     assert srv["scrapes_failed"] >= 2 and srv["scrapes_failed_by_kind"].get(kind, 0) >= 2, srv
     assert srv["metrics"] is None and srv["scrape_errors"]
+
+
+def test_sweep_reads_the_server_metrics_of_each_probe_and_never_resets_that_server(
+    tmp_path: Path, sim_url: str
+) -> None:
+    """``sweep --server-metrics URL`` (issue 33 item 5): each probe's result.json has the server's section;
+    a server loadgen did not start is only read: its prefix cache is never reset (``--serve`` resets its own)."""
+    from loadgen.sweep.search import resets_prefix_cache
+
+    out = tmp_path / "sw"
+    proc = cli_run("sweep", "--endpoint", sim_url, "--slo", "e2e:p50<=10s", "--start-rate", "20", "--max-rate", "20",
+                   "--probe-duration", "2s", "--max-probe-duration", "2s", "--calibration", "1s", "--output-tokens", "3",
+                   "--server-metrics", f"{sim_url}/metrics", "--server-metrics-interval", "0.5s",
+                   "--out", str(out))  # fmt: skip
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    probes = sorted(out.glob("probe-*/result.json"))
+    assert probes, proc.stderr[-2000:]
+    for p in probes:
+        srv = json.loads(p.read_text())["server"]
+        assert srv["kind"] == "vllm" and srv["metrics"]["requests_finished"] > 0, srv
+    assert not resets_prefix_cache(type("Observer", (), {"server": None})())
+    assert resets_prefix_cache(type("Observer", (), {"server": object()})())
+
+
+def test_run_reads_a_dcgm_page_once_per_gpu(tmp_path: Path, sim_url: str) -> None:
+    """``run --dcgm-metrics URL`` (issue 33 item 5) against a recorded dcgm-exporter page of one H100 split into
+    seven MIG instances, whose rows each repeat the whole GPU's 400 W: result.json's gpu_dcgm reads 400 W, not
+    2,800, and the energy counter's rise (mJ) once."""
+    import http.server
+    import threading
+
+    from tests.unit.test_serve_dcgm import UUID
+
+    state = {"mj": 1e9}
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state["mj"] += 400e3 * 0.5  # 400 W between scrapes half a second apart, about
+            base = f'gpu="0",UUID="{UUID}",modelName="NVIDIA H100 80GB HBM3"'
+            rows = [f'{base},GPU_I_ID="{i}",GPU_I_PROFILE="1g.10gb"' for i in range(1, 8)]
+            body = "".join(f"DCGM_FI_DEV_POWER_USAGE{{{r}}} 400\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{r}}} "
+                           f"{state['mj']}\n" for r in rows).encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            return
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    out = tmp_path / "out"
+    try:
+        proc = cli_run("run", "--endpoint", sim_url, "--rate", "20", "--requests", "40", "--output-tokens", "3",
+                       "--dcgm-metrics", f"http://127.0.0.1:{srv.server_port}/metrics",
+                       "--server-metrics-interval", "0.5s", "--out", str(out))  # fmt: skip
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    g = json.loads((out / "result.json").read_text())["gpu_dcgm"]
+    assert g["power_w_mean"] == 400.0 and g["gpus"][UUID]["mig_instances"] == 7, g
+    # 200 J a fetch, counted once per GPU (7 x that summed the rows); a fetch cancelled at the end still counted
+    assert g["scrapes"] >= 2 and (g["scrapes"] - 1) * 200.0 <= g["energy_j"] <= (g["scrapes"] + 1) * 200.0, g

@@ -110,6 +110,13 @@ def test_the_headline_says_the_answer_and_its_interval_in_plain_words() -> None:
         "9.50 req/s meets p99 TTFT ≤ 300 ms (a point estimate: no probe certified a PASS; about 42 s more at "
         "9.50 req/s would have certified it; 12.00 req/s certainly fails)"
     )
+    # the demo with a CPU hog read "37.03 req/s meets ... (95 % interval 24.01-48.03 req/s)" for a point estimate
+    pe = headline(sweep({"interval_rps": [8.0, 12.0], "point_estimate": True}))
+    assert (
+        pe == "9.50 req/s meets p99 TTFT ≤ 300 ms (95 % interval 8.00–12.00 req/s), on a point estimate at 9.50 req/s"
+    )
+    above = headline(sweep({"interval_rps": [9.5, 12.0], "point_estimate_pass_above_rps": 10.5}))
+    assert above is not None and above.endswith("; 10.50 req/s passed too, on a point estimate only")
     assert headline(sweep({})) is None  # a sweep.json from before issue 30: no interval, no headline
     assert headline(sweep({"interval_rps": [1, 2], "concurrency": 8})) is None
 

@@ -78,8 +78,8 @@ def test_url_options_are_declared_by_their_type() -> None:
     from loadgen.cli.sweep import sweep_cmd
     from loadgen.cli.url_options import record_urls, url_option_names, url_secrets
 
-    assert url_option_names(run_cmd) == {"endpoint", "cluster", "otlp_endpoint", "server_metrics"}
-    assert url_option_names(sweep_cmd) == {"endpoint", "cluster"}
+    assert url_option_names(run_cmd) == {"endpoint", "cluster", "otlp_endpoint", "server_metrics", "dcgm_metrics"}
+    assert url_option_names(sweep_cmd) == {"endpoint", "cluster", "server_metrics", "dcgm_metrics"}
     url = f"http://bob:{KEY}@127.0.0.1:9/metrics?api_key={KEY}x"
     assert record_urls(url) == ("http://127.0.0.1:9/metrics?api_key=***", True)
     assert record_urls(["http://h:1/a?b=c"]) == (["http://h:1/a?b=c"], False)  # kept exactly

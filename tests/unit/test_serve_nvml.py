@@ -107,6 +107,9 @@ def test_gpu_selection() -> None:
     assert gpus_for_pids(nvml, set(), {"CUDA_VISIBLE_DEVICES": "GPU-0001"})[0] == [1]
     idx, how = gpus_for_pids(nvml, set(), {"CUDA_VISIBLE_DEVICES": ""})
     assert idx == [0, 1] and how.startswith("all GPUs")
+    # a MIG instance fell back silently to every GPU (issue 33): now none, and the conditions say why
+    idx, how = gpus_for_pids(nvml, set(), {"CUDA_VISIBLE_DEVICES": "MIG-5f2e0c1a-7d3b-5e8f-9a41-0c2d7b6e1f00"})
+    assert idx == [] and "MIG instance" in how and "not measured" in how
 
 
 @pytest.mark.timing

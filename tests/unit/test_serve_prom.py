@@ -145,3 +145,85 @@ def test_triton_summary() -> None:
     assert s["request_time_ms_total"] == 13.0
     assert s["pending_requests_peak"] == 9
     assert "gpu_energy_j" not in s and "vllm" not in s
+
+
+# --------------------------------------------------------------------------- counters read right (issue 33 item 4)
+
+
+def _page(**kw: float) -> prom.Scrape:
+    """A vLLM page: ``gen0``/``gen1`` generation tokens of engines 0 and 1 (1 absent when not given), ``ok``
+    finished requests, ``q``/``h`` prefix-cache queried and hit tokens, old names when ``old``."""
+    pre = "vllm:gpu_prefix_cache" if kw.get("old") else "vllm:prefix_cache"
+    lines = [f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {kw.get("gen0", 0)}',
+             f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="m"}} {kw.get("ok", 0)}',
+             f'{pre}_queries_total{{engine="0",model_name="m"}} {kw.get("q", 0)}',
+             f'{pre}_hits_total{{engine="0",model_name="m"}} {kw.get("h", 0)}']  # fmt: skip
+    if "gen1" in kw:
+        lines.append(f'vllm:generation_tokens_total{{engine="1",model_name="m"}} {kw["gen1"]}')
+    if "gauge" in kw:
+        lines.append(f'vllm:gpu_prefix_cache_hit_rate{{model_name="m"}} {kw["gauge"]}')
+    return prom.parse("\n".join(lines) + "\n")
+
+
+def test_a_counter_reset_mid_run_is_bridged_and_flagged() -> None:
+    # 1,000 tokens, then the server restarts (the counter reads 200 at the next scrape), then 300 more
+    s = prom.vllm_summary(_page(gen0=5000), _page(gen0=500), [_page(gen0=6000), _page(gen0=200)])
+    assert s["generation_tokens"] == 1000 + 200 + 300  # before: no figure at all (a delta that went down)
+    assert s["counter_resets"] == {"vllm:generation_tokens_total": 1}
+
+
+def test_a_32_bit_wrap_is_bridged() -> None:
+    top = 2**32 - 100
+    s = prom.vllm_summary(_page(gen0=top - 900), _page(gen0=400), [_page(gen0=top)])
+    assert s["generation_tokens"] == 900 + 100 + 400 and s["counter_wraps"] == {"vllm:generation_tokens_total": 1}
+    assert "counter_resets" not in s
+
+
+def test_the_older_prefix_cache_names_are_read() -> None:
+    # vLLM 0.8-0.10 (V1) exported vllm:gpu_prefix_cache_*: the hit rate silently disappeared
+    s = prom.vllm_summary(_page(q=1000, h=100, old=True), _page(q=3000, h=600, old=True))
+    assert s["prefix_cache_hit_rate"] == 0.25
+    assert s["series_names"]["prefix_cache_queries_tokens"] == "vllm:gpu_prefix_cache_queries_total"
+
+
+def test_several_engines_are_summed_with_their_labels_kept() -> None:
+    s = prom.vllm_summary(_page(gen0=100, gen1=50), _page(gen0=400, gen1=250))
+    assert s["generation_tokens"] == 500 and s["engines"] == 2
+    assert s["generation_tokens_by_engine"] == {"0": 300, "1": 200}
+    # an engine whose series appeared during the run counts from 0 (servers create labelled series lazily)
+    s = prom.vllm_summary(_page(gen0=100), _page(gen0=400, gen1=250))
+    assert s["generation_tokens"] == 300 + 250
+
+
+def test_a_hit_rate_gauge_that_disagrees_with_the_counters_is_flagged() -> None:
+    s = prom.vllm_summary(_page(q=1000, h=100, gauge=0.9), _page(q=3000, h=600, gauge=0.9))
+    assert s["prefix_cache_hit_rate"] == 0.25 and s["prefix_cache_hit_rate_gauge"] == 0.9
+    assert "the counters' figure is kept" in s["prefix_cache_hit_rate_disagrees"]
+    s = prom.vllm_summary(_page(q=1000, h=100, gauge=0.26), _page(q=3000, h=600, gauge=0.26))
+    assert "prefix_cache_hit_rate_disagrees" not in s
+
+
+def test_a_short_run_gets_its_gauges_from_the_end_scrapes_and_a_partial_page_is_flagged() -> None:
+    import asyncio
+
+    from loadgen.serve.observe import ServerObserver
+
+    pages = iter([_page(ok=10) | prom.parse('vllm:num_requests_running{engine="0"} 3\n'),
+                  _page(ok=30) | prom.parse('vllm:num_requests_running{engine="0"} 5\n')])  # fmt: skip
+    obs = ServerObserver("vllm", "http://127.0.0.1:9", sample_period_s=60.0, energy=False)
+
+    async def scrape() -> prom.Scrape:
+        return next(pages)
+
+    obs.scrape = scrape  # type: ignore[method-assign]  # recorded pages
+    result = {"counts": {"completed": 40}}
+
+    async def go() -> dict[str, object]:
+        await obs.begin()
+        sec = await obs.end(result)
+        await obs.close()
+        return sec
+
+    sec = asyncio.run(go())
+    assert sec["gauges"] == {"running": {"mean": 4.0, "max": 5.0, "samples": 2}}  # no sample in between
+    assert "the page counted 20 finished requests over the run, the client completed 40" in str(sec["coverage"])
