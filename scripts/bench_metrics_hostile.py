@@ -7,7 +7,9 @@ lines) runs beside it, both pinned to the machine's last core (the server's core
 others. For each page kind, ``--pairs`` ABAB pairs: A without ``--server-metrics``, B with it (every
 ``--interval``), alternated so that a machine busy with other work weighs on both alike. Per run: the
 exit code, whether result.json was written, p99 schedule lag (its ``requests.jsonl``), the client
-process's peak RSS (``VmHWM`` of the loadgen process itself: the scraper child is a process of its own)
+process's peak RSS while it measures (``VmRSS`` of the loadgen process itself, every 0.1 s until its
+result.json is written: the scraper child is a process of its own, and report.html, drawn after the
+run with matplotlib when server gauges were read, is not the reader's cost)
 and the skipped scrapes by kind. Bars: every run has result.json; per kind the median paired
 difference B - A of p99 schedule lag <= 1 ms and no pair over 3 ms; peak RSS B - A <= 20 MB.
 """
@@ -39,10 +41,10 @@ SERVE = (
 )
 
 
-def peak_rss_mb(pid: int) -> float | None:
+def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         return None
@@ -56,11 +58,12 @@ def one_run(url: str, metrics: str | None, out: Path, a: argparse.Namespace, cli
         cmd += ["--server-metrics", metrics, "--server-metrics-interval", a.interval]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     hwm = 0.0
-    while proc.poll() is None:  # bounded by the run's own length and its timeout below
-        hwm = max(hwm, peak_rss_mb(proc.pid) or 0.0)
+    res_path = out / "result.json"
+    while proc.poll() is None:  # bounded by the run's own length
+        if not res_path.exists():  # the run's own peak: result.json is written before report.html is drawn
+            hwm = max(hwm, rss_mb(proc.pid) or 0.0)
         time.sleep(0.1)
     err = proc.stderr.read() if proc.stderr else ""
-    res_path = out / "result.json"
     row: dict[str, Any] = {"code": proc.returncode, "result_json": res_path.exists(), "rss_mb": hwm,
                            "traceback": "Traceback" in err}  # fmt: skip
     if res_path.exists():

@@ -146,7 +146,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
 
     write_requests_csv(out_dir / "requests.jsonl", out_dir / "requests.csv")
     render_run(run.result, console, str(out_dir))
-    if (run.result.get("server") or {}).get("series"):  # the server observed: client + server on one time axis
+    if ((run.result.get("server") or {}).get("series") or {}).get("t_s"):  # server gauges read: one time axis
         from loadgen.report.run_html import write_run_report
 
         if write_run_report(run.result, out_dir) is not None:
