@@ -65,7 +65,7 @@ def one_run(url: str, flood: bool, out: Path, a: argparse.Namespace, client_cpus
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     flooder = None
     if flood:
-        secs = str(float(a.duration.rstrip("s")) + 10)
+        secs = str(float(a.duration.rstrip("s")) + 2)  # the run's start-up and its measured window
         flooder = subprocess.Popen([sys.executable, "-c", FLOOD, f"http://127.0.0.1:{port}/metrics", str(a.flood), secs],
                                    stdout=subprocess.PIPE, text=True)  # fmt: skip
         os.sched_setaffinity(flooder.pid, {core})
@@ -76,8 +76,11 @@ def one_run(url: str, flood: bool, out: Path, a: argparse.Namespace, client_cpus
     wall = time.monotonic() - t0
     answered = None
     if flooder is not None:
-        flooder.kill()
-        answered = flooder.communicate()[0].strip() or None
+        try:
+            answered = flooder.communicate(timeout=30)[0].strip() or None
+        except subprocess.TimeoutExpired:
+            flooder.kill()
+            flooder.communicate()
     return {"code": proc.returncode, "cpu_pct": 100 * last / wall, "wall_s": round(wall, 1), "scrapes": answered}
 
 

@@ -27,11 +27,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import ctypes
 import multiprocessing
 import os
-import signal
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -40,6 +37,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.core.child import quiet_child
 from loadgen.serve import prom
 
 __all__ = ["MAX_PAGE_BYTES", "ScrapeFailed", "ScrapeWorker", "fetch_scrape"]
@@ -53,7 +51,6 @@ MAX_KEPT_SAMPLES = 4000
 KEEP_PREFIXES = ("vllm:", "nv_", "sglang:", "tgi_", "DCGM_FI_")
 """Series the summaries read (:mod:`loadgen.serve.prom`): the rest of a page stays in the child."""
 CHUNK = 1 << 16
-_PR_SET_PDEATHSIG = 1
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy from the environment, as aiohttp
 
 
@@ -138,33 +135,6 @@ def fetch_scrape(url: str, timeout_s: float, max_bytes: int = MAX_PAGE_BYTES) ->
     return scrape
 
 
-def _init_child(parent: int) -> None:
-    # never outlive the run, and never hold its stdout/stderr: an orphaned scraper kept a caller waiting on the
-    # run's pipes (CI, session 15: a `loadgen run --server-metrics` against vLLM waited 300 s for EOF)
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:
-        os._exit(0)  # the run ended before this child started
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    # Ctrl-C reaches the whole foreground process group: the run's own handler stops it and closes this child
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:  # off the client's own CPUs (--cpus) where there are others: the scraper is not the client
-        others = set(range(os.cpu_count() or 1)) - os.sched_getaffinity(0)
-        if others:
-            os.sched_setaffinity(0, others)
-    except (OSError, AttributeError):
-        pass
-    try:
-        os.nice(10)  # the client's event loop first, whenever the two want the same CPU
-    except OSError:
-        pass
-
-
 class ScrapeWorker:
     """One child process that fetches and parses pages (:func:`fetch_scrape`); replaced when it fails
     to answer within its time (a hung or dead child is killed, never waited for)."""
@@ -178,7 +148,7 @@ class ScrapeWorker:
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=1,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_child,
+                initializer=quiet_child,
                 initargs=(os.getpid(),),
             )
         return self._pool
