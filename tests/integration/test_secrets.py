@@ -364,15 +364,17 @@ def test_url_option_credentials_stay_out(tmp_path: Path, sim_url: str) -> None:
     ``--otlp-endpoint`` each with a userinfo key and a query key. Both are used whole (the scrapes and the
     OTLP pushes carry them) and recorded redacted: none in any file of the run (result.json, report.html,
     config.used.toml, requests.jsonl, ...), stdout or stderr."""
-    keys = {n: new_key() for n in ("metrics-userinfo", "metrics-query", "otlp-userinfo", "otlp-query")}
+    keys = {n: new_key() for n in ("metrics-userinfo", "metrics-query", "otlp-userinfo", "otlp-query", "dcgm-query")}
     host = sim_url.split("://", 1)[1]
     metrics = f"http://bob:{keys['metrics-userinfo']}@{host}/metrics?api_key={keys['metrics-query']}"
+    dcgm = f"http://{host}/metrics?token={keys['dcgm-query']}"  # --dcgm-metrics (issue 33 item 5): a URL option too
     with RecordingServer(lambda n, r: http("200 OK", b"", "application/x-protobuf")) as otlp:
         out = tmp_path / "out"
         otlp_url = f"http://bob:{keys['otlp-userinfo']}@127.0.0.1:{otlp.port}/v1/metrics?token={keys['otlp-query']}"
         args = ["--endpoint", sim_url, "--rate", "20", "--requests", "20", "--output-tokens", "3",
                 "--server-metrics", metrics, "--server-metrics-interval", "0.2s",
-                "--otlp-endpoint", otlp_url, "--otlp-interval", "1s", "--out", str(out)]  # fmt: skip
+                "--otlp-endpoint", otlp_url, "--otlp-interval", "1s", "--dcgm-metrics", dcgm,
+                "--out", str(out)]  # fmt: skip
         proc = cli_run("run", *args)
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
@@ -386,6 +388,7 @@ def test_url_option_credentials_stay_out(tmp_path: Path, sim_url: str) -> None:
     assert res["server"]["metrics_url"] == res["conditions"]["server"]["metrics_url"] == shown
     assert res["config"]["server_metrics"] == shown
     assert res["config"]["otlp_endpoint"] == f"http://127.0.0.1:{otlp.port}/v1/metrics?token=***"
+    assert res["gpu_dcgm"]["metrics_url"] == res["config"]["dcgm_metrics"] == f"http://{host}/metrics?token=***"
     used = (out / "config.used.toml").read_text()
     assert f'server-metrics = "{shown}"' in used and "# otlp-endpoint: credentials in the URL not written" in used
     assert {"report.html", "config.used.toml"} <= {p.name for p in out.iterdir()}
