@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.helpfmt import api_help
-from loadgen.cli.options import positive_duration_s
+from loadgen.cli.options import make_out_dir, positive_duration_s
 from loadgen.cli.url_options import URL
 from loadgen.engine.recordlog import default_out_dir
 
@@ -69,6 +69,7 @@ def check_command(**kw: Any) -> dict[str, Any]:
         tok = load_tokenizer(kw["tokenizer_path"])
     timeout_s = positive_duration_s(kw["timeout"], "--timeout", 120.0)
     out = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("check")
+    make_out_dir(out)  # one usage line for an --out that cannot be made or written
     settings = CheckSettings(api=kw["api"], model=kw["model"], max_tokens=kw["max_tokens"], seed=kw["seed"],
                              rate_rps=kw["rate_rps"], timeout_s=timeout_s)  # fmt: skip
     # a LoadgenError (prompts file, reference, no model) is a usage error: loadgen.cli maps it

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from loadgen.cli.options import make_out_dir
 from loadgen.engine.recordlog import default_out_dir
 
 __all__ = ["compare_cmd"]
@@ -35,6 +36,7 @@ def compare_cmd(
                for i, r in enumerate(results)]  # fmt: skip
     card = scorecard(systems, force=force)
     out = Path(out_dir) if out_dir else default_out_dir("compare")
+    make_out_dir(out)  # one usage line for an --out that cannot be made or written
     write_outputs(card, systems, out)
     from rich.table import Table
 

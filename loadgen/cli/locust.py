@@ -456,6 +456,9 @@ def locust_command(ctx: click.Context, **kw: Any) -> LocustOutcome:
     from loadgen.engine.recordlog import default_out_dir
 
     kw["out_dir"] = kw["out_dir"] or str(default_out_dir("locust"))
+    from loadgen.cli.options import make_out_dir
+
+    make_out_dir(Path(kw["out_dir"]))  # one usage line before any child starts (a name too long, no write access)
     sim = None
     embedded = kw["endpoint"] is None
     try:

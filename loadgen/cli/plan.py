@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from loadgen.cli.options import make_out_dir
 from loadgen.cli.plan_validate import validate_options
 from loadgen.core.units import parse_percent
 from loadgen.engine.recordlog import default_out_dir
@@ -94,6 +95,7 @@ def plan_cmd(capacities: tuple[str, ...], labels: tuple[str, ...], demand: str, 
     dem = read_demand(demand, interval_s=interval_s, scale=demand_scale)
     doc = plan_document(caps, dem, prices, _fraction(headroom, "--headroom"), confidence)
     out = Path(out_dir) if out_dir else default_out_dir("plan")
+    make_out_dir(out)  # one usage line for an --out that cannot be made or written
     if validate_kw["validate"]:  # the plan's claim replayed (loadgen.capacity.validate): the first system
         from loadgen.cli.plan_validate import run_validation
 
@@ -273,6 +275,7 @@ def pareto_cmd(results: tuple[str, ...], labels: tuple[str, ...], accels: tuple[
                      f"output tokens, {_per_joule(at['output_tokens_per_joule'])} tokens per joule"))  # fmt: skip
     doc = {"target_tps_per_user": target_tps_per_user, "price_per_accelerator_hour": price, "systems": systems}
     out = Path(out_dir) if out_dir else default_out_dir("pareto")
+    make_out_dir(out)  # one usage line for an --out that cannot be made or written
     write_pareto(doc, out)
     con.print(f"pareto.json, pareto.html in {out}")
     return doc

@@ -439,7 +439,11 @@ class Target:
         from loadgen.cli.runfile import USED_CONFIG_NAME, write_used_config
 
         # something was written (a result, a probe): the options that made it, beside it
-        if self.out_dir.is_dir() and any(p.name != USED_CONFIG_NAME for p in self.out_dir.iterdir()):
+        try:  # an --out that could not be made (a name too long, a directory not traversable) has nothing
+            written = self.out_dir.is_dir() and any(p.name != USED_CONFIG_NAME for p in self.out_dir.iterdir())
+        except OSError:  # its usage error is already on its way: never a traceback over it
+            written = False
+        if written:
             try:
                 write_used_config(self.kw, self.out_dir)
             except OSError as e:

@@ -132,8 +132,14 @@ def parse_session_source(text: str) -> SessionSource:
     for k in opts:
         if k not in allowed:
             raise ConfigError(f"--sessions {text!r}: unknown option {k!r} (known: {', '.join(sorted(allowed))})")
-    if source != "synthetic" and not Path(source).is_file():
-        raise ConfigError(f"--sessions {source}: no such file")
+    if source != "synthetic":
+        try:
+            is_file = Path(source).is_file()
+            exists = is_file or Path(source).exists()
+        except OSError as exc:  # a name too long, a directory not traversable
+            raise ConfigError(f"--sessions {source}: cannot read it: {exc.strerror or exc}") from None
+        if not is_file:
+            raise ConfigError(f"--sessions {source}: {'not a regular file' if exists else 'no such file'}")
     if opts.get("salt", "on") not in ("on", "off"):
         raise ConfigError(f"--sessions {text!r}: salt is 'on' or 'off'")
     if opts.get("replies", "actual") not in ("actual", "recorded"):

@@ -58,6 +58,10 @@ def run_with(*extra: str, drop: tuple[str, ...] = ()) -> list[str]:
     return out + list(extra)
 
 
+V1_RUN = str(Path(__file__).parents[1] / "data" / "results_v1" / "run" / "result.json")  # a result compare reads
+LONG_OUT = "{dir}/" + "a" * 300 + "/x"  # a name over the 255 bytes a file name may have
+
+
 class Case(NamedTuple):
     id: str
     args: list[str]
@@ -180,6 +184,26 @@ CASES: list[Case] = [
         "cfg-33-dry-run-out-cannot-be-created",
         run_with("--dry-run", "--out", "{dir}/bad.csv/x"),
         r"^--out '\S*bad\.csv/x': cannot create it: Not a directory$",
+    ),
+    # issue 29 item 2: an --out whose path cannot even be looked at (stat() raises) was a traceback from the
+    # run's clean-up (``run``), from reading back the child's result (``locust``) and from ``compare``
+    Case(
+        "cfg-34-run-out-name-too-long",
+        run_with("--out", LONG_OUT),
+        r"^--out '\S+': cannot create it: File name too long$",
+    ),
+    Case(
+        "cfg-35-locust-out-name-too-long",
+        ["locust", "--endpoint", "{url}", "--headless", "--users", "1", "--run-time", "1s", "--out", LONG_OUT],
+        r"^--out '\S+': cannot create it: File name too long$",
+    ),
+    Case(
+        "cfg-36-compare-out-name-too-long",
+        ["compare", V1_RUN, V1_RUN, "--force", "--out", LONG_OUT],
+        r"^--out '\S+': cannot create it: File name too long$",
+    ),
+    Case(
+        "cfg-37-sessions-not-a-file", run_with("--sessions", "/dev/null"), r"^--sessions /dev/null: not a regular file$"
     ),
 ]
 MINIMUM = 12
