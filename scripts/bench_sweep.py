@@ -178,11 +178,12 @@ def spot_check(
             slos=[target],
         )
         if lag_bound_ms is not None:
-            load.bounds = replace(
+            bounds = replace(
                 load.bounds,
                 max_schedule_lag_p99_ms=lag_bound_ms,
                 max_loop_lag_p99_ms=max(lag_bound_ms, load.bounds.max_loop_lag_p99_ms),
             )
+            load = replace(load, bounds=bounds)
         run = run_against(sim.url, load, d, prefix=f"spot{seed}")
     recs = [r for r in read_jsonl(d / "requests.jsonl") if r["phase"] == "measure"]
     vals = [r["ttft_ms"] if r["status"] == "ok" and r["ttft_ms"] is not None else math.inf for r in recs]

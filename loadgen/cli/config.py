@@ -33,25 +33,15 @@ __all__ = [
 ]
 
 
-def build_load_config(kw: dict[str, Any]) -> LoadConfig:
-    """``loadgen run``'s options as a :class:`~loadgen.engine.runplan.LoadConfig` (usage errors for bad ones)."""
+def build_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
+    """``loadgen run``'s options as one frozen :class:`~loadgen.engine.runplan.LoadConfig`, validated once
+    (its rules are :meth:`~loadgen.engine.runplan.LoadConfig.validate`'s; a broken one is a usage error).
+    ``given``: fields the caller resolved itself (``sessions``, ``prices``)."""
     if kw.get("profile") == "throughput":  # GuideLLM's name for max-throughput mode: --rate inf
         if kw["rate"] is not None and kw["rate"] != float("inf"):
             raise click.UsageError("--profile throughput is --rate inf: it clashes with --rate R")
         kw["rate"] = float("inf")
-    if kw["rate"] is not None and kw["concurrency"] is not None:
-        raise click.UsageError("--rate (open loop) and --concurrency (closed loop) clash: give one")
-    if kw["rate"] is None and kw["concurrency"] is None and not kw["trace"] and not kw.get("sessions"):
-        raise click.UsageError("give --rate R (open loop), --concurrency N (closed loop) or --trace FILE")
-    if kw["n_requests"] is not None and kw["duration"] is not None:
-        raise click.UsageError("--requests and --duration clash: give one")
-    if kw["concurrency"] is not None and kw["max_concurrency"] is not None:
-        raise click.UsageError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
-    if kw["rate"] is not None and not kw["rate"] > 0:  # NaN too
-        raise click.UsageError("--rate must be > 0")
     inf = kw["rate"] == float("inf")  # max-throughput mode (loadgen.engine.throughput)
-    if not inf and (kw.get("cost_per_hour") is not None or kw.get("power_w") is not None):
-        raise click.UsageError("--cost-per-hour and --power-w price the max-throughput scorecard: give --rate inf")
     if inf and click.get_current_context().get_parameter_source("latency_origin") == click.core.ParameterSource.DEFAULT:
         kw["latency_origin"] = "sent"  # no schedule: latency counts from the send (an explicit "scheduled" is refused)
     warm_n, warm_s = 0, 0.0
@@ -61,44 +51,49 @@ def build_load_config(kw: dict[str, Any]) -> LoadConfig:
         else:
             warm_s = duration_s(kw["warmup"], "--warmup") or 0.0
     duration = duration_s(kw["duration"], "--duration")
-    if duration is not None and not duration > 0:
-        raise click.UsageError("--duration must be > 0")
     if (
         kw["n_requests"] is None
         and duration is None
         and not kw.get("sessions")
         and not (kw["trace"] and kw["concurrency"] is None)
+        and not (kw["rate"] is not None and kw["concurrency"] is not None)  # that clash is the error to show
     ):
         duration = 60.0
     slos = []
     for s in kw["slos"]:
         with usage_errors("--slo: "):
             slos.append(parse_slo(s))
-    base = base_load_config(kw)
-    base.rate_rps = kw["rate"]
-    base.concurrency = kw["concurrency"]
-    base.requests = kw["n_requests"]
-    base.duration_s = duration
-    base.warmup_requests = warm_n
-    base.warmup_s = warm_s
-    base.slos = slos
-    # offer what was asked (issue 30): R exactly; with --duration D, round(R x D) requests (LoadConfig.exact_rate)
-    base.exact_rate = kw["rate"] is not None and not inf and not kw["trace"]
-    base.slo_flip_test = True  # a failed timing check voids the SLO verdict only if it could flip it (issue 30)
-    if inf:
-        base.cost_per_hour_usd, base.power_w = kw.get("cost_per_hour"), kw.get("power_w")
-    return base
+    load = base_load_config(
+        kw,
+        rate_rps=kw["rate"],
+        concurrency=kw["concurrency"],
+        requests=kw["n_requests"],
+        duration_s=duration,
+        warmup_requests=warm_n,
+        warmup_s=warm_s,
+        slos=slos,
+        # offer what was asked (issue 30): R exactly; with --duration D, round(R x D) requests (LoadConfig.exact_rate)
+        exact_rate=kw["rate"] is not None and not inf and not kw["trace"],
+        slo_flip_test=True,  # a failed timing check voids the SLO verdict only if it could flip it (issue 30)
+        cost_per_hour_usd=kw.get("cost_per_hour"),
+        power_w=kw.get("power_w"),
+        **given,
+    )
+    load.validate()  # the one place the settings' rules are checked (ConfigError -> usage error)
+    return load
 
 
-def base_load_config(kw: dict[str, Any]) -> LoadConfig:
-    """The workload part of the options shared by run and sweep."""
+def base_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
+    """The workload part of the options shared by run and sweep, with ``given`` fields set (not validated:
+    a sweep's probes set their rate and length themselves)."""
     from loadgen.cli.target import adopt_endpoint_path
     from loadgen.engine.runplan import LoadConfig
+    from loadgen.workload.arrivals import check_arrival
     from loadgen.workload.spec import WorkloadOptions
 
     adopt_endpoint_path(kw)  # before the workload: the API it names shapes the prompts
-    if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
-        raise click.UsageError("--burstiness needs --arrival gamma")
+    with usage_errors():
+        check_arrival(kw["arrival"], kw["burstiness"])  # a sweep's probes take these as they are
     if kw["max_concurrency"] is not None and kw["max_concurrency"] < 1:
         raise click.UsageError("--max-concurrency must be at least 1")
     ctx = click.get_current_context()
@@ -145,6 +140,7 @@ def base_load_config(kw: dict[str, Any]) -> LoadConfig:
         token_lists=not kw["no_token_lists"],
         origin=kw["latency_origin"],
         drain_grace_s=duration_s(kw["drain_grace"], "--drain-grace") or 0.0,
+        **given,
     )
 
 

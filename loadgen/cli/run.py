@@ -57,9 +57,8 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
     from loadgen.report.console import render_run
 
     refuse_brace_list(kw, "run")  # a brace list in --sim-args/--serve-args is a scaling sweep (loadgen sweep)
-    load = build_load_config(kw)
-    load.sessions = session_source(kw)  # issue 17: multi-turn sessions (loadgen.sessions.measured)
-    load.validate()
+    # built once, frozen and validated: sessions (issue 17, loadgen.sessions.measured) and prices in it
+    load = build_load_config(kw, sessions=session_source(kw), prices=prices(kw))
     if load.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before anything
         from rich.markup import escape
 
@@ -80,7 +79,6 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
     if kw["dry_run"]:
         _dry_run(load, out_dir, console)
         return None
-    load.prices = prices(kw)
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
     with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err) as target:
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU

@@ -152,8 +152,8 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     from loadgen.sweep import Sweep
 
     scfg = build_sweep_config(kw)
-    base = base_load_config(kw)
-    base.sessions = session_source(kw)  # issue 17: the session-capacity search (loadgen.sweep.session_search)
+    # issue 17: the session-capacity search (loadgen.sweep.session_search); the probes' prices
+    base = base_load_config(kw, sessions=session_source(kw), prices=scfg.prices)
     if base.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before any probe
         from rich.markup import escape
 
@@ -164,7 +164,6 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
     make_out_dir(out_dir)
-    base.prices = scfg.prices
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
     with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err) as target:
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU

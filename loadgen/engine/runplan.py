@@ -18,7 +18,7 @@ from loadgen.core.slo import SLOTarget
 from loadgen.engine.runner import RunPlan
 from loadgen.engine.throughput import batch_size, check_max_throughput
 from loadgen.engine.validity import ValidityBounds
-from loadgen.workload.arrivals import condition_on_rate
+from loadgen.workload.arrivals import check_arrival, condition_on_rate
 from loadgen.workload.spec import Workload, WorkloadOptions
 
 __all__ = ["LoadConfig", "build_plan", "build_workload", "workload_options"]
@@ -30,13 +30,15 @@ as ``--rate 1000000 --duration 600m`` would allocate hundreds of GiB before the 
 SCHEDULE_BYTES_PER_REQUEST = 24  # send time, input and output length: one int64 each (the lazy schedule)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoadConfig:
-    """The workload and engine settings of one run (configuration only).
+    """The workload and engine settings of one run (configuration only), frozen: built once (the CLI's
+    :func:`loadgen.cli.config.build_load_config`), changed only by ``dataclasses.replace``.
 
     Open loop when ``rate_rps`` is set, closed loop when ``concurrency`` is.
     Exactly one of ``requests`` / ``duration_s`` bounds the measured part;
     ``warmup_requests`` or ``warmup_s`` precede it and are excluded from statistics.
+    Every rule between these settings is in :meth:`validate` (the CLI's usage errors are its messages).
     """
 
     rate_rps: float | None = None
@@ -75,6 +77,7 @@ class LoadConfig:
     cost_per_hour_usd: float | None = None  # max-throughput scorecard: cost per million output tokens
     power_w: float | None = None  # max-throughput scorecard: the system's power when no meter reads it
     sessions: Any = None  # --sessions: a loadgen.workload.session_sources.SessionSource (loadgen.sessions.measured)
+    _valid: bool = field(default=False, init=False, repr=False, compare=False)  # validate() ran on this value
 
     @property
     def has_trace(self) -> bool:
@@ -96,21 +99,36 @@ class LoadConfig:
         return replace(self.bounds, max_throughput=True) if self.max_throughput else self.bounds
 
     def validate(self) -> None:
+        """Every rule between the settings, in one place (ConfigError; the CLI shows it as a usage error).
+
+        Checked once per value: a value ``replace`` makes is a new one and is checked again."""
+        if self._valid:
+            return
+        rate = self.rate_rps
+        if rate is not None and self.concurrency is not None:
+            raise ConfigError("--rate (open loop) and --concurrency (closed loop) clash: give one")
+        if rate is None and self.concurrency is None and not self.has_trace and self.sessions is None:
+            raise ConfigError("give --rate R (open loop), --concurrency N (closed loop) or --trace FILE")
+        if rate is not None and not rate > 0:  # NaN too
+            raise ConfigError("--rate must be > 0")
+        if self.requests is not None and self.duration_s is not None:
+            raise ConfigError("--requests and --duration clash: give one")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise ConfigError("--duration must be > 0")
+        if self.concurrency is not None and self.max_concurrency is not None:
+            raise ConfigError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ConfigError("--max-concurrency must be at least 1")
+        check_arrival(self.arrival, self.burstiness)
         if self.max_throughput:
             check_max_throughput(self)
-        if self.rate_rps is not None and self.concurrency is not None:
-            raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
-        if self.rate_rps is None and self.concurrency is None and not self.has_trace and self.sessions is None:
-            raise ConfigError("give exactly one of --rate (open loop) or --concurrency (closed loop)")
-        if self.requests is not None and self.duration_s is not None:
-            raise ConfigError("--requests and --duration clash: give one of them")
+        elif self.cost_per_hour_usd is not None or self.power_w is not None:
+            raise ConfigError("--cost-per-hour and --power-w price the max-throughput scorecard: give --rate inf")
         if (
             self.requests is None and self.duration_s is None and self.sessions is None
             and not (self.has_trace and self.concurrency is None)
         ):  # fmt: skip
             raise ConfigError("give --requests N or --duration D")
-        if self.concurrency is not None and self.max_concurrency is not None:
-            raise ConfigError("--max-concurrency caps an open-loop run; with --concurrency it clashes")
         if self.concurrency is not None and self.concurrency < 1:
             raise ConfigError("--concurrency must be at least 1")
         if self.requests is not None and self.requests < 1:
@@ -124,6 +142,7 @@ class LoadConfig:
                 f"of send times) is over the limit of {MAX_SCHEDULE_REQUESTS:,}: lower --rate or --duration, "
                 "or split the run"
             )
+        object.__setattr__(self, "_valid", True)
 
     def exact_requests(self) -> tuple[int, int] | None:
         """(measured, warm-up) sends of an exact-rate open-loop run bounded by ``duration_s``.

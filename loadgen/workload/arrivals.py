@@ -18,6 +18,14 @@ from loadgen.core.errors import ConfigError
 ARRIVALS = ("poisson", "gamma", "constant")
 
 
+def check_arrival(kind: str, burstiness: float) -> None:
+    """The arrival settings' one rule between them (``--arrival``, ``--burstiness``): ConfigError."""
+    if kind != "gamma" and burstiness != 1.0:
+        raise ConfigError("--burstiness needs --arrival gamma")
+    if not burstiness > 0:
+        raise ConfigError("--burstiness must be > 0")
+
+
 def _gaps(kind: str, rate_rps: float, n: int, rng: np.random.Generator, burstiness: float) -> np.ndarray:
     mean_s = 1.0 / rate_rps
     if kind == "constant":
