@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["RENAMED", "Increase", "first_present", "increase"]
+__all__ = ["RENAMED", "CounterFigures", "Increase", "counter_figures", "first_present", "increase"]
 
 Labels = tuple[tuple[str, str], ...]
 Scrape = dict[str, list[tuple[Labels, float]]]
@@ -34,8 +35,16 @@ RENAMED: dict[str, tuple[str, ...]] = {
     # both), later versions only the new names. Tokens, queried and hit.
     "vllm:prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     "vllm:prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    # SGLang 0.4.4 added inter_token_latency_seconds beside time_per_output_token_seconds, 0.4.5 dropped the
+    # old name (a histogram: its _count, _sum and _bucket series move together)
+    "sglang:inter_token_latency_seconds": (
+        "sglang:inter_token_latency_seconds",
+        "sglang:time_per_output_token_seconds",
+    ),
+    # Triton 23.03 (server 2.32, core's TRITONCACHE APIs): the response cache's per-model hit lookup time
+    "nv_cache_hit_duration_per_model": ("nv_cache_hit_duration_per_model", "nv_cache_hit_lookup_duration_per_model"),
 }
-"""A figure's counter -> its names, newest first (docs/measurement.md, "Server counters")."""
+"""A figure's series -> its names, newest first (docs/measurement.md, "Server counters")."""
 
 _WRAP_BITS = (32, 64)
 
@@ -58,10 +67,11 @@ def _match(labels: Labels, where: Mapping[str, str] | None) -> bool:
 
 
 def first_present(scrapes: Sequence[Scrape], names: Sequence[str]) -> str | None:
-    """The first of ``names`` that the last scrape holding any of them has (newest name first)."""
+    """The first of ``names`` that the last scrape holding any of them has (newest name first); a histogram's
+    name is present when its ``_count`` series is."""
     for s in reversed(scrapes):
         for n in names:
-            if n in s:
+            if n in s or n + "_count" in s:
                 return n
     return None
 
@@ -98,4 +108,48 @@ def increase(scrapes: Sequence[Scrape], name: str, where: Mapping[str, str] | No
     if not seen:
         return None
     out.value = float(sum(out.by_label.values()))
+    return out
+
+
+@dataclass
+class CounterFigures:
+    """Counters read over a run (:func:`counter_figures`): each figure's increase, and what was bridged."""
+
+    values: dict[str, int] = field(default_factory=dict)
+    by_label: dict[str, dict[Labels, float]] = field(default_factory=dict)
+    resets: dict[str, int] = field(default_factory=dict)  # series name -> resets bridged (a lower bound)
+    wraps: dict[str, int] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)  # figure -> the older series name the page had
+
+    def flags(self) -> dict[str, dict[str, Any]]:
+        """``counter_resets``, ``counter_wraps`` and ``series_names`` where there is something to say."""
+        out: dict[str, dict[str, Any]] = {}
+        if self.resets:
+            out["counter_resets"] = dict(self.resets)  # counted from 0 after each: the figure is a lower bound
+        if self.wraps:
+            out["counter_wraps"] = dict(self.wraps)
+        if self.names:
+            out["series_names"] = dict(self.names)
+        return out
+
+
+def counter_figures(
+    scrapes: Sequence[Scrape], figures: Sequence[tuple[str, str]], where: Mapping[str, str] | None = None
+) -> CounterFigures:
+    """Each ``(figure, series)`` counter's increase over ``scrapes`` (its newest name the page has,
+    :data:`RENAMED`), resets and wraps bridged; a series no scrape holds is left out."""
+    out = CounterFigures()
+    for key, name in figures:
+        used = first_present(scrapes, RENAMED.get(name, (name,))) or name
+        inc = increase(scrapes, used, where)
+        if inc is None:
+            continue
+        out.values[key] = int(inc.value)
+        out.by_label[key] = inc.by_label
+        if used != name:
+            out.names[key] = used
+        if inc.resets:
+            out.resets[used] = out.resets.get(used, 0) + inc.resets
+        if inc.wraps:
+            out.wraps[used] = out.wraps.get(used, 0) + inc.wraps
     return out

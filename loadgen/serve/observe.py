@@ -12,7 +12,8 @@
 ``begin`` scrapes the server's Prometheus ``/metrics``, reads NVML's energy counter
 (GPUs the server uses) and starts sampling gauges (every ``sample_period_s``) and
 power; ``end`` scrapes again and keeps the deltas that matter
-(:func:`loadgen.serve.prom.vllm_summary` / :func:`~loadgen.serve.prom.triton_summary`),
+(:func:`loadgen.serve.prom.vllm_summary`, :func:`~loadgen.serve.prom.triton_summary`,
+:func:`loadgen.serve.engines.sglang_summary`, :func:`~loadgen.serve.engines.tgi_summary`),
 the energy in joules and output tokens per joule, and the gauges over time
 (``series``: running and waiting requests, KV-cache usage from each scrape, GPU power
 from NVML), each stamped on the monotonic clock at the scrape's midpoint and given in
@@ -29,13 +30,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
 
 from loadgen.core.clock import now_ns
 from loadgen.core.redact import redact_url
-from loadgen.serve import prom
+from loadgen.serve import engines, prom
 from loadgen.serve.nvml import NVML, EnergyMeter, NVMLUnavailable, gpus_for_pids
 from loadgen.serve.process import ServerProcess, group_members
 from loadgen.serve.scrape import ScrapeFailed, ScrapeWorker
@@ -170,10 +172,10 @@ class ServerObserver:
     def _detect(self, s: prom.Scrape) -> None:
         if self.kind != "auto":
             return
-        if any(k.startswith("vllm:") for k in s):
-            self.kind = "vllm"
-        elif any(k.startswith("nv_inference") for k in s):
-            self.kind = "triton"
+        for prefix, kind in _KINDS:
+            if any(k.startswith(prefix) for k in s):
+                self.kind = kind
+                return
 
     def _energy_meter(self) -> EnergyMeter:
         if not self.energy:
@@ -242,9 +244,8 @@ class ServerObserver:
             "scrapes_failed_by_kind": dict(self._failed),
             "scrape_errors": list(self._scrape_errors),
         }
-        if self._before is not None and after is not None and self.kind in ("vllm", "triton"):
-            summary = prom.vllm_summary if self.kind == "vllm" else prom.triton_summary
-            section["metrics"] = summary(self._before, after, self._samples, self.model)
+        if self._before is not None and after is not None and self.kind in _SUMMARIES:
+            section["metrics"] = _SUMMARIES[self.kind](self._before, after, self._samples, self.model)
         elif self._before is not None and after is not None:
             section["metrics"] = {f"{k}_peak": max((g[k] for _, g in self._timed if k in g), default=None)
                                   for k in prom.GAUGE_NAMES}  # fmt: skip
@@ -317,12 +318,25 @@ MAX_TIMED = 4096
 """Gauge samples on the time axis kept at most; at the cap every other one goes and the period doubles."""
 
 _GAUGES = ("kv_cache_usage_perc", "cache_usage_perc", "num_requests_running", "num_requests_waiting",
-           "pending_request_count")  # fmt: skip
+           "pending_request_count", "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
+           "tgi_batch_current_size", "tgi_queue_size")  # fmt: skip
 
 
 _COUNTERS = ("num_preemptions_total", "prompt_tokens_total", "generation_tokens_total", "request_success_total",
              "prefix_cache_queries_total", "prefix_cache_hits_total", "nv_inference_request_success",
-             "nv_inference_count")  # fmt: skip
+             "nv_inference_count", "sglang:num_requests_total", "sglang:cached_tokens_total", "tgi_request_success",
+             "tgi_request_failure", "tgi_request_input_length_sum", "tgi_request_generated_tokens_sum")  # fmt: skip
+
+
+_KINDS = (("vllm:", "vllm"), ("nv_inference", "triton"), ("sglang:", "sglang"), ("tgi_", "tgi"))
+"""A page's server, told by its series' prefix (Triton's vLLM backend re-exports ``vllm:*``: vLLM wins)."""
+
+_SUMMARIES: dict[str, Callable[[prom.Scrape, prom.Scrape, Sequence[prom.Scrape], str | None], dict[str, Any]]] = {
+    "vllm": prom.vllm_summary,
+    "triton": prom.triton_summary,
+    "sglang": engines.sglang_summary,
+    "tgi": engines.tgi_summary,
+}
 
 
 def _kept_between(name: str) -> bool:

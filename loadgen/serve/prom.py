@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from loadgen.serve.counters import RENAMED, first_present, increase
+from loadgen.serve.counters import counter_figures
 
 __all__ = [
     "GAUGE_NAMES",
@@ -35,6 +35,7 @@ __all__ = [
     "bucket_bound",
     "histogram_quantile",
     "parse",
+    "ranks_once",
     "server_gauges",
     "triton_summary",
     "vllm_summary",
@@ -101,6 +102,25 @@ def total(s: Scrape, name: str, where: Mapping[str, str] | None = None, *, exclu
     ex = set(exclude)
     vals = [v for lab, v in rows if _match(lab, where) and not (ex & {k for k, _ in lab})]
     return float(sum(vals)) if vals else None
+
+
+RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank"})
+"""Labels of one engine's ranks (SGLang 0.4.10+): each rank of a tensor-, pipeline- or expert-parallel engine
+exports the same scheduler figure, so it counts once per engine (:func:`ranks_once`)."""
+
+
+def ranks_once(s: Scrape, name: str, where: Mapping[str, str] | None = None) -> float | None:
+    """A request-count gauge summed over engines, each engine counted once: label sets that differ only
+    in :data:`RANK_LABELS` are one engine (its largest value is taken); None when absent."""
+    rows = s.get(name)
+    if not rows:
+        return None
+    engines: dict[Labels, float] = {}
+    for lab, v in rows:
+        if _match(lab, where):
+            key = tuple(kv for kv in lab if kv[0] not in RANK_LABELS)
+            engines[key] = max(engines.get(key, v), v)
+    return float(sum(engines.values())) if engines else None
 
 
 def peak(s: Scrape, name: str, where: Mapping[str, str] | None = None) -> float | None:
@@ -221,42 +241,28 @@ def vllm_summary(
         if model and _has_label(after, "vllm:generation_tokens_total", "model_name", model)
         else None
     )
-    out: dict[str, Any] = {}
     scrapes = [before, *samples, after]
-    resets: dict[str, int] = {}
-    wraps: dict[str, int] = {}
-    names: dict[str, str] = {}
-    for key, name in (
-        ("preemptions", "vllm:num_preemptions_total"),
-        ("prompt_tokens", "vllm:prompt_tokens_total"),
-        ("generation_tokens", "vllm:generation_tokens_total"),
-        ("requests_finished", "vllm:request_success_total"),
-        ("prefix_cache_queries_tokens", "vllm:prefix_cache_queries_total"),
-        ("prefix_cache_hits_tokens", "vllm:prefix_cache_hits_total"),
-    ):
-        used = first_present(scrapes, RENAMED.get(name, (name,))) or name
-        inc = increase(scrapes, used, where)  # resets and wraps bridged
-        if inc is None:
-            continue
-        out[key] = int(inc.value)
-        if used != name:
-            names[key] = used  # an older name of the series (loadgen.serve.counters.RENAMED)
-        if inc.resets:
-            resets[used] = resets.get(used, 0) + inc.resets
-        if inc.wraps:
-            wraps[used] = wraps.get(used, 0) + inc.wraps
-        engines = {dict(lab).get("engine") for lab in inc.by_label} - {None}
-        if key == "generation_tokens" and len(engines) > 1:  # several engines behind one page: each counted
-            out["engines"] = len(engines)
-            out["generation_tokens_by_engine"] = {
-                str(dict(lab).get("engine")): int(v) for lab, v in sorted(inc.by_label.items())
-            }
-    if resets:
-        out["counter_resets"] = resets  # counted from 0 after each: the figure is a lower bound
-    if wraps:
-        out["counter_wraps"] = wraps
-    if names:
-        out["series_names"] = names
+    got = counter_figures(  # resets and wraps bridged, older names read (loadgen.serve.counters)
+        scrapes,
+        (
+            ("preemptions", "vllm:num_preemptions_total"),
+            ("prompt_tokens", "vllm:prompt_tokens_total"),
+            ("generation_tokens", "vllm:generation_tokens_total"),
+            ("requests_finished", "vllm:request_success_total"),
+            ("prefix_cache_queries_tokens", "vllm:prefix_cache_queries_total"),
+            ("prefix_cache_hits_tokens", "vllm:prefix_cache_hits_total"),
+        ),
+        where,
+    )
+    out: dict[str, Any] = dict(got.values)
+    per_engine = got.by_label.get("generation_tokens") or {}
+    engines = {dict(lab).get("engine") for lab in per_engine} - {None}
+    if len(engines) > 1:  # several engines behind one page: each counted
+        out["engines"] = len(engines)
+        out["generation_tokens_by_engine"] = {
+            str(dict(lab).get("engine")): int(v) for lab, v in sorted(per_engine.items())
+        }
+    out.update(got.flags())
     q, h = out.get("prefix_cache_queries_tokens"), out.get("prefix_cache_hits_tokens")
     if q is not None and h is not None:
         out["prefix_cache_hit_rate"] = _r(h / q) if q else None
@@ -329,6 +335,14 @@ def triton_summary(
     present = [v for v in vals if v is not None]
     if present:
         out["pending_requests_peak"] = int(max(present))
+    hits = delta(before, after, "nv_cache_num_hits_per_model", where)  # the response cache (2.19+)
+    misses = delta(before, after, "nv_cache_num_misses_per_model", where)
+    if hits is not None and misses is not None:
+        out["response_cache_hits"], out["response_cache_misses"] = int(hits), int(misses)
+        out["response_cache_hit_rate"] = _r(hits / (hits + misses)) if hits + misses else None
+    ttft = histogram_delta(before, after, "nv_inference_first_response_histogram_ms", where)  # 24.11+, opt-in
+    if ttft is not None:
+        out["ttft_ms"] = {k: _r(v, 3) if isinstance(v, float) else v for k, v in ttft.items()}
     e = delta(before, after, "nv_energy_consumption")
     if e is not None:
         out["gpu_energy_j"] = _r(e, 3)
@@ -363,7 +377,7 @@ def server_gauges(s: Scrape) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, names in GAUGE_NAMES.items():
         for name in names:
-            v = peak(s, name) if key == "kv_cache_usage" else total(s, name)
+            v = peak(s, name) if key == "kv_cache_usage" else ranks_once(s, name)
             if v is not None:
                 out[key] = v
                 break

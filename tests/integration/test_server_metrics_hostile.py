@@ -97,3 +97,54 @@ def test_run_reads_a_dcgm_page_once_per_gpu(tmp_path: Path, sim_url: str) -> Non
     assert g["power_w_mean"] == 400.0 and g["gpus"][UUID]["mig_instances"] == 7, g
     # 200 J a fetch, counted once per GPU (7 x that summed the rows); a fetch cancelled at the end still counted
     assert g["scrapes"] >= 2 and (g["scrapes"] - 1) * 200.0 <= g["energy_j"] <= (g["scrapes"] + 1) * 200.0, g
+
+
+def test_run_reads_an_sglang_page(tmp_path: Path, sim_url: str) -> None:
+    """``run --server-metrics URL`` against an SGLang 0.4.10+ page (tensor parallel 2: each rank repeats its
+    engine's gauges): result.json names the server sglang and has its token, request and TTFT figures, its
+    running requests counted once per engine. Before, an SGLang page kept only three gauges' peaks."""
+    import http.server
+    import threading
+
+    state = {"n": 0}
+    model = 'model_name="tiny"'
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state["n"] += 1
+            n = state["n"]
+            ranks = "".join(f'sglang:num_running_reqs{{engine_type="unified",{model},tp_rank="{r}",pp_rank="0"}} 3\n'
+                            for r in ("0", "1"))  # fmt: skip
+            body = (ranks + f"sglang:prompt_tokens_total{{{model}}} {100 * n}\n"
+                    f"sglang:generation_tokens_total{{{model}}} {10 * n}\nsglang:num_requests_total{{{model}}} {n}\n"
+                    f"sglang:time_to_first_token_seconds_sum{{{model}}} {0.05 * n}\n"
+                    f'sglang:time_to_first_token_seconds_bucket{{le="0.1",{model}}} {n}\n'
+                    f'sglang:time_to_first_token_seconds_bucket{{le="+Inf",{model}}} {n}\n'
+                    f"sglang:time_to_first_token_seconds_count{{{model}}} {n}\n").encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            return
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    out = tmp_path / "out"
+    try:
+        proc = cli_run("run", "--endpoint", sim_url, "--rate", "20", "--requests", "20", "--output-tokens", "3",
+                       "--server-metrics", f"http://127.0.0.1:{srv.server_port}/metrics",
+                       "--server-metrics-interval", "0.2s", "--out", str(out))  # fmt: skip
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    server = json.loads((out / "result.json").read_text())["server"]
+    m, scrapes = server["metrics"], server["scrapes"]
+    assert server["kind"] == "sglang" and scrapes >= 2, server
+    # each fetch adds 100 prompt tokens, 10 generated, 1 request (a fetch that failed is not a counted scrape)
+    steps = m["requests_finished"]
+    assert steps >= scrapes - 1 and (m["prompt_tokens"], m["generation_tokens"]) == (100 * steps, 10 * steps), m
+    assert m["requests_running_peak"] == 3 and server["gauges"]["running"]["max"] == 3, server  # not 6
+    assert m["ttft_ms"]["count"] == steps and m["ttft_ms"]["mean"] == 50.0, m
