@@ -115,7 +115,8 @@ class LoadConfig:
             raise ConfigError("--requests and --duration clash: give one")
         if self.duration_s is not None and not self.duration_s > 0:
             raise ConfigError("--duration must be > 0")
-        if self.concurrency is not None and self.max_concurrency is not None:
+        if self.concurrency is not None and self.max_concurrency is not None and self.sessions is None:
+            # (sessions: --concurrency N holds N conversations open, --max-concurrency caps their turns in flight)
             raise ConfigError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ConfigError("--max-concurrency must be at least 1")

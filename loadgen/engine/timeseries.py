@@ -18,6 +18,9 @@ It is cut into ``INTERVALS`` equal intervals. Per interval:
 * ``inflight_mean``: the client's requests in flight, averaged over the interval (each
   request counted from its actual send to its end, pro rata of its overlap with the interval:
   the time-weighted mean concurrency);
+* ``sessions_active_mean`` (session runs): sessions open, averaged over the interval (each measured
+  session counted from its first turn's due time to its last turn's end, think time included, pro
+  rata); ``inflight_mean`` is then the turns in flight;
 * ``server`` (when the server was observed, ``result.json`` ``server.series``,
   :class:`loadgen.serve.ServerObserver`): the server's gauges sampled inside the interval on
   the same clock (seconds from t0) -- ``samples`` and, per gauge, the mean and max of its
@@ -85,7 +88,7 @@ def _times(d: dict[str, Any], origin: str) -> tuple[float, float] | None:
 
 
 class _Bin:
-    __slots__ = ("arrivals", "busy_s", "completed", "e2e", "failed", "output_tokens", "server", "ttft")
+    __slots__ = ("arrivals", "busy_s", "completed", "e2e", "failed", "output_tokens", "server", "session_s", "ttft")
 
     def __init__(self) -> None:
         self.completed = 0
@@ -93,6 +96,7 @@ class _Bin:
         self.output_tokens: float = 0
         self.arrivals = 0
         self.busy_s = 0.0  # request-seconds in flight inside the interval
+        self.session_s: float | None = None  # session-seconds open inside the interval (session runs)
         self.server: dict[str, list[float]] = {}
         self.ttft = LatencyHistogram("ttft")
         self.e2e = LatencyHistogram("e2e")
@@ -112,6 +116,8 @@ class _Bin:
             "e2e_ms": {"p50": r(self.e2e.percentile_ms(50)), "p99": r(self.e2e.percentile_ms(99))},
             "inflight_mean": round(self.busy_s / span_s, 4) if span_s > 0 else None,
         }
+        if self.session_s is not None:
+            out["sessions_active_mean"] = round(self.session_s / span_s, 4) if span_s > 0 else None
         if self.server:
             n = max(len(v) for v in self.server.values())
             out["server"] = {"samples": n} | {
@@ -137,11 +143,20 @@ def series(
     """
     src = (lambda: _lines(lines)) if isinstance(lines, Path) else (lambda it=list(lines): iter(it))
     o_lo = o_hi = e_lo = e_hi = None
+    spans: dict[str, list[float]] = {}  # session id -> [first due time, last end] of its measured turns
     for d in src():
         t = _times(d, origin)
         if t is None:
             continue
         o, e = t
+        sid = d.get("session_id")
+        if sid is not None:
+            due = d.get("scheduled_s", o)
+            span = spans.get(sid)
+            if span is None:
+                spans[sid] = [due, e]
+            else:
+                span[0], span[1] = min(span[0], due), max(span[1], e)
         o_lo, o_hi = (o, o) if o_lo is None else (min(o_lo, o), max(o_hi, o))  # type: ignore[type-var]  # o_hi/e_hi are set whenever o_lo/e_lo are
         e_lo, e_hi = (e, e) if e_lo is None else (min(e_lo, e), max(e_hi, e))  # type: ignore[type-var]  # o_hi/e_hi are set whenever o_lo/e_lo are
     if o_lo is None or o_hi is None or e_lo is None or e_hi is None or e_hi <= o_lo:
@@ -176,9 +191,7 @@ def series(
                 b.failed += 1
         sent = d.get("sent_s")
         if isinstance(sent, int | float) and e > sent:  # in flight from the send to the end
-            for k in range(idx(sent), idx(e) + 1):
-                lo = start + k * width
-                bins[k].busy_s += max(0.0, min(e, lo + width) - max(sent, lo))
+            _overlap(bins, sent, e, start, width, "busy_s")
         for b in (bins[idx(o)], _third(o, o_lo, o_hi, first, last)):
             if b is None:
                 continue
@@ -188,6 +201,11 @@ def series(
                     b.ttft.record_ns(d["ttft_ms"] * 1e6)
                 if d.get("e2e_ms") is not None:
                     b.e2e.record_ns(d["e2e_ms"] * 1e6)
+    if spans:
+        for b in bins:
+            b.session_s = 0.0
+        for lo_s, hi_s in spans.values():
+            _overlap(bins, lo_s, hi_s, start, width, "session_s")
     _server_samples(server, bins, start, width)
     third_s = (e_hi - e_lo) / 3
     if win is not None:
@@ -204,8 +222,20 @@ def series(
     }
 
 
+def _overlap(bins: list[_Bin], lo_s: float, hi_s: float, start: float, width: float, attr: str) -> None:
+    """Add the overlap of [lo_s, hi_s] with each interval to its ``attr`` (seconds; pro rata)."""
+    n = len(bins)
+    first = min(max(int((lo_s - start) / width), 0), n - 1)
+    last = min(max(int((hi_s - start) / width), 0), n - 1)
+    for k in range(first, last + 1):
+        lo = start + k * width
+        b = bins[k]
+        setattr(b, attr, getattr(b, attr) + max(0.0, min(hi_s, lo + width) - max(lo_s, lo)))
+
+
 def _no_inflight(d: dict[str, Any]) -> dict[str, Any]:
     d.pop("inflight_mean", None)  # counted per interval only
+    d.pop("sessions_active_mean", None)
     return d
 
 

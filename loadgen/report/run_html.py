@@ -86,7 +86,11 @@ def combined_figure_svg(ts: dict[str, Any]) -> str | None:
     line(ax, ttft, color="#1565c0", label="client p99 TTFT (ms, by arrival)", gid="client-ttft")
     ax.set_ylabel("TTFT p99 ms")
     ax2 = ax.twinx()
-    line(ax2, infl, color="#6a1b9a", ls="--", label="client in flight (mean)", gid="client-inflight")
+    sessions = _col(ivs, "sessions_active_mean")
+    line(ax2, infl, color="#6a1b9a", ls="--", label="client in flight (mean)" if not _has(sessions)
+         else "turns in flight (mean)", gid="client-inflight")  # fmt: skip
+    if _has(sessions):
+        line(ax2, sessions, color="#00838f", ls="-.", label="sessions active (mean)", gid="client-sessions")
     ax2.set_ylabel("in flight")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()

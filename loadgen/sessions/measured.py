@@ -182,6 +182,11 @@ async def measure_sessions(
     """
     if cluster is not None:
         raise ConfigError("--sessions runs on this host (not yet with --cluster)")
+    if cfg.max_concurrency is not None and workers > cfg.max_concurrency:
+        raise ConfigError(
+            f"--max-concurrency {cfg.max_concurrency} is split over --workers {workers}: "
+            "each needs at least one turn in flight (give a cap of at least the workers, or fewer workers)"
+        )
     redactor = redactor or Redactor()
     if cfg.salt is None:
         cfg = replace(cfg, salt=new_salt())
@@ -238,7 +243,8 @@ def sessions_block(
         "mode": plan.mode,
         "arrivals": facts.get("arrivals", "closed loop" if plan.mode == "closed" else cfg.arrival),
         "sessions_rps": cfg.rate_rps,
-        "concurrency": cfg.concurrency,
+        "concurrency": cfg.concurrency,  # conversations held open through their think time (closed loop)
+        "max_inflight_turns": plan.max_inflight,  # --max-concurrency: turns in flight at most (applied)
         "started": st.started,
         "completed": st.completed,
         "ended_by_failure": st.failed,

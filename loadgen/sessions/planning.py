@@ -86,6 +86,7 @@ def plan_sessions(cfg: LoadConfig, src: SessionSource, tokenizer: Any = None) ->
         idle_cap_s=cap,
         drain_grace_s=cfg.drain_grace_s,
         end_offset_ns=round((cfg.duration_s + cfg.warmup_s) * 1e9) if cfg.duration_s is not None else None,
+        max_inflight=cfg.max_concurrency,
     )
     return plan, facts
 
@@ -123,6 +124,8 @@ def shard_sessions(plan: SessionPlan, w: int, n: int) -> SessionPlan:
     idx = range(w, len(plan.sessions), n)
     warm = sum(1 for i in idx if i < plan.warmup_sessions)  # the plan's first sessions: this shard's first
     conc = plan.concurrency // n + (1 if w < plan.concurrency % n else 0)
+    cap = plan.max_inflight  # split as the sessions are (measure_sessions refused a cap under n)
+    cap = None if cap is None else cap // n + (1 if w < cap % n else 0)
     starts = [plan.start_offsets_ns[i] for i in idx] if plan.start_offsets_ns else []
     first, k = list(plan.first_index), 0  # the whole plan's request indices: unique across workers
     if not first:  # as SessionRunner numbers them in one process: the turns' positions in the plan
@@ -131,5 +134,5 @@ def shard_sessions(plan: SessionPlan, w: int, n: int) -> SessionPlan:
             k += len(s.turns)
     return replace(
         plan, sessions=[plan.sessions[i] for i in idx], start_offsets_ns=starts, warmup_sessions=warm,
-        concurrency=max(conc, 1), first_index=[first[i] for i in idx],
+        concurrency=max(conc, 1), first_index=[first[i] for i in idx], max_inflight=cap,
     )  # fmt: skip

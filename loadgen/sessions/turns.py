@@ -72,6 +72,10 @@ class SessionPlan:
     # each session's first request index (turn k: + k); empty: the turns' positions in this plan, in order.
     # A worker's shard keeps the whole plan's (loadgen.sessions.spread), so indices are unique across workers
     first_index: Sequence[int] = ()
+    # --max-concurrency: at most this many turns in flight (None: no cap). A turn due while the cap is full
+    # waits for a slot; the wait counts in its latency from its due time and is recorded as its throttle
+    # (result.json client_rate_cap, "waited for the client's own cap"), never as the client's schedule lag
+    max_inflight: int | None = None
 
 
 @dataclass
@@ -118,6 +122,7 @@ class SessionRunner(RunEngine):
                 first.append(n)
                 n += len(s.turns)
         self._first_index = first
+        self._cap = asyncio.Semaphore(plan.max_inflight) if plan.max_inflight else None
 
     def _to_sink(self, rec: RequestRecord) -> None:
         self.turn_sink(rec, self._turns.pop(rec.index))
@@ -219,10 +224,14 @@ class SessionRunner(RunEngine):
                 due = last_end + round(delay * 1e9)
                 tool_s += delay
             spec = hist.spec(k, self._first_index[i] + k)
-            gated = self.endpoint.accepts_send_gate()
+            cap = self._cap
+            gated = cap is None and self.endpoint.accepts_send_gate()  # as open loop: no prepared send under a cap
             self._dues[i] = due
+            cap_wait = 0
             try:
                 stopped = await self._sleep_or_stop(due - PRESTART_NS if gated else due, precise=not gated)
+                if not stopped and cap is not None:
+                    cap_wait, stopped = await self._slot(cap, i)
             except asyncio.CancelledError:  # cancelled before its send: this turn and the rest are unsent
                 self._dues.pop(i, None)
                 stats.unsent_turns += n - k
@@ -233,7 +242,7 @@ class SessionRunner(RunEngine):
                 stats.unsent_turns += n - k
                 ok = False
                 break
-            rec = self._new_record(spec, phase, due)  # (the spec carries the session id)
+            rec = self._new_record(spec, phase, due, cap_wait_ns=cap_wait)  # (the spec carries the session id)
             try:
                 if gated:
                     await self._gated_send(spec, rec, due, i)
@@ -251,6 +260,8 @@ class SessionRunner(RunEngine):
             finally:
                 self._dues.pop(i, None)
                 self.inflight_records.pop(spec.index, None)
+                if cap is not None:
+                    cap.release()
             last_end = rec.end_ns or now_ns()
             system_ns += last_end - due
             self._finished(rec, k)
@@ -268,6 +279,21 @@ class SessionRunner(RunEngine):
             stats.durations_s.append((last_end - start_ns) / 1e9)
             stats.system_wait_s.append(system_ns / 1e9)
             stats.tool_wait_s.append(tool_s)
+
+    async def _slot(self, cap: asyncio.Semaphore, i: int) -> tuple[int, bool]:
+        """A slot under ``--max-concurrency`` for session ``i``'s due turn: (ns waited for it, stopped meanwhile).
+        While it waits, its due time is not a coming send (the sink may work); after a stop it sends nothing."""
+        if not cap.locked():
+            await cap.acquire()
+            return 0, False
+        self._dues.pop(i, None)
+        t = now_ns()
+        await cap.acquire()
+        waited = now_ns() - t
+        if self._stop.is_set():
+            cap.release()
+            return waited, True
+        return waited, False
 
     async def _gated_send(self, spec: RequestSpec, rec: RequestRecord, due_ns: int, i: int) -> None:
         """Prepare the request now; its bytes go out at ``due_ns`` (never early); wait for its end."""

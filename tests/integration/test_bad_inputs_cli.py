@@ -205,6 +205,11 @@ CASES: list[Case] = [
     Case(
         "cfg-37-sessions-not-a-file", run_with("--sessions", "/dev/null"), r"^--sessions /dev/null: not a regular file$"
     ),
+    Case(  # issue 32 item 2: a cap on turns in flight is split over the workers, at least one each
+        "cfg-38-session-turn-cap-under-workers",
+        run_with("--sessions", "synthetic,turns=2", "--workers", "2", "--max-concurrency", "1"),
+        r"^--max-concurrency 1 is split over --workers 2: each needs at least one turn in flight",
+    ),
 ]
 MINIMUM = 12
 

@@ -190,3 +190,39 @@ def test_sessions_over_two_workers_match_the_truth_log(tmp_path: Path) -> None:
     measured = [truth_by[str(r["index"])] for r in recs if r["phase"] == "measure"]
     assert s["cached_tokens"] == sum(t["cached_tokens"] for t in measured)
     assert result["conditions"]["workers"] == 2
+
+
+@pytest.mark.parametrize("mode", [("--rate", "50"), ("--concurrency", "2")])
+def test_max_concurrency_caps_turns_in_flight_and_the_active_sessions_series_is_true(
+    tmp_path: Path, mode: tuple[str, str]
+) -> None:
+    """Issue 32 item 2: ``--max-concurrency 1`` with 2 sessions (open loop 20 ms apart, or a closed loop of 2
+    conversations): the server never has 2 turns in flight (its truth log: each turn arrives after the
+    previous one's last chunk left), the waits are the client's own cap (``client_rate_cap``), not its lag,
+    and the time series' active sessions integrate to the sessions' true spans. Before, the cap was recorded
+    as applied and ignored: the server saw 2 turns at once."""
+    out, truth = tmp_path / "run", tmp_path / "truth.jsonl"
+    p = cli_run(
+        "run", "--sessions", "synthetic,turns=4,input=10,output=8,delay=30ms", *mode, "--requests", "2",
+        "--arrival", "constant", "--max-concurrency", "1", "--out", str(out),
+        "--sim-args", f"--itl-ms 3 --ttft-ms 15 --truth-log {truth}",
+    )  # fmt: skip
+    assert p.returncode in (0, 1), p.stderr
+    result, recs, truth_by = _read(out, truth)
+    assert len(recs) == 8 and all(r["status"] == "ok" for r in recs), recs
+    served = sorted((t["arrival_ns"], t["chunks"][-1][0]) for t in truth_by.values())
+    for (_, end), (nxt, _) in zip(served, served[1:]):
+        assert nxt >= end, served  # one turn in flight at the server at a time
+    assert result["sessions"]["max_inflight_turns"] == 1
+    assert result["client_rate_cap"]["throttled_requests"] >= 1, result.get("client_rate_cap")
+    # the active-sessions series against the truth: each session open from its first turn's due time to its last
+    # turn's end (the server's last chunk, plus the client's read of it)
+    t0 = result["conditions"]["t0_monotonic_ns"]
+    true_s = 0.0
+    for sid in {r["session_id"] for r in recs}:
+        turns = sorted((r for r in recs if r["session_id"] == sid), key=lambda r: r["turn"])
+        true_s += (truth_by[str(turns[-1]["index"])]["chunks"][-1][0] - t0) / 1e9 - turns[0]["scheduled_s"]
+    ts = result["timeseries"]
+    measured_s = sum(iv["sessions_active_mean"] * ts["interval_s"] for iv in ts["intervals"])
+    assert abs(measured_s - true_s) <= 0.05 * true_s + 0.01, (measured_s, true_s)
+    assert max(iv["inflight_mean"] for iv in ts["intervals"]) <= 1.0 + 1e-6  # turns in flight, never over the cap

@@ -173,3 +173,19 @@ def test_max_delay_moves_the_bound_and_synthetic_delays_are_bounded_and_capped(t
     for bad in ("idle_cap=34560000s", "max_delay=0s", "max_delay=1e400s", "time_scale=1e9"):
         with pytest.raises(ConfigError):
             check_sessions(parse_session_source(f"{f},{bad}"))
+
+
+def test_the_turn_cap_is_applied_and_split_over_workers_as_the_sessions_are() -> None:
+    """Issue 32 item 2: ``--max-concurrency`` reaches the session plan (it was recorded and ignored), and each
+    worker's shard gets its share of it (3 over 2 workers: 2 and 1), as its share of the sessions."""
+    from loadgen.sessions.planning import shard_sessions
+
+    src = parse_session_source("synthetic,turns=2")
+    plan, _ = plan_sessions(LoadConfig(rate_rps=2.0, requests=4, max_concurrency=3, sessions=src), src)
+    assert plan.max_inflight == 3
+    assert [shard_sessions(plan, w, 2).max_inflight for w in (0, 1)] == [2, 1]
+    assert plan_sessions(LoadConfig(rate_rps=2.0, requests=4), src)[0].max_inflight is None
+    # a closed loop of 2 conversations with at most 1 turn in flight is a valid configuration (not a clash)
+    LoadConfig(concurrency=2, requests=4, max_concurrency=1, sessions=src).validate()
+    with pytest.raises(ConfigError, match="clashes with --concurrency"):
+        LoadConfig(concurrency=2, requests=4, max_concurrency=1).validate()
