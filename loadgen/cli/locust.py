@@ -48,11 +48,11 @@ from loadgen.cli.options import (
     duration_s,
     parse_extra_body,
     parse_headers,
-    session_source,
     usage_errors,
 )
 from loadgen.cli.runfile import config_file_option, merge_file_headers
 from loadgen.cli.scale import refuse_brace_list
+from loadgen.cli.session_options import session_source
 from loadgen.cli.target import endpoint_from_options
 from loadgen.cli.url_options import URL
 

@@ -104,22 +104,6 @@ def parse_workers(text: str, cluster: Any = None) -> int:
     return int(text)
 
 
-def session_source(kw: dict[str, Any]) -> Any:
-    """``--sessions`` parsed (a :class:`~loadgen.workload.session_sources.SessionSource`), or None without
-    it; usage errors for what it clashes with (``run`` and ``sweep`` alike, issue 17)."""
-    if not kw.get("sessions"):
-        if kw.get("session_header"):
-            raise click.UsageError("--session-header goes with --sessions (it carries each turn's session id)")
-        return None
-    from loadgen.workload.session_sources import parse_session_source
-
-    if kw.get("cluster"):
-        raise click.UsageError("--sessions runs on this host (not yet with --cluster)")
-    if kw.get("trace") or kw.get("dataset"):
-        raise click.UsageError("--sessions clashes with --trace and --dataset: give the session file to --sessions")
-    return parse_session_source(kw["sessions"])  # a ConfigError naming the bad part
-
-
 def _header_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """An HTTP header name (RFC 9110 token), or a usage error naming the option."""
     if value is not None and (not value or any(c not in _TCHAR for c in value)):
@@ -287,6 +271,13 @@ def common_endpoint_options(f: F) -> F:
             "failure) [default: max(30s, 10x the TTFT target) with a --slo on ttft, else 60s; off with --no-stream].",
         ),
         click.option("--extra-body", help="JSON object merged into every request body (sampling parameters, ...)."),
+        click.option(
+            "--tools",
+            "tools_file",
+            metavar="FILE",
+            help="JSON list of tool schemas sent with every chat "
+            "request (OpenAI form; sessions carry the replies' tool calls back).",
+        ),  # fmt: skip
         click.option("--no-preflight", is_flag=True, help="Skip the pre-flight request that detects optional fields."),
         click.option("--no-stream", is_flag=True, help="Non-streaming requests (only E2E is measurable)."),
         click.option("--insecure", is_flag=True, help="Do not verify TLS certificates (recorded in the result)."),

@@ -22,10 +22,10 @@ from loadgen.cli.options import (
     parse_workers,
     pin_client,
     run_only_options,
-    session_source,
     use_uvloop,
     workload_options,
 )
+from loadgen.cli.session_options import session_source
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
 from loadgen.cli.url_options import url_secrets
 from loadgen.core.redact import Redactor

@@ -21,10 +21,10 @@ from loadgen.cli.options import (
     cpus_option,
     make_out_dir,
     pin_client,
-    session_source,
     use_uvloop,
     workload_options,
 )
+from loadgen.cli.session_options import session_source
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
 from loadgen.cli.url_options import URL, url_secrets
 from loadgen.core.redact import Redactor

@@ -226,6 +226,12 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
     for v in env_secrets:
         redactor.add(v)
     extra = parse_extra_body(kw["extra_body"])
+    if kw.get("tools_file"):
+        if "tools" in extra:
+            raise click.UsageError('--tools and a "tools" key in --extra-body clash: give one')
+        from loadgen.endpoints.toolcalls import read_tools_file
+
+        extra["tools"] = read_tools_file(kw["tools_file"])  # a bad file: one line naming it (InputFileError)
     api_key = None
     bearer = None
     if not embedded:

@@ -132,6 +132,9 @@ class RequestRecord:
     throttle_ns: int = 0  # waited for the client's own cap (--max-concurrency, --max-rpm, --max-tpm) before sending
     attempts: list[dict[str, Any]] | None = None  # earlier attempts answered 429 (--retry-429)
     replica: int | None = None  # which --endpoint served it (0-based; endpoints.balance), None: one endpoint
+    # the reply's tool calls, OpenAI chat form ({"id", "type", "function": {"name", "arguments"}}), any API
+    # (loadgen.endpoints.toolcalls); None: it called no tool
+    tool_calls: list[dict[str, Any]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -142,3 +145,12 @@ class RequestRecord:
         if self.body_text is not None:
             return self.body_text
         return "".join(e.text for e in self.events)
+
+    @property
+    def answer_text(self) -> str:
+        """The reply's answer content only (no reasoning, no tool-call arguments): what a history carries back
+        (:class:`loadgen.workload.session_model.SessionHistory`); a whole body's text where it was not streamed
+        (its reasoning then included, as the output count reads it)."""
+        if self.body_text is not None:
+            return self.body_text
+        return "".join(e.text for e in self.events if e.answer)

@@ -40,6 +40,12 @@ from loadgen.endpoints.pool import network_baseline
 from loadgen.endpoints.quota import ClientRateCap
 from loadgen.endpoints.reads import DEFAULT_IDLE_TIMEOUT_S, MODELS_BODY_LIMIT, idle_guard, read_bounded
 from loadgen.endpoints.side import SideFailure, side_request
+from loadgen.endpoints.toolcalls import (
+    add_anthropic_input,
+    anthropic_messages,
+    anthropic_tools,
+    start_anthropic_call,
+)
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -137,6 +143,8 @@ class AnthropicStreamParser:
                 text, answer = delta.get("thinking") or "", False
             elif dt == "input_json_delta":
                 text, answer = delta.get("partial_json") or "", False
+                if isinstance(text, str):
+                    add_anthropic_input(rec.tool_calls, text)
             else:  # signature_delta, citations_delta, ...: no generated token
                 text, answer = "", False
             if text:
@@ -144,6 +152,8 @@ class AnthropicStreamParser:
         elif kind == "content_block_start":
             block = obj.get("content_block") or {}
             if isinstance(block, dict):
+                if block.get("type") == "tool_use":
+                    rec.tool_calls = start_anthropic_call(rec.tool_calls, block)
                 text = block.get("text") or block.get("thinking") or ""
                 if isinstance(text, str) and text:
                     rec.events.append(TokenEvent(t_ns, text, block.get("type") == "text"))
@@ -310,7 +320,8 @@ class AnthropicEndpoint(HTTPSendMixin):
         }
         if spec.messages:
             system = [str(m.get("content") or "") for m in spec.messages if m.get("role") == "system"]
-            body["messages"] = [dict(m) for m in spec.messages if m.get("role") != "system"]
+            # a session's tool calls and results as tool_use / tool_result blocks (loadgen.endpoints.toolcalls)
+            body["messages"] = anthropic_messages([m for m in spec.messages if m.get("role") != "system"])
             if system:
                 body["system"] = "\n\n".join(system)
         else:
@@ -318,6 +329,8 @@ class AnthropicEndpoint(HTTPSendMixin):
         if cfg.stream:
             body["stream"] = True
         body.update(cfg.extra_body)
+        if isinstance(body.get("tools"), list):  # --tools is written in the OpenAI form
+            body["tools"] = anthropic_tools(body["tools"])
         return body
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
@@ -348,6 +361,8 @@ class AnthropicEndpoint(HTTPSendMixin):
         for block in obj.get("content") or []:
             if isinstance(block, dict):
                 parts.append(str(block.get("thinking") or "") + str(block.get("text") or ""))
+                if block.get("type") == "tool_use":
+                    record.tool_calls = start_anthropic_call(record.tool_calls, block)
         record.body_text = "".join(parts)
         record.finish_reason = obj.get("stop_reason")
         usage = obj.get("usage")

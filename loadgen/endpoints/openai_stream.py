@@ -22,6 +22,7 @@ from loadgen.core.redact import Redactor
 from loadgen.core.sse import SSEDecoder
 from loadgen.core.types import RequestRecord, TokenEvent
 from loadgen.endpoints.http import fail, settle
+from loadgen.endpoints.toolcalls import add_openai_delta, openai_message_calls
 
 __all__ = ["MAX_USAGE_TOKENS", "OpenAIStreamParser", "apply_body", "apply_stream_event"]
 
@@ -48,6 +49,7 @@ def apply_body(record: RequestRecord, obj: Any, *, chat: bool, redact: Redactor)
             text = (_text_field(msg, "reasoning_content") or _text_field(msg, "reasoning")) + _text_field(
                 msg, "content"
             )
+            record.tool_calls = openai_message_calls(msg)
         else:
             text = _text_field(c, "text")
         record.finish_reason = c.get("finish_reason")
@@ -107,6 +109,7 @@ def apply_stream_event(
         tools = delta.get("tool_calls")
         if tools:
             other += _tool_text(tools)
+            record.tool_calls = add_openai_delta(record.tool_calls, tools)
         if content or other or tools:
             record.events.append(TokenEvent(t_ns, other + content, bool(content), cont))
     else:

@@ -154,12 +154,14 @@ def run_session(proc: TurnSender, feed: SessionFeed, stats: SessionStats) -> boo
                 stats.unsent_turns += n - k - 1
                 failed = True
                 break
-            hist.reply(k, rec.text)
+            hist.reply(k, rec.answer_text, rec.tool_calls)
     except GreenletExit:  # killed after the stop timeout (a turn in flight is recorded cancelled): the rest unsent
         stats.unsent_turns += n - k - (1 if inflight else 0)
         stats.resets += hist.resets
+        stats.add_tools(hist)
         raise
     stats.resets += hist.resets
+    stats.add_tools(hist)
     if stopped:
         return False
     if failed:

@@ -38,6 +38,17 @@ def render_sessions(s: dict[str, Any], console: Console) -> None:
         f"({s['cached_tokens']:,} cached of {s['prompt_tokens_of_those']:,} prompt tokens, "
         f"{s['turns_reporting_cached_tokens']} turns reporting usage.prompt_tokens_details.cached_tokens)"
     )
+    tc = s.get("tool_calls") or {}
+    if any(tc.values()):  # issue 32: tool calls round-trip; a reply that should have called a tool is shown
+        line = f"tool calls: {tc.get('replies_with_calls', 0)} replies called tools and their calls went back"
+        if tc.get("missing"):
+            line += (f"; {tc['missing']} replies should have called a tool and did not (the recorded calls stood "
+                     "in: does the server parse tool calls, and were --tools given?)")  # fmt: skip
+        if tc.get("unexpected"):
+            line += f"; {tc['unexpected']} called a tool where the session went on with a user turn (text kept)"
+        console.print(line, markup=False)
+    if s.get("max_inflight_turns"):
+        console.print(f"turns in flight capped at {s['max_inflight_turns']} (--max-concurrency)", markup=False)
     t = Table(title="per turn depth")
     for col in ("turn", "turns", "ok", "TTFT p50 ms", "TTFT p99 ms", "input tokens", "cached tokens", "hit rate"):
         t.add_column(col, justify="right")

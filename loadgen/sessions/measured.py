@@ -251,6 +251,13 @@ def sessions_block(
         "warmup_sessions": plan.warmup_sessions,
         "unsent_turns": st.unsent_turns,
         "history_resets": st.resets,
+        # tool calls round-trip (issue 32): replies whose calls went back; replies that should have called a
+        # tool and did not (the recorded calls stood in); calls where the session went on with a user turn
+        "tool_calls": {
+            "replies_with_calls": st.tool_replies,
+            "missing": st.tool_calls_missing,
+            "unexpected": st.tool_calls_unexpected,
+        },  # fmt: skip
         "salted_per_session": src.salt_sessions,
         "last_start_s": (max(starts) / 1e9) if starts else None,
         "duration_s": summarize_exact(st.durations_s, 1.0),

@@ -90,6 +90,15 @@ class SessionStats:
     durations_s: list[float] = field(default_factory=list)  # first due time to last reply end
     system_wait_s: list[float] = field(default_factory=list)  # per session: sum of turn latencies (due to end)
     tool_wait_s: list[float] = field(default_factory=list)  # per session: sum of delays between turns
+    tool_replies: int = 0  # replies whose tool calls went back into the history (SessionHistory)
+    tool_calls_missing: int = 0  # replies that should have called a tool and did not (recorded calls stood in)
+    tool_calls_unexpected: int = 0  # replies that called a tool where the session went on with a user turn
+
+    def add_tools(self, hist: SessionHistory) -> None:
+        """A finished session's tool-call counts."""
+        self.tool_replies += hist.tool_replies
+        self.tool_calls_missing += hist.tool_calls_missing
+        self.tool_calls_unexpected += hist.tool_calls_unexpected
 
 
 class SessionRunner(RunEngine):
@@ -269,8 +278,9 @@ class SessionRunner(RunEngine):
                 stats.unsent_turns += n - k - 1
                 ok = False
                 break
-            hist.reply(k, rec.text)
+            hist.reply(k, rec.answer_text, rec.tool_calls)
         stats.resets += hist.resets
+        stats.add_tools(hist)
         if ok:
             stats.completed += 1
         else:

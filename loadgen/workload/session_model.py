@@ -31,13 +31,25 @@ from __future__ import annotations
 
 import random
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+import orjson
 
 from loadgen.core.types import RequestSpec
 from loadgen.workload.prompts import corpus_words
 
-__all__ = ["Session", "SessionHistory", "SessionPrompter", "Turn"]
+__all__ = ["RecordedCall", "Session", "SessionHistory", "SessionPrompter", "Turn"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """A tool call a trace recorded in a turn's reply: the tool's ``name``, the length of its arguments and
+    of its result (corpus words; None: not recorded, the next turn's new message is split evenly)."""
+
+    name: str = "tool"
+    arguments_tokens: int = 8
+    result_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +63,8 @@ class Turn:
     ``reply_text``: the recorded reply (text replays) used as history instead of the actual one
     when ``use_recorded_replies``; ``hash_ids``: the trace's block hash ids of this prompt;
     ``input_tokens``: the trace's whole prompt length (for inspection); ``reset``: drop the
-    history before this turn.
+    history before this turn; ``calls``: the tool calls the trace recorded in this turn's reply (a
+    ``tool`` turn after it answers each, :class:`SessionHistory`).
     """
 
     output_tokens: int
@@ -63,6 +76,7 @@ class Turn:
     hash_ids: tuple[int, ...] | None = None
     input_tokens: int | None = None
     reset: bool = False
+    calls: tuple[RecordedCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,12 +167,29 @@ class SessionPrompter:
 
 
 def completions_text(messages: list[dict[str, Any]]) -> str:
-    """The completions prompt of a history: the message contents joined by blank lines."""
-    return "\n\n".join(str(m["content"]) for m in messages)
+    """The completions prompt of a history: the message contents joined by blank lines (a reply's tool calls
+    as ``name(arguments)`` after its text: the completions API has no structure for them)."""
+    parts = []
+    for m in messages:
+        text = str(m.get("content") or "")
+        for c in m.get("tool_calls") or ():
+            fn = c.get("function") or {}
+            text += f"{fn.get('name', '')}({fn.get('arguments', '')})"
+        parts.append(text)
+    return "\n\n".join(parts)
 
 
 class SessionHistory:
-    """One running session's history: builds each turn's request and takes each reply."""
+    """One running session's history: builds each turn's request and takes each reply.
+
+    Tool calls round-trip as the chat API carries them (issue 32): a reply's calls stay in its assistant
+    message (``tool_calls``; content null when it had no text), and a ``tool`` turn after it sends one
+    ``tool`` message per call with that call's ``tool_call_id`` (its result: the turn's new message, split
+    by the recorded result lengths or evenly). A reply that should carry a call (the next turn is a
+    tool result, or the trace recorded calls) and does not is counted (``tool_calls_missing``) and the
+    recorded calls stand in for it, so the next prompt keeps the agent's structure; a reply that called a
+    tool where the trace goes on with a user message keeps its text only (``tool_calls_unexpected``).
+    """
 
     def __init__(self, session: Session, prompter: SessionPrompter) -> None:
         self.session = session
@@ -169,6 +200,10 @@ class SessionHistory:
             self._base = [{"role": "system", "content": prompter.system_text(session.system_tokens)}]
         self.messages = list(self._base)
         self.resets = 0
+        self.tool_replies = 0  # replies whose actual tool calls went back into the history
+        self.tool_calls_missing = 0  # replies that should have called a tool and did not
+        self.tool_calls_unexpected = 0  # replies that called a tool where the session goes on with a user turn
+        self._pending: list[tuple[str, int | None]] = []  # (tool_call_id, result length) of the last reply's calls
 
     def spec(self, k: int, index: int) -> RequestSpec:
         """Turn ``k``'s request (``index``: the run's request index): history + its new message."""
@@ -176,8 +211,13 @@ class SessionHistory:
         if turn.reset and k > 0:
             self.messages = list(self._base)
             self.resets += 1
-        role = "user" if turn.role in ("user", "tool") else turn.role
-        self.messages.append({"role": role, "content": self.prompter.message_text(self.session, k)})
+            self._pending = []
+        if turn.role == "tool" and self._pending and k > 0:
+            self.messages.extend(self._results(k))
+        else:
+            role = "user" if turn.role in ("user", "tool") else turn.role
+            self.messages.append({"role": role, "content": self.prompter.message_text(self.session, k)})
+        self._pending = []
         msgs = tuple(dict(m) for m in self.messages)
         chat = self.prompter.api == "chat"
         return RequestSpec(
@@ -189,12 +229,60 @@ class SessionHistory:
             session_id=self.session.session_id,
         )
 
-    def reply(self, k: int, text: str) -> None:
-        """Add turn ``k``'s reply to the history: the actual ``text`` (or the recorded reply when asked)."""
+    def _results(self, k: int) -> list[dict[str, Any]]:
+        """Turn ``k``'s tool results: one ``tool`` message per call of the reply before it."""
         turn = self.session.turns[k]
-        if self.prompter.use_recorded_replies and turn.reply_text is not None:
-            text = turn.reply_text
-        self.messages.append({"role": "assistant", "content": text})
+        total = max(turn.new_tokens or 1, 1)
+        known = sum(n for _, n in self._pending if n is not None)
+        unknown = [i for i, (_, n) in enumerate(self._pending) if n is None]
+        share = max((total - known) // len(unknown), 1) if unknown else 0
+        given = turn.text.split() if turn.text is not None else None  # a text replay: its words, shared out
+        out = []
+        for j, (call_id, n) in enumerate(self._pending):
+            if given is not None:
+                m = len(self._pending)
+                text = " ".join(given[j * len(given) // m : (j + 1) * len(given) // m]) or turn.text or ""
+            else:
+                words = n if n is not None else share
+                text = self.prompter.words(max(words, 1), f"{self.session.session_id}:{k}:result:{j}")
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        return out
+
+    def reply(self, k: int, text: str, tool_calls: list[dict[str, Any]] | None = None) -> None:
+        """Add turn ``k``'s reply to the history: the actual ``text`` and ``tool_calls`` (or the recorded reply
+        when asked), tool calls as the class docstring says."""
+        turn = self.session.turns[k]
+        turns = self.session.turns
+        tool_next = k + 1 < len(turns) and turns[k + 1].role == "tool" and not turns[k + 1].reset
+        recorded = self.prompter.use_recorded_replies and turn.reply_text is not None
+        if recorded:
+            text, tool_calls = turn.reply_text or "", None
+        calls: list[dict[str, Any]] = []
+        if tool_calls and (tool_next or turn.calls):
+            self.tool_replies += 1
+            for j, c in enumerate(tool_calls):
+                fn = c.get("function") or {}
+                call_id = c.get("id") or self._call_id(k, j)
+                calls.append({"id": call_id, "type": "function",
+                              "function": {"name": fn.get("name") or "", "arguments": fn.get("arguments") or ""}})  # fmt: skip
+        elif tool_calls:
+            self.tool_calls_unexpected += 1  # the session goes on with a user message: the text only
+        elif tool_next or turn.calls:
+            if not recorded:
+                self.tool_calls_missing += 1
+            for j, rc in enumerate(turn.calls or (RecordedCall(),)):
+                words = self.prompter.words(rc.arguments_tokens, f"{self.session.session_id}:{k}:args:{j}")
+                calls.append({"id": self._call_id(k, j), "type": "function",
+                              "function": {"name": rc.name, "arguments": orjson.dumps({"input": words}).decode()}})  # fmt: skip
+        if calls:
+            self.messages.append({"role": "assistant", "content": text or None, "tool_calls": calls})
+            sizes = [rc.result_tokens for rc in turn.calls]
+            self._pending = [(c["id"], sizes[j] if j < len(sizes) else None) for j, c in enumerate(calls)]
+        else:
+            self.messages.append({"role": "assistant", "content": text})
+
+    def _call_id(self, k: int, j: int) -> str:
+        return f"call_{zlib.crc32(self.session.session_id.encode()):08x}_{k}_{j}"
 
 
 def synthetic_sessions(
@@ -208,6 +296,7 @@ def synthetic_sessions(
     system_tokens: int = 0,
     seed: int = 0,
     first: int = 0,
+    tool_share: float = 0.0,
 ) -> list[Session]:
     """``n`` synthetic sessions (ids ``s<first + i>``): turns per session, per-turn lengths and delays.
 
@@ -215,7 +304,8 @@ def synthetic_sessions(
     (session ``i``'s turn count is its ``i``-th draw; turn lengths are drawn per turn);
     ``delay_s``: the mean delay, constant or exponential (``delay_dist``: ``constant`` | ``exp``);
     ``system_tokens``: the shared system prompt every session opens with. Seeded: session ``i`` is
-    the same for one seed whatever ``n``.
+    the same for one seed whatever ``n``; ``tool_share``: each turn after the first is a tool result with
+    this probability (the reply before it then carries one recorded call).
     """
     out: list[Session] = []
     for i in range(first, first + n):
@@ -229,11 +319,15 @@ def synthetic_sessions(
                 if k == 0 or delay_s <= 0
                 else (delay_s if delay_dist == "constant" else rng.expovariate(1.0 / delay_s))
             )
+            tool = k > 0 and tool_share > 0 and rng.random() < tool_share
+            if tool:  # the reply before a tool result calls the tool
+                ts[-1] = replace(ts[-1], calls=(RecordedCall(),))
             ts.append(
                 Turn(
                     output_tokens=output_tokens.at(j, seed, "session-output"),
                     new_tokens=new_tokens.at(j, seed, "session-input"),
                     delay_s=d,
+                    role="tool" if tool else "user",
                 )
             )
         out.append(Session(f"s{i}", tuple(ts), system_tokens=system_tokens))

@@ -8,9 +8,12 @@ SOURCE is ``synthetic`` or a file; options follow after commas::
 Synthetic options: ``turns`` (a length spec: ``10``, ``uniform:5,15``), ``input`` (new-message
 tokens per turn, a length spec), ``output`` (reply tokens per turn, a length spec), ``delay``
 (mean delay between a reply and the next turn, a duration), ``delay_dist`` (``constant`` |
-``exp``), ``system`` (tokens of a system prompt shared by every session).
-File options (every format): ``time_scale`` (delays and trace start times multiplied by it, at
-most 1e6), ``token_scale`` (every length multiplied by it, at least 1), ``max_turns`` (turns kept
+``exp``), ``system`` (tokens of a system prompt shared by every session), ``tools`` (the share of
+turns after the first that are tool results, 0..1: the reply before each should call a tool, and the
+turn answers the call with a ``tool`` message, :class:`~loadgen.workload.session_model.SessionHistory`).
+File options (every format): ``speedup`` (N: delays and trace start times divided by N, replayed N
+times faster, as ``--trace-time-scale N``, which sets it), ``time_scale`` (deprecated: the multiplier,
+1/N; at most 1e6), ``token_scale`` (every length multiplied by it, at least 1), ``max_turns`` (turns kept
 per session), ``max_sessions`` (sessions kept, in file order), ``format`` (skip detection).
 Both: ``idle_cap`` (a duration, default 1 h: no wait of the run, between turns or between the
 source's own session starts, is longer; longer ones are shortened to it with a warning line, as
@@ -59,32 +62,33 @@ File formats (detected from the first line). A file is read and checked whole be
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen.core.errors import ConfigError, InputFileError
+from loadgen.core.errors import ConfigError
 from loadgen.core.units import parse_duration_s
 from loadgen.workload.lengths import parse_length_spec
 from loadgen.workload.session_checks import (
-    MAX_START_S,
-    check_int,
-    check_secs,
     idle_cap_s,
-    json_row,
     max_delay_s,
-    refuse_time_keys,
     span,
 )
-from loadgen.workload.session_model import Session, Turn, synthetic_sessions
+from loadgen.workload.session_formats import (
+    detect_format,
+    read_loadgen,
+    read_sharegpt_sessions,
+    read_tracelab,
+    read_weka,
+)
+from loadgen.workload.session_model import Session, synthetic_sessions
 
 __all__ = ["SessionSource", "load_sessions", "parse_session_source"]
 
-_FILE_KEYS = {"idle_cap", "max_delay", "time_scale", "token_scale", "max_turns", "max_sessions", "format", "salt",
+_FILE_KEYS = {"idle_cap", "max_delay", "time_scale", "speedup", "token_scale", "max_turns", "max_sessions", "format", "salt",
               "replies"}  # fmt: skip
-_SYNTH_KEYS = {"idle_cap", "max_delay", "turns", "input", "output", "delay", "delay_dist", "system", "salt"}
+_SYNTH_KEYS = {"idle_cap", "max_delay", "turns", "input", "output", "delay", "delay_dist", "system", "salt", "tools"}
 FORMATS = ("loadgen", "weka", "tracelab", "sharegpt")
 
 
@@ -146,6 +150,8 @@ def parse_session_source(text: str) -> SessionSource:
         raise ConfigError(f"--sessions {text!r}: replies is 'actual' or 'recorded'")
     if "format" in opts and opts["format"] not in FORMATS:
         raise ConfigError(f"--sessions {text!r}: format is one of {', '.join(FORMATS)}")
+    if "speedup" in opts and "time_scale" in opts:
+        raise ConfigError(f"--sessions {text!r}: time_scale= and speedup= clash: give speedup=N (N times faster)")
     idle_cap_s(opts)  # a bad cap or bound is a ConfigError now, not when the file is read
     max_delay_s(opts)
     return SessionSource(source, opts)
@@ -196,6 +202,7 @@ def load_sessions(src: SessionSource, n: int | None = None, *, seed: int = 0) ->
             delay_dist=o.get("delay_dist", "constant"),
             system_tokens=int(o.get("system", "0")),
             seed=seed,
+            tool_share=_share(o.get("tools", "0"), "tools"),
         )
         return sessions, {"format": "synthetic", "max_delay_s": most, "warnings": _synthetic_capped(o, delay)}
     path = src.source
@@ -212,12 +219,29 @@ def load_sessions(src: SessionSource, n: int | None = None, *, seed: int = 0) ->
     limit = _count(o, "max_sessions")
     if limit is not None:
         sessions = sessions[:limit]
+    # one time-scale meaning (issue 32): speedup=N (or --trace-time-scale N) replays N times faster, as a
+    # request trace; time_scale= keeps its meaning, a multiplier on delays, with a deprecation line
+    scale = _float(o, "time_scale", 1.0) / _float(o, "speedup", 1.0)
+    if "time_scale" in o:
+        facts["warnings"].append(
+            f"--sessions time_scale={o['time_scale']} multiplies the delays (deprecated): write "
+            f"speedup={1 / _float(o, 'time_scale', 1.0):g}, N times faster, as --trace-time-scale N"
+        )
     sessions = scale_sessions(
-        sessions, time_scale=_float(o, "time_scale", 1.0), token_scale=_float(o, "token_scale", 1.0),
-        max_turns=_count(o, "max_turns"),
+        sessions, time_scale=scale, token_scale=_float(o, "token_scale", 1.0), max_turns=_count(o, "max_turns"),
     )  # fmt: skip
     facts["resets"] = sum(t.reset for s in sessions for t in s.turns)
     return sessions, facts
+
+
+def _share(text: str, key: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v <= 1.0:
+        raise ConfigError(f"--sessions {key}={text}: expected a share from 0 to 1")
+    return v
 
 
 def _synthetic_capped(o: dict[str, str], delay: float) -> list[str]:
@@ -251,6 +275,10 @@ def scale_sessions(
                     new_tokens=tok(t.new_tokens),
                     output_tokens=tok(t.output_tokens) or 1,
                     input_tokens=tok(t.input_tokens),
+                    calls=tuple(
+                        replace(c, arguments_tokens=tok(c.arguments_tokens) or 1, result_tokens=tok(c.result_tokens))
+                        for c in t.calls
+                    ),
                 )  # fmt: skip
                 for t in turns
             )
@@ -263,266 +291,3 @@ def scale_sessions(
             )  # fmt: skip
         )
     return out
-
-
-def detect_format(path: str) -> str:
-    """The format of a session file from its first non-blank line."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(1 << 16)
-    except OSError as exc:
-        raise ConfigError(f"cannot read session file {path}: {exc.strerror or exc}") from None
-    text = head.lstrip()
-    if text.startswith(b"["):
-        return "sharegpt"
-    first = text.split(b"\n", 1)[0]
-    if b'"round_index"' in first and b'"session_id"' in first:
-        return "tracelab"
-    if b'"requests"' in first or b'"hash_id_scope"' in first:
-        return "weka"
-    if b'"turns"' in first:
-        return "loadgen"
-    raise ConfigError(
-        f"{path}: not a known session format (loadgen JSONL with 'turns', kv-cache-tester/weka with "
-        "'requests', TraceLab rounds, ShareGPT list); name it with format=..."
-    )
-
-
-def _lines(path: str) -> list[tuple[int, dict[str, Any]]]:
-    out = []
-    try:
-        with open(path, "rb") as fh:
-            for i, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                obj = json_row(raw, path, i)
-                if not isinstance(obj, dict):
-                    raise InputFileError(path, i, "row", "each line must be a JSON object")
-                out.append((i, obj))
-    except OSError as exc:
-        raise ConfigError(f"cannot read session file {path}: {exc.strerror or exc}") from None
-    if not out:
-        raise ConfigError(f"{path}: no sessions")
-    return out
-
-
-def _unique(seen: dict[str, int], sid: str, path: str, line: int, fld: str) -> None:
-    if sid in seen:
-        raise InputFileError(path, line, fld, f"duplicate session id {sid!r} (first on line {seen[sid]})")
-    seen[sid] = line
-
-
-def read_loadgen(path: str, max_delay: float) -> list[Session]:
-    """loadgen's own session JSONL (module doc); a stated delay over ``max_delay`` (s) is refused."""
-    sessions: list[Session] = []
-    seen: dict[str, int] = {}
-    for line, obj in _lines(path):
-        sid = obj.get("session_id")
-        if not isinstance(sid, str) or not sid:
-            raise InputFileError(path, line, "session_id", "missing or not a non-empty string")
-        _unique(seen, sid, path, line, "session_id")
-        refuse_time_keys(obj, path, line)
-        turns_raw = obj.get("turns")
-        if not isinstance(turns_raw, list) or not turns_raw:
-            raise InputFileError(path, line, "turns", "missing or not a non-empty list")
-        turns = []
-        for k, t in enumerate(turns_raw):
-            f = f"turns[{k}]"
-            if not isinstance(t, dict):
-                raise InputFileError(path, line, f, "each turn must be an object")
-            refuse_time_keys(t, path, line, f)
-            out = check_int(t.get("output_tokens"), path, line, f + ".output_tokens", 1)
-            text = t.get("text")
-            if text is not None and not isinstance(text, str):
-                raise InputFileError(path, line, f + ".text", "not a string")
-            new = None if text is not None else check_int(t.get("new_tokens"), path, line, f + ".new_tokens", 1)
-            role = t.get("role", "user")
-            if role not in ("user", "tool"):
-                raise InputFileError(path, line, f + ".role", f"'user' or 'tool', got {role!r}")
-            hids = t.get("hash_ids")
-            if hids is not None and not (isinstance(hids, list) and all(isinstance(h, int) for h in hids)):
-                raise InputFileError(path, line, f + ".hash_ids", "not a list of integers")
-            delay = check_secs(t.get("delay_s"), path, line, f + ".delay_s", max_delay)  # checked on a first turn too
-            reply = t.get("reply_text")
-            if reply is not None and not isinstance(reply, str):
-                raise InputFileError(path, line, f + ".reply_text", "not a string")
-            turns.append(
-                Turn(
-                    output_tokens=out,
-                    new_tokens=new,
-                    text=text,
-                    role=role,
-                    reply_text=reply,
-                    delay_s=delay if k else 0.0,
-                    hash_ids=tuple(hids) if hids is not None else None,
-                )  # fmt: skip
-            )
-        start = obj.get("start_s")
-        sys_tokens = obj.get("system_tokens", 0)
-        sessions.append(
-            Session(
-                sid,
-                tuple(turns),
-                start_s=None if start is None else check_secs(start, path, line, "start_s", MAX_START_S, ""),
-                system_tokens=check_int(sys_tokens, path, line, "system_tokens", 0),
-            )  # fmt: skip
-        )
-    return sessions
-
-
-def _grow(prev_in: int | None, prev_out: int | None, cur_in: int, base: int) -> tuple[int, bool]:
-    """(new tokens, reset) of a turn whose whole prompt is ``cur_in`` after ``prev_in`` + ``prev_out``."""
-    if prev_in is None or prev_out is None:
-        return max(cur_in - base, 1), False
-    if cur_in >= prev_in:  # the history grew: by less than the reply when the client dropped part of
-        return max(cur_in - prev_in - prev_out, 1), False  # it (thinking blocks); then a little longer here
-    return max(cur_in - base, 1), True  # the prompt shrank (context compaction): history dropped
-
-
-def read_weka(path: str, max_delay: float) -> tuple[list[Session], int]:
-    """kv-cache-tester / AgentX traces (module doc); returns (sessions, skipped sub-agent entries)."""
-    sessions: list[Session] = []
-    skipped = 0
-    seen: dict[str, int] = {}
-    for line, obj in _lines(path):
-        sid = obj.get("id")
-        if not isinstance(sid, str):
-            raise InputFileError(path, line, "id", "missing or not a string")
-        _unique(seen, sid, path, line, "id")
-        reqs = obj.get("requests")
-        if not isinstance(reqs, list) or not reqs:
-            raise InputFileError(path, line, "requests", "missing or not a non-empty list")
-        base = check_int(obj.get("tool_tokens", 0), path, line, "tool_tokens", 0) + check_int(
-            obj.get("system_tokens", 0), path, line, "system_tokens", 0
-        )
-        turns: list[Turn] = []
-        prev_in = prev_out = None
-        for j, r in enumerate(reqs):
-            f = f"requests[{j}]"
-            if not isinstance(r, dict):
-                raise InputFileError(path, line, f, "not an object")
-            if r.get("type") == "subagent":
-                skipped += 1
-                continue
-            cur_in = check_int(r.get("in"), path, line, f + ".in", 1)
-            out = check_int(r.get("out"), path, line, f + ".out", 0)
-            delay = check_secs(r.get("think_time"), path, line, f + ".think_time", max_delay)
-            new, reset = _grow(prev_in, prev_out, cur_in, base if cur_in > base else 0)
-            types = r.get("input_types") or []
-            hids = r.get("hash_ids")
-            turns.append(
-                Turn(
-                    output_tokens=max(out, 1),
-                    new_tokens=new,
-                    delay_s=delay if turns else 0.0,
-                    role="tool" if "tool_result" in types else "user",
-                    reset=reset,
-                    hash_ids=tuple(hids) if isinstance(hids, list) else None,
-                    input_tokens=cur_in,
-                )  # fmt: skip
-            )
-            prev_in, prev_out = cur_in, out
-        if not turns:
-            raise InputFileError(path, line, "requests", "no main-agent request")
-        sessions.append(Session(sid, tuple(turns), system_tokens=base))
-    return sessions, skipped
-
-
-def _ts_s(v: Any, path: str, line: int, fld: str) -> float:
-    if not isinstance(v, str):
-        raise InputFileError(path, line, fld, "missing or not a timestamp string")
-    try:
-        return dt.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-    except (ValueError, OverflowError, OSError):  # the last two: a naive time past the platform's range
-        raise InputFileError(path, line, fld, f"not an ISO-8601 timestamp: {v!r}") from None
-
-
-def read_tracelab(path: str) -> list[Session]:
-    """TraceLab per-round JSONL (module doc)."""
-    rounds: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
-    lines: dict[tuple[str, int], int] = {}
-    for line, obj in _lines(path):
-        sid = obj.get("session_id")
-        if not isinstance(sid, str):
-            raise InputFileError(path, line, "session_id", "missing or not a string")
-        idx = check_int(obj.get("round_index"), path, line, "round_index", 0)
-        if (sid, idx) in lines:
-            raise InputFileError(path, line, "round_index", f"round {idx} of session {sid!r} repeated "
-                                 f"(first on line {lines[sid, idx]})")  # fmt: skip
-        lines[sid, idx] = line
-        rounds.setdefault(sid, []).append((idx, line, obj))
-    firsts: list[float] = []
-    built: list[tuple[str, tuple[Turn, ...], float]] = []
-    for sid, rows in rounds.items():
-        rows.sort(key=lambda r: r[0])
-        turns: list[Turn] = []
-        prev_in = prev_out = None
-        prev_last: float | None = None
-        start = 0.0
-        for idx, line, obj in rows:
-            ev = obj.get("timing_events")
-            if not isinstance(ev, list) or not ev or not all(isinstance(e, dict) for e in ev):
-                raise InputFileError(path, line, "timing_events", "missing or not a non-empty list of events")
-            first = _ts_s(ev[0].get("timestamp"), path, line, "timing_events[0].timestamp")
-            last = _ts_s(ev[-1].get("timestamp"), path, line, f"timing_events[{len(ev) - 1}].timestamp")
-            cur_in = check_int(obj.get("input_tokens_total"), path, line, "input_tokens_total", 1)
-            out = check_int(obj.get("output_tokens"), path, line, "output_tokens", 0)
-            if prev_last is None:
-                start, delay = first, 0.0
-            else:
-                delay = first - prev_last
-                if delay < 0:
-                    raise InputFileError(
-                        path, line, "timing_events[0].timestamp",
-                        f"negative delay {delay:.3f} s: this round starts before round {idx - 1} ended",
-                    )  # fmt: skip
-            new, reset = _grow(prev_in, prev_out, cur_in, 0)
-            kind = obj.get("first_input_event_type")
-            turns.append(
-                Turn(
-                    output_tokens=max(out, 1),
-                    new_tokens=new,
-                    delay_s=delay,
-                    reset=reset,
-                    role="tool" if kind == "tool_result" else "user",
-                    input_tokens=cur_in,
-                )  # fmt: skip
-            )
-            prev_in, prev_out, prev_last = cur_in, out, last
-        firsts.append(start)
-        built.append((sid, tuple(turns), start))
-    t0 = min(firsts)
-    return [Session(sid, turns, start_s=start - t0) for sid, turns, start in built]
-
-
-def read_sharegpt_sessions(path: str) -> list[Session]:
-    """ShareGPT: every human/gpt pair of a conversation is a turn (text replay)."""
-    from loadgen.workload.datasets import _GPT, _HUMAN, _entries
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read data set {path}: {exc}") from None
-    sessions = []
-    for k, (line, e) in enumerate(_entries(text, path)):
-        conv = e.get("conversations") if isinstance(e, dict) else None
-        if not isinstance(conv, list):
-            raise InputFileError(path, line, f"[{k}].conversations", "missing or not a list")
-        turns = []
-        j = 0
-        while j + 1 < len(conv):
-            a, b = conv[j], conv[j + 1]
-            if not all(isinstance(x, dict) and isinstance(x.get("value"), str) for x in (a, b)):
-                raise InputFileError(path, line, f"[{k}].conversations[{j}]", 'each turn must be {"from", "value"}')
-            if str(a.get("from")).lower() in _HUMAN and str(b.get("from")).lower() in _GPT and a["value"].strip():
-                out = max(len(b["value"].split()), 1)
-                turns.append(Turn(output_tokens=out, text=a["value"], reply_text=b["value"]))
-                j += 2
-            else:
-                j += 1
-        if turns:
-            sid = e.get("id") if isinstance(e.get("id"), str) else f"c{k}"
-            sessions.append(Session(str(sid), tuple(turns)))
-    if not sessions:
-        raise ConfigError(f"{path}: no conversation with a human turn followed by a reply")
-    return sessions

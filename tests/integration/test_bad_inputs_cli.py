@@ -210,6 +210,27 @@ CASES: list[Case] = [
         run_with("--sessions", "synthetic,turns=2", "--workers", "2", "--max-concurrency", "1"),
         r"^--max-concurrency 1 is split over --workers 2: each needs at least one turn in flight",
     ),
+    # issue 32 items 3-4: each was silently overridden or ignored before
+    Case(
+        "cfg-39-session-header-clashes-with-header",
+        run_with("--sessions", "synthetic,turns=2", "--session-header", "X-Session", "--header", "x-session: 1"),
+        r"^--session-header X-Session clashes with a --header of that name",
+    ),
+    Case(
+        "cfg-40-trace-option-with-sessions",
+        run_with("--sessions", "synthetic,turns=2", "--trace-spread", "uniform"),
+        r"^--trace-spread is a request trace's option: it does not apply to --sessions",
+    ),
+    Case(
+        "cfg-41-trace-time-scale-with-synthetic-sessions",
+        run_with("--sessions", "synthetic,turns=2", "--trace-time-scale", "10"),
+        r"^--trace-time-scale with --sessions sets a session file's speedup",
+    ),
+    Case(
+        "cfg-42-sessions-speedup-and-time-scale",
+        run_with("--sessions", "{dir}/sessions.jsonl,speedup=10,time_scale=0.1"),
+        r"time_scale= and speedup= clash",
+    ),
 ]
 MINIMUM = 12
 
@@ -221,6 +242,7 @@ def _write_data(d: Path) -> None:
     (d / "ds.jsonl").write_text('{"prompt": "hi", "output_tokens": 3}\n{"prompt": 5}\n')
     (d / "sg.json").write_text('[{"conversations": [{"from": "human", "value": 5}]}]')
     (d / "empty.csv").write_text("")
+    (d / "sessions.jsonl").write_text('{"session_id": "a", "turns": [{"new_tokens": 5, "output_tokens": 2}]}\n')
 
 
 def _cli(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:

@@ -189,3 +189,21 @@ def test_the_turn_cap_is_applied_and_split_over_workers_as_the_sessions_are() ->
     LoadConfig(concurrency=2, requests=4, max_concurrency=1, sessions=src).validate()
     with pytest.raises(ConfigError, match="clashes with --concurrency"):
         LoadConfig(concurrency=2, requests=4, max_concurrency=1).validate()
+
+
+def test_speedup_is_n_times_faster_and_time_scale_says_it_is_deprecated(tmp_path: Path) -> None:
+    """Issue 32 item 4: one time-scale meaning. ``speedup=10`` (and ``--trace-time-scale 10``, which sets it)
+    replays a session file 10x faster, as a request trace's ``--trace-time-scale 10``; ``time_scale=0.1`` gives
+    the same delays (its old meaning, kept) and a deprecation line."""
+    f = tmp_path / "s.jsonl"
+    turns = [{"new_tokens": 5, "output_tokens": 2}, {"new_tokens": 5, "output_tokens": 2, "delay_s": 20.0}]
+    f.write_text(json.dumps({"session_id": "a", "start_s": 30.0, "turns": turns}) + "\n")
+    fast, facts = load_sessions(parse_session_source(f"{f},speedup=10"))
+    old, old_facts = load_sessions(parse_session_source(f"{f},time_scale=0.1"))
+    assert fast[0].turns[1].delay_s == old[0].turns[1].delay_s == pytest.approx(2.0)
+    assert fast[0].start_s == pytest.approx(3.0)
+    assert (
+        facts["warnings"] == []
+        and "deprecated" in old_facts["warnings"][0]
+        and "speedup=10" in old_facts["warnings"][0]
+    )
