@@ -76,6 +76,7 @@ async def measure(
     server_observer: Any = None,
     conditions_extra: dict[str, Any] | None = None,
     cluster: Any = None,
+    blocks: dict[str, Any] | None = None,
 ) -> MeasuredRun:
     """Run ``cfg`` against an opened ``endpoint``; write files to ``out_dir``; return the result.
 
@@ -86,7 +87,9 @@ async def measure(
     run as actors of that Ray cluster instead, with the same callbacks.
 
     ``config_record`` is the resolved configuration as it should appear in
-    ``result.json`` (secrets already removed). Raises ConfigError on a bad plan.
+    ``result.json`` (secrets already removed); ``blocks`` top-level blocks of the caller's (a callable
+    value is given the result, the server's section in it, and returns the block: ``cache_hit_target``).
+    Raises ConfigError on a bad plan.
     """
     redactor = redactor or Redactor()
     if cfg.salt is None:
@@ -120,7 +123,7 @@ async def measure(
         outcome = await run_here(files, make, tokenizer, cfg.latency_origin, on_record, runner_hook)
     return await files.finish(
         outcome, cfg, endpoint, workload=workload.describe(), config_record=config_record, workers=workers,
-        cluster=cluster_cond, conditions_extra=conditions_extra,
+        cluster=cluster_cond, conditions_extra=conditions_extra, blocks=blocks,
     )  # fmt: skip
 
 
@@ -178,7 +181,8 @@ class RunFiles:
         merge: bool = True,
     ) -> MeasuredRun:
         """Write ``result.json`` and ``histograms.hlog``; ``cfg`` is the one the records' metrics used
-        (its ``latency_origin``), ``blocks`` the run's own top-level blocks (``sessions``)."""
+        (its ``latency_origin``), ``blocks`` the run's own top-level blocks (``sessions``; a callable value is
+        given the result so far and returns its block)."""
         agg, out_dir = self.agg, self.out_dir
         agg.unsent = outcome.unsent
         result = build_result(
@@ -201,7 +205,7 @@ class RunFiles:
             energy = (result.get("server") or {}).get("energy") or {}
             if energy.get("energy_j"):
                 result["energy"] = {"joules": energy["energy_j"], **energy}
-        result.update(blocks or {})
+        result.update({k: v(result) if callable(v) else v for k, v in (blocks or {}).items()})
         from loadgen.engine.timeseries import series  # per-interval throughput and latency (sustained behaviour)
 
         result["timeseries"] = series(

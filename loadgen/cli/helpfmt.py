@@ -35,7 +35,7 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
     ("Workload", frozenset({
         "input_tokens", "output_tokens", "trace", "trace_format", "trace_spread", "time_scale", "trace_start",
         "trace_duration", "trace_loop", "trace_keep_zero_output", "dataset", "sessions", "session_header", "tokenizer", "prompt_format",
-        "shared_prefix_tokens", "prefix_groups", "salt", "seed",
+        "shared_prefix_tokens", "prefix_groups", "salt", "seed", "cache_hit_target", "cache_block_size",
     })),
     ("Endpoint", frozenset({
         "endpoint", "balance", "api", "model", "headers", "header_envs", "api_key_env", "timeout", "connect_timeout",

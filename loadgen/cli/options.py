@@ -403,6 +403,16 @@ def run_only_options(f: F) -> F:
         click.option("--duration", help="Measured duration, e.g. 60s, 5m (default 60s when --requests is not given)."),
         click.option("--warmup", help="Warm-up: a request count (N) or a time (10s); excluded from statistics."),
         click.option(
+            "--cache-hit-target",
+            help="Prompts whose share F (0.6 or 60%) the server's prefix cache can "
+            "serve (block-aligned shared prefixes), primed before the run; the result says if it held.",
+        ),
+        click.option(
+            "--cache-block-size",
+            type=click.IntRange(min=1),
+            help="KV block size for --cache-hit-target [default: the server's (vLLM /metrics), else 16].",
+        ),  # fmt: skip
+        click.option(
             "--slo", "slos", multiple=True, help="SLO target METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms (repeatable)."
         ),
         click.option(

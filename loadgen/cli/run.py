@@ -94,6 +94,12 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
             try:
                 await endpoint.open()
                 extra = {"server": await observer.conditions()} if observer is not None else None
+                nonlocal load
+                blocks = None
+                if kw.get("cache_hit_target"):  # issue 32: shared prefixes sized for it, the cache primed
+                    from loadgen.cli.cache_opt import plan_cache_target
+
+                    load, blocks = await plan_cache_target(kw, load, endpoint, observer, err)
                 make_out_dir(out_dir)
                 exact = load.exact_requests()  # --rate R --duration D: round(R x D) requests, known now
                 total = sum(exact) if exact else None if load.requests is None else load.requests + load.warmup_requests
@@ -133,6 +139,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                         server_observer=observer,
                         conditions_extra=extra,
                         cluster=cluster,
+                        blocks=blocks,
                     )
             finally:
                 await endpoint.close()

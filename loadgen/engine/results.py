@@ -147,6 +147,8 @@ class Aggregator:
         self.rate_limited_attempts = 0
         self.ratelimit_points: list[tuple[int, dict[str, float]]] = []
         self.cached_input_tokens = 0
+        self.cached_reported = 0  # completed requests whose usage reported cached prompt tokens (0 included)
+        self.cached_reported_input = 0  # their prompt tokens
         self.connections_new = 0
         self.connections_reused = 0
         self.network_samples: dict[str, SampleLog] = {m: log() for m in NETWORK_METRICS}
@@ -229,6 +231,9 @@ class Aggregator:
             self.input_tokens += s.input_tokens
         if s.cached_input_tokens:
             self.cached_input_tokens += s.cached_input_tokens
+        if s.cached_input_tokens is not None and s.input_tokens:
+            self.cached_reported += 1
+            self.cached_reported_input += s.input_tokens
         if s.requested_output_tokens is not None and not s.output_tokens_estimated:
             self.length_checked += 1
             if s.output_tokens != s.requested_output_tokens:
@@ -484,6 +489,12 @@ class Aggregator:
         }
         if self.cached_input_tokens:
             out["cached_input"] = self.cached_input_tokens
+        # the prefix-cache hit share the server reported: Σ cached / Σ prompt tokens of the completed requests
+        # whose usage said (usage.prompt_tokens_details.cached_tokens, 0 included); None: none said
+        out["cached_input_reported_requests"] = self.cached_reported
+        out["cached_input_rate"] = (
+            round(self.cached_input_tokens / self.cached_reported_input, 4) if self.cached_reported_input else None
+        )
         if self.reasoning_tokens:
             out["reasoning"] = self.reasoning_tokens
             out["note"] = "output includes hidden reasoning tokens reported in usage.completion_tokens_details"

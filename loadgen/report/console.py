@@ -114,6 +114,7 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
         f"tokens: {tok['input']:,} in, {tok['output']:,} out"
         + (f" ({tok['output_estimated_requests']} requests estimated)" if tok.get("output_estimated_requests") else "")
     )
+    console.print(cache_phrase(result), markup=False)
     tr = ((result.get("config") or {}).get("workload") or {}).get("trace") or {}
     if tr.get("skipped_zero_output_rows"):
         console.print(
@@ -247,3 +248,28 @@ def render_validity(v: dict[str, Any], console: Console, kept_up: dict[str, Any]
         console.print(f"  {mark} server_kept_up: {escape('; '.join(kept_up['reasons']) or kept_up['detail'])}")
     if v.get("remedy"):
         console.print(f"  remedy: {v['remedy']}")
+
+
+def cache_phrase(result: dict[str, Any]) -> str:
+    """Every run's prefix-cache line (issue 32): the share of prompt tokens the server says it served from its
+    cache, or why there is none; the server counters' share beside it, and ``--cache-hit-target``'s word."""
+    tok = result.get("tokens") or {}
+    rate, n = tok.get("cached_input_rate"), tok.get("cached_input_reported_requests") or 0
+    if rate is None:
+        line = ("prefix cache: no hit share (the server reported no usage.prompt_tokens_details.cached_tokens: "
+                "not reported, or caching off)")  # fmt: skip
+    else:
+        line = (f"prefix cache: {rate:.1%} of prompt tokens served from the server's cache ({tok.get('cached_input', 0):,} "
+                f"tokens, {n} requests reporting{'; caching off, or no shared prefix?' if rate == 0 else ''})")  # fmt: skip
+    server = (((result.get("server") or {}).get("metrics")) or {}).get("prefix_cache_hit_rate")
+    if server is not None:
+        line += f"; the server's counters: {server:.1%}"
+        if rate is not None and abs(server - rate) > 0.05:
+            line += " (they disagree: traffic from elsewhere, or an engine the page does not count)"
+    t = result.get("cache_hit_target")
+    if t:
+        held = {True: "held", False: "NOT held", None: "not judged"}[t.get("held")]
+        line += f"\n--cache-hit-target {t['target']:g}: {held} (within {t['tolerance']:g})" + (
+            f": {t['why']}" if t.get("why") else ""
+        )
+    return line

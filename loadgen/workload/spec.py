@@ -218,6 +218,16 @@ class Workload:
             prompt_token_ids=p.token_ids,
         )
 
+    def prime_spec(self, group: int, index: int) -> RequestSpec:
+        """A request that puts prefix group ``group``'s shared prefix in the server's cache before a run
+        (``--cache-hit-target``): the group's prefix, then a part of its own (never a measured request's)."""
+        n_in, n_out = self._lengths(0)
+        p = self.builder.synthetic(
+            n_in, f"prime{group}", prefix_group=group, prefix_tokens=self.opts.shared_prefix_tokens
+        )
+        return RequestSpec(index=index, prompt=p.text, requested_input_tokens=p.tokens, requested_output_tokens=n_out or 1,
+                           messages=p.messages, prefix_group=group, prompt_token_ids=p.token_ids)  # fmt: skip
+
     def spec_factory(self) -> Callable[[int], RequestSpec]:
         """Closed loop: request ``i`` cycles through the trace rows / data set entries."""
         return self.spec
