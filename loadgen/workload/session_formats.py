@@ -117,6 +117,7 @@ def read_loadgen(path: str, max_delay: float) -> list[Session]:
                     reply_text=reply,
                     delay_s=delay if k else 0.0,
                     hash_ids=tuple(hids) if hids is not None else None,
+                    calls=_loadgen_calls(t.get("calls"), path, line, f + ".calls"),
                 )  # fmt: skip
             )
         start = obj.get("start_s")
@@ -130,6 +131,26 @@ def read_loadgen(path: str, max_delay: float) -> list[Session]:
             )  # fmt: skip
         )
     return sessions
+
+
+def _loadgen_calls(raw: Any, path: str, line: int, f: str) -> tuple[RecordedCall, ...]:
+    """A turn's recorded tool calls (its reply's): ``[{"name", "arguments" (JSON text), "id", "result_tokens"}]``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+        raise InputFileError(path, line, f, "not a list of objects")
+    out = []
+    for j, c in enumerate(raw[:64]):
+        name, args, cid = c.get("name"), c.get("arguments"), c.get("id")
+        if not isinstance(name, str) or not name:
+            raise InputFileError(path, line, f"{f}[{j}].name", "missing or not a string")
+        for key, v in (("arguments", args), ("id", cid)):
+            if v is not None and not isinstance(v, str):
+                raise InputFileError(path, line, f"{f}[{j}].{key}", "not a string")
+        res = c.get("result_tokens")
+        out.append(RecordedCall(name=name, arguments=args, call_id=cid,
+                                result_tokens=None if res is None else check_int(res, path, line, f"{f}[{j}].result_tokens", 1)))  # fmt: skip
+    return tuple(out)
 
 
 def _grow(prev_in: int | None, prev_out: int | None, cur_in: int, base: int) -> tuple[int, bool]:

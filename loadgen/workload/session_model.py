@@ -50,6 +50,8 @@ class RecordedCall:
     name: str = "tool"
     arguments_tokens: int = 8
     result_tokens: int | None = None
+    arguments: str | None = None  # the recorded arguments (JSON text), sent as they are (loadgen's own files)
+    call_id: str | None = None  # the recorded id
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,9 +273,12 @@ class SessionHistory:
             if not recorded:
                 self.tool_calls_missing += 1
             for j, rc in enumerate(turn.calls or (RecordedCall(),)):
-                words = self.prompter.words(rc.arguments_tokens, f"{self.session.session_id}:{k}:args:{j}")
-                calls.append({"id": self._call_id(k, j), "type": "function",
-                              "function": {"name": rc.name, "arguments": orjson.dumps({"input": words}).decode()}})  # fmt: skip
+                args = rc.arguments
+                if args is None:
+                    words = self.prompter.words(rc.arguments_tokens, f"{self.session.session_id}:{k}:args:{j}")
+                    args = orjson.dumps({"input": words}).decode()
+                calls.append({"id": rc.call_id or self._call_id(k, j), "type": "function",
+                              "function": {"name": rc.name, "arguments": args}})  # fmt: skip
         if calls:
             self.messages.append({"role": "assistant", "content": text or None, "tool_calls": calls})
             sizes = [rc.result_tokens for rc in turn.calls]

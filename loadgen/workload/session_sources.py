@@ -32,6 +32,8 @@ File formats (detected from the first line). A file is read and checked whole be
                {"text": "and then?", "output_tokens": 20, "delay_s": 1.5, "role": "tool",
                 "reply_text": "...", "hash_ids": [1, 2]}]}
 
+  A turn's ``calls`` (optional) records its reply's tool calls, ``[{"name": "get_weather", "arguments":
+  "{\"city\": \"Oslo\"}", "id": "call_1", "result_tokens": 20}]``: the next ``tool`` turn answers each.
   ``session_id`` (a string, unique), ``turns`` (a non-empty list) and, per turn,
   ``output_tokens`` (>= 1) and one of ``new_tokens`` (>= 1) or ``text`` are required;
   ``delay_s`` (seconds from the end of the previous reply: >= 0, at most ``max_delay``, default 0,

@@ -139,3 +139,25 @@ def test_synthetic_tool_share_and_tools_file_errors(tmp_path: Path) -> None:
     f.write_text(json.dumps([{"type": "function", "function": {"parameters": {}}}]))
     with pytest.raises(InputFileError, match=r"\[0\]\.function\.name"):
         read_tools_file(str(f))
+
+
+def test_a_loadgen_file_records_its_calls_and_recorded_replies_replay_them(tmp_path: Path) -> None:
+    f = tmp_path / "agent.jsonl"
+    turns = [{"text": "weather?", "output_tokens": 4, "reply_text": "",
+              "calls": [{"name": "get_weather", "arguments": '{"city": "Oslo"}', "id": "call_9", "result_tokens": 3}]},
+             {"text": "sunny today here", "output_tokens": 4, "role": "tool"}]  # fmt: skip
+    f.write_text(json.dumps({"session_id": "a", "turns": turns}) + "\n")
+    (s,), _ = load_sessions(parse_session_source(f"{f},salt=off,replies=recorded"))
+    h = SessionHistory(s, SessionPrompter(api="chat", salt_sessions=False, use_recorded_replies=True))
+    h.spec(0, 0)
+    h.reply(0, "the model's own words", None)  # recorded replies: the file's, with its call
+    spec = h.spec(1, 1)
+    assert spec.messages is not None and list(spec.messages[1:]) == [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+        {"role": "tool", "tool_call_id": "call_9", "content": "sunny today here"},
+    ]  # fmt: skip
+    assert h.tool_calls_missing == 0  # a recorded reply is not the model's miss
+    f.write_text(json.dumps({"session_id": "a", "turns": [{**turns[0], "calls": [{"arguments": "{}"}]}]}) + "\n")
+    with pytest.raises(InputFileError, match=r"turns\[0\]\.calls\[0\]\.name"):
+        load_sessions(parse_session_source(str(f)))
