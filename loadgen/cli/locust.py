@@ -293,8 +293,10 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
                 )
     if kw["n_requests"] is not None and kw["duration"] is not None:
         raise click.UsageError("--requests and --duration clash: give one")
-    if kw["arrival"] != "gamma" and kw["burstiness"] != 1.0:
-        raise click.UsageError("--burstiness needs --arrival gamma")
+    from loadgen.workload.arrivals import check_arrival
+
+    with usage_errors():
+        check_arrival(kw["arrival"], kw["burstiness"])  # the arrival settings' rule, one place (issue 29)
     if kw["max_concurrency"] is not None and kw["max_concurrency"] < 1:
         raise click.UsageError("--max-concurrency must be at least 1")
     with usage_errors():

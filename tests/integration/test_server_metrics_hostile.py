@@ -8,6 +8,8 @@ skipped scrape, counted by kind in result.json, and the run writes everything a 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -60,38 +62,21 @@ def test_run_reads_a_dcgm_page_once_per_gpu(tmp_path: Path, sim_url: str) -> Non
     """``run --dcgm-metrics URL`` (issue 33 item 5) against a recorded dcgm-exporter page of one H100 split into
     seven MIG instances, whose rows each repeat the whole GPU's 400 W: result.json's gpu_dcgm reads 400 W, not
     2,800, and the energy counter's rise (mJ) once."""
-    import http.server
-    import threading
-
     from tests.unit.test_serve_dcgm import UUID
 
     state = {"mj": 1e9}
 
-    class Page(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state["mj"] += 400e3 * 0.5  # 400 W between scrapes half a second apart, about
-            base = f'gpu="0",UUID="{UUID}",modelName="NVIDIA H100 80GB HBM3"'
-            rows = [f'{base},GPU_I_ID="{i}",GPU_I_PROFILE="1g.10gb"' for i in range(1, 8)]
-            body = "".join(f"DCGM_FI_DEV_POWER_USAGE{{{r}}} 400\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{r}}} "
-                           f"{state['mj']}\n" for r in rows).encode()  # fmt: skip
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def page() -> str:
+        state["mj"] += 400e3 * 0.5  # 400 W between scrapes half a second apart, about
+        base = f'gpu="0",UUID="{UUID}",modelName="NVIDIA H100 80GB HBM3"'
+        rows = [f'{base},GPU_I_ID="{i}",GPU_I_PROFILE="1g.10gb"' for i in range(1, 8)]
+        return "".join(f"DCGM_FI_DEV_POWER_USAGE{{{r}}} 400\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{r}}} "
+                       f"{state['mj']}\n" for r in rows)  # fmt: skip
 
-        def log_message(self, *a: object) -> None:
-            return
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     out = tmp_path / "out"
-    try:
+    with _page_server(page) as url:
         proc = cli_run("run", "--endpoint", sim_url, "--rate", "20", "--requests", "40", "--output-tokens", "3",
-                       "--dcgm-metrics", f"http://127.0.0.1:{srv.server_port}/metrics",
-                       "--server-metrics-interval", "0.5s", "--out", str(out))  # fmt: skip
-    finally:
-        srv.shutdown()
-        srv.server_close()
+                       "--dcgm-metrics", url, "--server-metrics-interval", "0.5s", "--out", str(out))  # fmt: skip
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     g = json.loads((out / "result.json").read_text())["gpu_dcgm"]
     assert g["power_w_mean"] == 400.0 and g["gpus"][UUID]["mig_instances"] == 7, g
@@ -103,24 +88,45 @@ def test_run_reads_an_sglang_page(tmp_path: Path, sim_url: str) -> None:
     """``run --server-metrics URL`` against an SGLang 0.4.10+ page (tensor parallel 2: each rank repeats its
     engine's gauges): result.json names the server sglang and has its token, request and TTFT figures, its
     running requests counted once per engine. Before, an SGLang page kept only three gauges' peaks."""
-    import http.server
-    import threading
-
     state = {"n": 0}
     model = 'model_name="tiny"'
 
+    def page() -> str:
+        state["n"] += 1
+        n = state["n"]
+        ranks = "".join(f'sglang:num_running_reqs{{engine_type="unified",{model},tp_rank="{r}",pp_rank="0"}} 3\n'
+                        for r in ("0", "1"))  # fmt: skip
+        return (ranks + f"sglang:prompt_tokens_total{{{model}}} {100 * n}\n"
+                f"sglang:generation_tokens_total{{{model}}} {10 * n}\nsglang:num_requests_total{{{model}}} {n}\n"
+                f"sglang:time_to_first_token_seconds_sum{{{model}}} {0.05 * n}\n"
+                f'sglang:time_to_first_token_seconds_bucket{{le="0.1",{model}}} {n}\n'
+                f'sglang:time_to_first_token_seconds_bucket{{le="+Inf",{model}}} {n}\n'
+                f"sglang:time_to_first_token_seconds_count{{{model}}} {n}\n")  # fmt: skip
+
+    out = tmp_path / "out"
+    with _page_server(page) as url:
+        proc = cli_run("run", "--endpoint", sim_url, "--rate", "20", "--requests", "20", "--output-tokens", "3",
+                       "--server-metrics", url, "--server-metrics-interval", "0.2s", "--out", str(out))  # fmt: skip
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    server = json.loads((out / "result.json").read_text())["server"]
+    m, scrapes = server["metrics"], server["scrapes"]
+    assert server["kind"] == "sglang" and scrapes >= 2, server
+    # each fetch adds 100 prompt tokens, 10 generated, 1 request (a fetch that failed is not a counted scrape)
+    steps = m["requests_finished"]
+    assert steps >= scrapes - 1 and (m["prompt_tokens"], m["generation_tokens"]) == (100 * steps, 10 * steps), m
+    assert m["requests_running_peak"] == 3 and server["gauges"]["running"]["max"] == 3, server  # not 6
+    assert m["ttft_ms"]["count"] == steps and m["ttft_ms"]["mean"] == 50.0, m
+
+
+@contextmanager
+def _page_server(page: Callable[[], str]) -> Iterator[str]:
+    """A /metrics URL on 127.0.0.1 whose every GET answers ``page()`` (a recorded exporter's page, changing)."""
+    import http.server
+    import threading
+
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            state["n"] += 1
-            n = state["n"]
-            ranks = "".join(f'sglang:num_running_reqs{{engine_type="unified",{model},tp_rank="{r}",pp_rank="0"}} 3\n'
-                            for r in ("0", "1"))  # fmt: skip
-            body = (ranks + f"sglang:prompt_tokens_total{{{model}}} {100 * n}\n"
-                    f"sglang:generation_tokens_total{{{model}}} {10 * n}\nsglang:num_requests_total{{{model}}} {n}\n"
-                    f"sglang:time_to_first_token_seconds_sum{{{model}}} {0.05 * n}\n"
-                    f'sglang:time_to_first_token_seconds_bucket{{le="0.1",{model}}} {n}\n'
-                    f'sglang:time_to_first_token_seconds_bucket{{le="+Inf",{model}}} {n}\n'
-                    f"sglang:time_to_first_token_seconds_count{{{model}}} {n}\n").encode()  # fmt: skip
+            body = page().encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -131,20 +137,8 @@ def test_run_reads_an_sglang_page(tmp_path: Path, sim_url: str) -> None:
 
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    out = tmp_path / "out"
     try:
-        proc = cli_run("run", "--endpoint", sim_url, "--rate", "20", "--requests", "20", "--output-tokens", "3",
-                       "--server-metrics", f"http://127.0.0.1:{srv.server_port}/metrics",
-                       "--server-metrics-interval", "0.2s", "--out", str(out))  # fmt: skip
+        yield f"http://127.0.0.1:{srv.server_port}/metrics"
     finally:
         srv.shutdown()
         srv.server_close()
-    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    server = json.loads((out / "result.json").read_text())["server"]
-    m, scrapes = server["metrics"], server["scrapes"]
-    assert server["kind"] == "sglang" and scrapes >= 2, server
-    # each fetch adds 100 prompt tokens, 10 generated, 1 request (a fetch that failed is not a counted scrape)
-    steps = m["requests_finished"]
-    assert steps >= scrapes - 1 and (m["prompt_tokens"], m["generation_tokens"]) == (100 * steps, 10 * steps), m
-    assert m["requests_running_peak"] == 3 and server["gauges"]["running"]["max"] == 3, server  # not 6
-    assert m["ttft_ms"]["count"] == steps and m["ttft_ms"]["mean"] == 50.0, m
