@@ -31,11 +31,36 @@ def _f(v: Any, nd: int = 2) -> str:
     return html.escape(str(v))
 
 
+SHOWN_ROWS = 60
+"""Interval rows a page or the console shows (every one is in plan.csv and plan.json): a demand of 50,000
+intervals was a 50,000-row table and a 4.7 MB page before (issue 35)."""
+PLOTTED_STEPS = 2000
+"""Steps a figure draws at most: more intervals are merged, each step the largest of its intervals (peaks kept)."""
+
+
+def shown_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The rows a table shows (the first :data:`SHOWN_ROWS`) and how many it leaves to plan.csv."""
+    return rows[:SHOWN_ROWS], max(len(rows) - SHOWN_ROWS, 0)
+
+
+def _plotted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if len(rows) <= PLOTTED_STEPS:
+        return rows
+    k = -(-len(rows) // PLOTTED_STEPS)
+    out = []
+    for i in range(0, len(rows), k):
+        part = rows[i : i + k]
+        out.append({"start_s": part[0]["start_s"], "duration_s": sum(r["duration_s"] for r in part),
+                    "demand": max(r["demand"] for r in part),
+                    "provisioned_capacity": max(r["provisioned_capacity"] for r in part)})  # fmt: skip
+    return out
+
+
 def _demand_figure(plan: dict[str, Any], unit_label: str) -> str:
     plt = pyplot()
     if plt is None:
         return ""
-    rows = plan["intervals"]
+    rows = _plotted(plan["intervals"])
     fig, ax = plt.subplots(figsize=(7.5, 3.4))
     xs = [r["start_s"] / 3600.0 for r in rows] + [(rows[-1]["start_s"] + rows[-1]["duration_s"]) / 3600.0]
     ax.stairs([r["demand"] for r in rows], xs, label="demand", color="#1565c0", lw=1.4, gid="demand")
@@ -78,11 +103,14 @@ def plan_section(doc: dict[str, Any]) -> str:
                          f"</td><td>{_f(c['per_successful_request_usd'], 6)}</td><td>{html.escape(c['how'])}</td></tr>")  # fmt: skip
         parts.append("</table><table><tr><th>start s</th><th>duration s</th><th>demand</th><th>replicas</th>"
                      "<th>utilisation</th><th>autoscaled replicas</th></tr>")  # fmt: skip
-        for r in plan["intervals"]:
+        rows, hidden = shown_rows(plan["intervals"])
+        for r in rows:
             parts.append(f"<tr><td>{_f(r['start_s'], 0)}</td><td>{_f(r['duration_s'], 0)}</td><td>{_f(r['demand'])}</td>"
                          f"<td>{r['replicas']}</td><td>{_f(r['utilisation'], 3)}</td>"
                          f"<td>{_f(r.get('autoscaled_replicas'))}</td></tr>")  # fmt: skip
         parts.append("</table>")
+        if hidden:
+            parts.append(f"<p class='note'>{hidden:,} more intervals in plan.csv and plan.json</p>")
     parts.append("</section>")
     return "\n".join(parts)
 

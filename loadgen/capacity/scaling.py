@@ -14,6 +14,11 @@ the efficiency's bounds are L_N / ((N / N0) x U_N0) and U_N / ((N / N0) x L_N0) 
 end is unbounded), so an efficiency below 1 that its interval still covers is not a finding;
 the base's own interval is [1, 1] (itself over itself).
 
+A capacity that is only a bound (the sweep stopped at ``--max-rate``, at the client's limit or at the
+provider's quota: ``limited_by`` ``max_rate`` / ``client`` / ``rate_limit``; the server may carry more) gives
+no efficiency: a ratio with a censored capacity in it is "not measurable", its reason in the row's
+``note`` (issue 35: "efficiency 50.0 %" was printed from two ``--max-rate`` caps).
+
 :func:`scaling_table` wants an answer from every sweep (``loadgen capacity scaling``);
 :func:`scaling_document` tables a series that may lack some (``loadgen sweep`` over a brace
 list of sizes, :mod:`loadgen.cli.scale`), with notes, the rule in words and N0 the smallest
@@ -69,6 +74,7 @@ def _rows(ordered: list[tuple[int, SweepCapacity]], confidence: float | None) ->
     assert c0.max_rate_rps is not None
     ci0 = capacity_interval(c0, confidence)
     prev: tuple[int, float] | None = None
+    prev_censored: str | None = None
     for n, c in ordered:
         assert c.max_rate_rps is not None
         ci = capacity_interval(c, confidence)
@@ -79,12 +85,28 @@ def _rows(ordered: list[tuple[int, SweepCapacity]], confidence: float | None) ->
         if n == n0:  # the base against itself: 1 by definition, not a ratio of two uncertain capacities
             lo = hi = 1.0
         step = (c.max_rate_rps / prev[1]) / (n / prev[0]) if prev else None
-        rows.append({"accelerators": n, "label": c.label, "capacity_rps": c.max_rate_rps,
-                     "capacity_per_accelerator_rps": c.max_rate_rps / n, "efficiency": eff,
-                     "efficiency_ci": [lo, hi], "step_efficiency": step, "ci_rps": [ci.lower_rps, ci.upper_rps],
-                     "output_tps_per_accelerator": (c.output_tps / n) if c.output_tps else None})  # fmt: skip
-        prev = (n, c.max_rate_rps)
+        row = {"accelerators": n, "label": c.label, "capacity_rps": c.max_rate_rps,
+               "capacity_per_accelerator_rps": c.max_rate_rps / n, "efficiency": eff,
+               "efficiency_ci": [lo, hi], "step_efficiency": step, "ci_rps": [ci.lower_rps, ci.upper_rps],
+               "output_tps_per_accelerator": (c.output_tps / n) if c.output_tps else None}  # fmt: skip
+        why = [] if n == n0 else [w for w in (_censored(c), _censored(c0)) if w]  # the base over itself: 1
+        if why:  # a ratio with a bound in it is no measurement (module doc)
+            row.update(efficiency=None, efficiency_ci=[None, None], note="efficiency not measurable: " + "; ".join(why))
+        if prev is not None and (why or prev_censored):
+            row["step_efficiency"] = None
+        rows.append(row)
+        prev, prev_censored = (n, c.max_rate_rps), _censored(c)
     return rows
+
+
+_CENSOR = {"max_rate": "reached --max-rate", "client": "the client was the limit",
+           "rate_limit": "the provider's quota (HTTP 429) was the limit"}  # fmt: skip
+
+
+def _censored(c: SweepCapacity) -> str | None:
+    """Why ``c``'s capacity is only a lower bound, or None when the sweep found where the SLO stops holding."""
+    why = _CENSOR.get(c.limited_by or "")
+    return f"{c.label}'s capacity is a lower bound ({why})" if why else None
 
 
 def scaling_document(sized: list[tuple[int, SweepCapacity]], confidence: float | None = None) -> dict[str, Any]:
@@ -105,8 +127,6 @@ def scaling_document(sized: list[tuple[int, SweepCapacity]], confidence: float |
         if n in rows:
             r = rows[n]
             r["label"] = c.label
-            if c.limited_by == "client":
-                r["note"] = "a lower bound: the client was the limit"
             out.append(r)
             continue
         out.append({"accelerators": n, "label": c.label, "capacity_rps": None, "capacity_per_accelerator_rps": None,
@@ -117,7 +137,8 @@ def scaling_document(sized: list[tuple[int, SweepCapacity]], confidence: float |
         notes.append(f"efficiency is relative to {answered[0][0]} accelerators, the smallest size with an answer")
     if not answered:
         notes.append("no size has an answer: no scaling table")
-    if any(c.limited_by == "client" for _, c in answered):
-        notes.append("a client-limited answer is a lower bound on that size's capacity (and its efficiency)")
+    if any(_censored(c) for _, c in answered):
+        notes.append("a capacity that is only a lower bound (--max-rate, the client or a quota stopped the sweep) "
+                     "gives no efficiency: not measurable")  # fmt: skip
     return {"rule": EFFICIENCY_RULE, "base_accelerators": answered[0][0] if answered else None, "rows": out,
             "notes": notes}  # fmt: skip

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from loadgen.capacity.render import shown_rows
 from loadgen.cli.options import make_out_dir
 from loadgen.cli.plan_validate import validate_options
 from loadgen.core.units import parse_percent
@@ -137,11 +138,14 @@ def _print_plan(doc: dict[str, Any]) -> None:
         t = Table(title=f"{p['label']}: replicas per interval")
         for col in ("start s", "duration s", f"demand {unit}", "replicas", "utilisation", "autoscaled"):
             t.add_column(col, justify="right")
-        for r in p["intervals"]:
+        rows, hidden = shown_rows(p["intervals"])
+        for r in rows:
             u = "–" if r["utilisation"] is None else f"{r['utilisation']:.1%}"
             t.add_row(f"{r['start_s']:,.0f}", f"{r['duration_s']:,.0f}", f"{r['demand']:,.2f}", str(r["replicas"]), u,
                       str(r.get("autoscaled_replicas", "–")))  # fmt: skip
         con.print(t)
+        if hidden:
+            con.print(f"{hidden:,} more intervals in plan.csv and plan.json", markup=False)
         s = p["summary"]
         be = s["break_even_utilisation"]
         con.print(f"peak {s['peak_replicas']} replicas ({s['peak_accelerators']} accelerators), "
@@ -303,10 +307,15 @@ def scaling_cmd(sized: tuple[str, ...], confidence: float | None, json_out: str 
         t.add_column(col, justify="right")
     for r in rows:
         lo, hi = r["efficiency_ci"]
+        eff = "not measurable" if r["efficiency"] is None else f"{r['efficiency']:.1%}"
         t.add_row(str(r["accelerators"]), f"{r['capacity_rps']:,.2f}", f"{r['capacity_per_accelerator_rps']:,.2f}",
-                  f"{r['efficiency']:.1%}", f"[{'?' if lo is None else f'{lo:.1%}'}, {'?' if hi is None else f'{hi:.1%}'}]",
+                  eff, f"[{'?' if lo is None else f'{lo:.1%}'}, {'?' if hi is None else f'{hi:.1%}'}]",
                   "–" if r["step_efficiency"] is None else f"{r['step_efficiency']:.1%}")  # fmt: skip
-    Console().print(t)
+    con = Console()
+    con.print(t)
+    for r in rows:
+        if r.get("note"):
+            con.print(f"[yellow]note:[/] {r['accelerators']} accelerators: {r['note']}")
     if json_out:
         write_json(Path(json_out), rows)
     return rows

@@ -64,12 +64,24 @@ def _keys_of(cmd: click.Command) -> dict[str, click.Option]:
     return out
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _read(path: Path) -> dict[str, Any]:
     """The file's top-level table (TOML, or YAML by the suffix .yaml/.yml). Raises click.UsageError."""
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise click.UsageError(
+                f"--config {path}: {size:,} bytes is over {MAX_CONFIG_BYTES >> 20} MiB: not a config file"
+            )
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise click.UsageError(f"--config {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:  # a binary file given by mistake: one line, never a traceback (issue 35)
+        raise click.UsageError(
+            f"--config {path}: not UTF-8 text (byte {exc.start}): write it as TOML or YAML"
+        ) from None
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml

@@ -266,8 +266,12 @@ def _print_scaling(doc: dict[str, Any], console: Console) -> None:
             continue
         lo, hi = r["efficiency_ci"]
         t.add_row(r["label"], str(r["accelerators"]), f"{r['capacity_rps']:,.2f}",
-                  f"{r['capacity_per_accelerator_rps']:,.2f}", _pct(r["efficiency"]), f"[{_pct(lo)}, {_pct(hi)}]",
+                  f"{r['capacity_per_accelerator_rps']:,.2f}",
+                  "not measurable" if r["efficiency"] is None else _pct(r["efficiency"]), f"[{_pct(lo)}, {_pct(hi)}]",
                   "–" if r["step_efficiency"] is None else _pct(r["step_efficiency"]))  # fmt: skip
     console.print(t)
+    for r in doc["rows"]:
+        if r["capacity_rps"] is not None and r.get("note"):
+            console.print(f"[yellow]note:[/] {r['label']}: {r['note']}")
     for n in doc.get("notes") or []:
         console.print(f"[yellow]note:[/] {n}")

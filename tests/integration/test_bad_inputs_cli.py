@@ -231,6 +231,10 @@ CASES: list[Case] = [
         run_with("--sessions", "{dir}/sessions.jsonl,speedup=10,time_scale=0.1"),
         r"time_scale= and speedup= clash",
     ),
+    # issue 35 item 5: a binary --config was a UnicodeDecodeError traceback
+    Case(
+        "cfg-43-config-binary", run_with("--config", "{dir}/binary.toml"), r"^--config \S+binary\.toml: not UTF-8 text"
+    ),
 ]
 MINIMUM = 12
 
@@ -242,6 +246,7 @@ def _write_data(d: Path) -> None:
     (d / "ds.jsonl").write_text('{"prompt": "hi", "output_tokens": 3}\n{"prompt": 5}\n')
     (d / "sg.json").write_text('[{"conversations": [{"from": "human", "value": 5}]}]')
     (d / "empty.csv").write_text("")
+    (d / "binary.toml").write_bytes(b"\xe2\x28\xa1" * 50)
     (d / "sessions.jsonl").write_text('{"session_id": "a", "turns": [{"new_tokens": 5, "output_tokens": 2}]}\n')
 
 

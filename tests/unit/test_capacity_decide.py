@@ -117,6 +117,23 @@ def test_scaling_efficiency() -> None:
     assert rows[1]["efficiency_ci"] == pytest.approx([70 / (2 * 50), 80 / (2 * 40)])
 
 
+def test_an_efficiency_from_a_capacity_that_is_only_a_bound_is_not_measurable() -> None:
+    """Issue 35 item 4: two sweeps that stopped at --max-rate read "efficiency 50.0 %" before; a capacity that
+    is a lower bound (--max-rate, the client, a quota) gives no ratio, with the reason."""
+    from dataclasses import replace
+
+    one = cap([(40, 0, 600), (50, 40, 400)], answer=40)
+    two = replace(cap([(40, 0, 600)], answer=40), limited_by="max_rate", label="2x")
+    four = cap([(120, 0, 600), (140, 40, 400)], answer=120)
+    rows = scaling_table([(1, one), (2, two), (4, four)])
+    assert rows[0]["efficiency"] == 1.0 and rows[2]["efficiency"] == pytest.approx(120 / 160)
+    assert rows[1]["efficiency"] is None and rows[1]["efficiency_ci"] == [None, None]
+    assert "not measurable" in rows[1]["note"] and "reached --max-rate" in rows[1]["note"]
+    assert rows[1]["step_efficiency"] is None and rows[2]["step_efficiency"] is None  # 4 over 2: 2 is a bound
+    base = scaling_table([(1, replace(one, limited_by="client")), (2, cap([(70, 0, 600)], answer=70))])
+    assert base[0]["efficiency"] == 1.0 and base[1]["efficiency"] is None and "client" in base[1]["note"]
+
+
 def test_scaling_from_the_cli(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["capacity", "scaling", f"1={FIX / 'sim4'}", f"2={FIX / 'sim8'}", "--json",
                                   str(tmp_path / "s.json")], env={"COLUMNS": "200"})  # fmt: skip

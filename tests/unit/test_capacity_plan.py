@@ -184,3 +184,30 @@ def test_on_prem_power_from_the_sweeps_measured_draw(tmp_path: Path) -> None:
     cap_none = dataclasses.replace(cap, power_w=None)
     with pytest.raises(Exception, match="on_prem.power_w is needed"):
         make_plan(cap_none, dem, load_prices(str(f)), 0.0)
+
+
+def test_a_demand_too_long_is_resampled_and_bad_ones_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35 item 5: 3 million demand rows took 5.26 GB and wrote 2 GB before; a rate of 1e308 and a binary file
+    were tracebacks. More rows than MAX_INTERVALS are resampled to --interval (time-weighted means), streamed."""
+    from loadgen.capacity import demand as dm
+
+    monkeypatch.setattr(dm, "MAX_INTERVALS", 50)
+    f = tmp_path / "long.csv"
+    f.write_text("start_s,rate_rps,output_tokens_per_request\n" + "".join(
+        f"{i * 10},{10 if (i // 6) % 2 else 20},{100 if (i // 6) % 2 else 300}\n" for i in range(120)))  # fmt: skip
+    d = dm.read_demand(str(f), interval_s=60.0)
+    assert d.kind == "rate_csv:resampled" and len(d.intervals) == 20  # 1,200 s of 10 s rows in 60 s bins
+    assert [iv.rate_rps for iv in d.intervals[:2]] == [20.0, 10.0]
+    assert [iv.output_tokens_per_request for iv in d.intervals[:2]] == [300.0, 100.0]
+    with pytest.raises(InputFileError, match="give a longer --interval"):
+        dm.read_demand(str(f), interval_s=1.0)  # still over the limit resampled: one line
+    huge = tmp_path / "huge.csv"
+    huge.write_text("start_s,rate_rps\n0,1e308\n60,5\n")
+    with pytest.raises(InputFileError, match=r"huge\.csv:2: field 'rate_rps': 1e308 is over the limit"):
+        dm.read_demand(str(huge))
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\xe2\x28\xa1" * 100)
+    with pytest.raises(InputFileError, match="not UTF-8 text"):
+        dm.read_demand(str(binary))
