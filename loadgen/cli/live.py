@@ -315,19 +315,9 @@ def with_dcgm(kw: dict[str, Any], observer: Any) -> Any:
     url = kw.get("dcgm_metrics")
     if not url:
         return observer
-    from urllib.parse import urlsplit
-
     from loadgen.serve.observe import DcgmObserver, ObserverPair
 
-    p = urlsplit(url)
-    if p.scheme not in ("http", "https") or not p.hostname:
-        raise click.UsageError(
-            f"--dcgm-metrics {redact_url(url)!r}: expected an http(s) URL, e.g. http://127.0.0.1:9400/metrics"
-        )
-    with usage_errors():
-        period_s = parse_duration_ns(kw.get("server_metrics_interval") or "1s") / 1e9
-    if period_s <= 0:
-        raise click.UsageError("--server-metrics-interval must be more than 0")
+    _, period_s = _metrics_url(kw, "--dcgm-metrics", url, "http://127.0.0.1:9400/metrics")
     return ObserverPair(observer, DcgmObserver(url, sample_period_s=period_s))
 
 
@@ -341,19 +331,26 @@ def server_observer(kw: dict[str, Any], endpoint_url: str | None) -> Any:
 
     from loadgen.serve import ServerObserver
 
-    p = urlsplit(url)
-    if p.scheme not in ("http", "https") or not p.hostname:
-        raise click.UsageError(
-            f"--server-metrics {redact_url(url)!r}: expected an http(s) URL, e.g. http://127.0.0.1:8000/metrics"
-        )
-    with usage_errors():
-        period_s = parse_duration_ns(kw.get("server_metrics_interval") or "1s") / 1e9
-    if period_s <= 0:
-        raise click.UsageError("--server-metrics-interval must be more than 0")
+    p, period_s = _metrics_url(kw, "--server-metrics", url, "http://127.0.0.1:8000/metrics")
     base = endpoint_url or f"{p.scheme}://{p.netloc}"
     q = urlsplit(base)
     return ServerObserver("auto", f"{q.scheme}://{q.netloc}", metrics_url=url, model=kw.get("model"),
                           sample_period_s=period_s, energy=False)  # fmt: skip
+
+
+def _metrics_url(kw: dict[str, Any], flag: str, url: str, example: str) -> tuple[Any, float]:
+    """A /metrics URL option checked (http(s) with a host) and the sampling period of
+    ``--server-metrics-interval`` (> 0): usage errors naming the option, the URL's secrets redacted."""
+    from urllib.parse import urlsplit
+
+    p = urlsplit(url)
+    if p.scheme not in ("http", "https") or not p.hostname:
+        raise click.UsageError(f"{flag} {redact_url(url)!r}: expected an http(s) URL, e.g. {example}")
+    with usage_errors():
+        period_s = parse_duration_ns(kw.get("server_metrics_interval") or "1s") / 1e9
+    if period_s <= 0:
+        raise click.UsageError("--server-metrics-interval must be more than 0")
+    return p, period_s
 
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
