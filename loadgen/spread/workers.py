@@ -26,6 +26,7 @@ hold times relative to the worker's own t0, the same instant on every host: no m
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing
@@ -365,6 +366,13 @@ class Collector:
     def fail(self, w: int, text: str) -> None:
         self.failures.append(f"worker {w} {text}")
 
+    def unsent_all(self, plan: RunPlan, n: int) -> None:
+        """Stopped before "go": every worker's whole shard is unsent, also a worker not yet ready (its shard
+        from the plan; a session run's shards are counted by the workers that said ready)."""
+        for w in range(n):
+            if not self.expected[w] and plan.mode == "open" and plan.schedule is not None:
+                self.expected[w] = len(shard_plan(plan, w, n).schedule)
+
     def handle(self, w: int, msg: tuple) -> bool:
         """Take one message from worker ``w``; True when that worker has finished (done or failed)."""
         shift = self.clock_shift_ns.get(w, 0)
@@ -472,19 +480,13 @@ def run_workers(
     ctx = multiprocessing.get_context("spawn")
     procs: list[Any] = []
     conns: list[Connection] = []
-    for w in range(n):
-        a, b = ctx.Pipe(duplex=True)
-        p = ctx.Process(
-            target=_worker_main, args=(w, n, ep_cfg, redactor, load, b, body), daemon=True, name=f"loadgen-worker-{w}"
-        )
-        p.start()
-        b.close()
-        procs.append(p)
-        conns.append(a)
     col = collector or Collector(n, agg, fh, on_record=on_record, on_summary=on_summary)
+    went = False  # "go" sent: a signal before it stops the start (no worker sends anything), after it is forwarded
 
     def forward(signum: int, frame: Any) -> None:
         col.interrupted = True
+        if not went:  # the workers are still starting: each is told to stop instead of go (below)
+            return
         for p in procs:
             if p.is_alive():
                 try:
@@ -501,13 +503,25 @@ def run_workers(
                     pass
 
     col.on_write_error = stop_on_write_error
+    # before the first worker starts: a Ctrl-C or SIGTERM while they start stops the run before any send (issue
+    # 34: 1.5-5 s into a --workers 2 run, one let the whole schedule go out)
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        for w in range(n):
+            if col.interrupted:
+                break
+            a, b = ctx.Pipe(duplex=True)
+            p = ctx.Process(target=_worker_main, args=(w, n, ep_cfg, redactor, load, b, body), daemon=True,
+                            name=f"loadgen-worker-{w}")  # fmt: skip
+            p.start()
+            b.close()
+            procs.append(p)
+            conns.append(a)
         # wait until every worker has imported, opened its endpoint and built its shard
         deadline = time.monotonic() + READY_TIMEOUT_S
-        pending = set(range(n))
+        pending = set(range(len(procs)))
         failed_start: set[int] = set()
-        while pending and time.monotonic() < deadline:
+        while pending and time.monotonic() < deadline and not col.interrupted:
             for c in _ready(conns, pending, 0.5):
                 w = conns.index(c)
                 try:
@@ -520,13 +534,21 @@ def run_workers(
                     col.fail(w, f"failed to start: {msg[1]}")
                     failed_start.add(w)
                 pending.discard(w)
-        for w in pending:
-            col.fail(w, f"not ready after {READY_TIMEOUT_S:g} s")
         anchor_m, anchor_w = wall_anchor()
         t0 = now_ns() + LEAD_IN_NS
-        live = [w for w in range(n) if w not in pending and w not in failed_start]
-        for w in live:
-            conns[w].send(("go", t0))
+        if col.interrupted:  # stopped while starting: nothing is sent, every planned request is unsent
+            for w in range(len(procs)):
+                with contextlib.suppress(OSError, ValueError):
+                    conns[w].send(("stop",))  # any message but "go" ends a worker before it sends anything
+            col.unsent_all(plan, n)
+            live: list[int] = []
+        else:
+            for w in pending:
+                col.fail(w, f"not ready after {READY_TIMEOUT_S:g} s")
+            live = [w for w in range(n) if w not in pending and w not in failed_start]
+            for w in live:
+                conns[w].send(("go", t0))
+            went = True
         open_ = set(live)
         while open_:
             ready = _ready(conns, open_, 1.0)

@@ -166,3 +166,28 @@ def test_ctrl_c_during_preflight_exits_130(tmp_path: Path, command: str, phase: 
     assert rc == 130, (rc, err[-2000:])
     assert "Traceback" not in err, err
     assert "interrupted" in err, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_workers_start_sends_nothing(start: Callable[[list[str]], Run], sig: int) -> None:
+    """Issue 34: Ctrl-C or SIGTERM while ``--workers 2`` processes were still starting let the whole schedule go
+    out (91 or 100 requests) before the run ended. The signal now comes while the workers start (the first
+    spawned worker seen among the CLI's children), and no request is sent: every one is unsent."""
+    run = start([*BASE_ARGS, "--workers", "2", "--sim-args", SIM])
+    children = Path(f"/proc/{run.proc.pid}/task/{run.proc.pid}/children")
+
+    def worker_started() -> bool:
+        for pid in children.read_text().split() if children.exists() else []:
+            try:
+                if b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                continue
+        return False
+
+    run.wait_for(worker_started, 60.0, "a worker process")
+    rc, _ = run.signal_and_wait(sig)
+    assert rc == 130, run.stderr()[-2000:]
+    res = run.result()
+    assert res["interrupted"] is True and res["counts"]["requests"] == 0, res["counts"]
+    assert res["counts"]["unsent"] == SCHEDULE_LEN and run.lines() == []
