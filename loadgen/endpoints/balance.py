@@ -12,6 +12,15 @@ one per request:
   no prepared sends (:meth:`BalancedEndpoint.accepts_send_gate` is False): a request prepared
   10 ms early would be balanced on stale counts.
 
+**A replica that fails does not take the run** (issue 34): :data:`EJECT_AFTER` consecutive requests that
+failed to connect (refused, reset, connect timeout: ``error_kind`` ``connect``) eject a replica for a
+back-off of :data:`BACKOFF_MIN_S`, doubling at each ejection up to :data:`BACKOFF_MAX_S`; both policies
+skip it meanwhile (before, a dead replica failed fast, so it always looked least loaded: it got 93 of 175
+requests, 89 of them failed). When its back-off ends the next request re-probes it: one more connect
+failure ejects it again, a success restores it (and its back-off). With every replica ejected the
+requests go round-robin over all (a re-probe each, never a stop). ``describe`` gives each replica's
+``ejections``.
+
 Each record says which replica served it (``RequestRecord.replica``, the 0-based position of
 its ``--endpoint``; ``requests.jsonl`` ``replica``). :meth:`BalancedEndpoint.describe` gives,
 per replica, its URL (secrets out) and the counts of the requests it was given since the
@@ -27,6 +36,7 @@ unless every replica is ready.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,9 +45,13 @@ from loadgen.core.redact import split_url_secrets
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import Endpoint, EndpointBase
 
-__all__ = ["BALANCE_POLICIES", "BalancedEndpoint"]
+__all__ = ["BACKOFF_MAX_S", "BACKOFF_MIN_S", "BALANCE_POLICIES", "EJECT_AFTER", "BalancedEndpoint"]
 
 BALANCE_POLICIES = ("round-robin", "least-outstanding")
+EJECT_AFTER = 3
+"""Consecutive failed connects that eject a replica (module docstring)."""
+BACKOFF_MIN_S = 1.0
+BACKOFF_MAX_S = 30.0
 
 
 def _replica_url(ep: Endpoint) -> str:
@@ -81,6 +95,11 @@ class BalancedEndpoint(EndpointBase):
         self.outstanding = [0] * len(self.replicas)
         self._next = 0
         self._tally = [_Tally() for _ in self.replicas]
+        n = len(self.replicas)
+        self._connect_fails = [0] * n  # consecutive failed connects
+        self._ejected_until = [0.0] * n  # monotonic s: skipped until then
+        self._backoff_s = [BACKOFF_MIN_S] * n
+        self.ejections = [0] * n
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -129,14 +148,30 @@ class BalancedEndpoint(EndpointBase):
     def pick(self) -> int:
         """The replica for the next request (see the module docstring); counts it as outstanding."""
         n = len(self.replicas)
+        now = time.monotonic()
+        order = [j % n for j in range(self._next, self._next + n)]
+        live = [j for j in order if self._ejected_until[j] <= now] or order  # all ejected: re-probe them in turn
         if self.policy == "round-robin":
-            i = self._next
+            i = live[0]
         else:
-            low = min(self.outstanding)
-            i = next(j % n for j in range(self._next, self._next + n) if self.outstanding[j % n] == low)
+            low = min(self.outstanding[j] for j in live)
+            i = next(j for j in live if self.outstanding[j] == low)
         self._next = (i + 1) % n
         self.outstanding[i] += 1
         return i
+
+    def _settle(self, i: int, record: RequestRecord) -> None:
+        """Replica ``i``'s connect failures counted, an ejection or a restoration (module docstring)."""
+        if record.ok or record.error_kind != "connect":
+            if self._connect_fails[i] or self._backoff_s[i] > BACKOFF_MIN_S:
+                self._connect_fails[i], self._backoff_s[i] = 0, BACKOFF_MIN_S
+            return
+        self._connect_fails[i] += 1
+        if self._connect_fails[i] >= EJECT_AFTER:
+            self._ejected_until[i] = time.monotonic() + self._backoff_s[i]
+            self._backoff_s[i] = min(self._backoff_s[i] * 2, BACKOFF_MAX_S)
+            self._connect_fails[i] = EJECT_AFTER - 1  # its re-probe: one more failed connect ejects it again
+            self.ejections[i] += 1
 
     async def send(self, spec: RequestSpec, record: RequestRecord, gate: asyncio.Event | None = None) -> None:
         i = self.pick()
@@ -151,6 +186,7 @@ class BalancedEndpoint(EndpointBase):
                 await self.replicas[i].send(spec, record, gate)
         finally:
             self.outstanding[i] -= 1
+            self._settle(i, record)
             if record.phase == "warmup":
                 t.warmup += 1
             elif record.ok:
@@ -176,5 +212,6 @@ class BalancedEndpoint(EndpointBase):
         for i, ep in enumerate(self.replicas):
             d = ep.describe() if i else first
             reps.append({"replica": i, "url": self.urls[i], "server_version": d.get("server_version"),
-                         "served_models": d.get("served_models"), **self._tally[i].take()})  # fmt: skip
+                         "served_models": d.get("served_models"), **self._tally[i].take(),
+                         "ejections": self.ejections[i]})  # fmt: skip
         return {**first, "balance": {"policy": self.policy, "replicas": reps}}

@@ -152,3 +152,45 @@ def test_cli_replicas_share_the_clients_caps_and_run_in_one_process() -> None:
     assert ep.urls == ["http://127.0.0.1:1/v1/completions", "http://127.0.0.1:2/v1/completions?key=***"]
     with pytest.raises(click.UsageError, match="--workers"):
         balanced_endpoint({**kw, "workers": "2"}, ["http://127.0.0.1:1", "http://127.0.0.1:2"], Redactor())
+
+
+@dataclass
+class Dead(Fake):
+    """A replica whose connects are refused (killed mid-run), or not (``alive``)."""
+
+    alive: bool = False
+
+    async def send(self, spec: RequestSpec, record: RequestRecord, gate: asyncio.Event | None = None) -> None:
+        self.sent.append(spec.index)
+        if self.alive:
+            record.status = "ok"
+        else:
+            record.status, record.error_kind = "error", "connect"
+
+
+@pytest.mark.parametrize("policy", ["round-robin", "least-outstanding"])
+def test_a_dead_replica_is_ejected_then_re_probed_and_restored(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34 item 4: a killed replica fails fast, so least-outstanding sent it most of the load (93 requests,
+    89 failed) and round robin half. Three failed connects eject it for a back-off; the next request after the
+    back-off re-probes it (one failure ejects it again, for twice as long); a success restores it."""
+    from loadgen.endpoints import balance
+
+    now = [1000.0]
+    monkeypatch.setattr(balance.time, "monotonic", lambda: now[0])
+    live, dead = Fake(Cfg("http://a")), Dead(Cfg("http://b"))
+    ep = BalancedEndpoint([live, dead], policy)
+
+    async def go(n: int, first: int) -> None:
+        for i in range(first, first + n):
+            await ep.send(_spec(i), _rec(i))
+
+    asyncio.run(go(20, 0))
+    assert len(dead.sent) == 3 and len(live.sent) == 17 and ep.ejections == [0, 1]  # 3 failed connects, then none
+    now[0] += balance.BACKOFF_MIN_S + 0.1
+    asyncio.run(go(10, 20))
+    assert len(dead.sent) == 4 and ep.ejections == [0, 2]  # one re-probe, ejected again at once
+    now[0] += 2 * balance.BACKOFF_MIN_S + 0.1
+    dead.alive = True
+    asyncio.run(go(10, 30))
+    assert len(dead.sent) >= 8  # restored after its re-probe succeeded: it takes its share again
+    assert ep.describe()["balance"]["replicas"][1]["ejections"] == 2
