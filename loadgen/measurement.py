@@ -360,4 +360,6 @@ def build_result(
         "timing_error_bound_ms": timing_error_bound_ms(outcome.client),
         "schedule_realized_rps": outcome.client.schedule_realized_rps,
     }
+    if outcome.client.worker_failures:  # worker processes or actors that failed (issue 34: promised, not written)
+        result["client"]["worker_failures"] = list(outcome.client.worker_failures)
     return result

@@ -186,3 +186,15 @@ def test_build_result_judges_a_run_by_its_verdict_only_when_asked(flip_test: boo
     if flip_test:
         assert v["verdict_stands"]["stamp_error_bound_ms"] == pytest.approx(6.0)  # loop lag 1 ms + its 5 ms probe
     assert res["latency_error_ms"] == {"bound_ms": pytest.approx(6.0), "estimated_moves_ms": None}
+
+
+def test_a_failed_worker_is_named_in_the_result() -> None:
+    """Issue 34: ``client.worker_failures`` was promised in a docstring and never written to result.json."""
+    agg = _aggregator([2, 2], [50, 60], [])
+    cfg = LoadConfig(rate_rps=100.0, bounds=ValidityBounds(min_requests=1, min_duration_s=0))
+    client = ClientStats(open_loop=True, loop_lag_ms=[0.5], schedule_realized_rps=100.0,
+                         worker_failures=["worker 1 died (exit code -9)"])  # fmt: skip
+    res = build_result(agg, RunOutcome(0, 0, False, 0, 0, client, 2_000 * MS), cfg, _Endpoint(),
+                       started_at=dt.datetime.now(dt.UTC), config_record={}, fd_limit=(1, 1))  # fmt: skip
+    assert res["client"]["worker_failures"] == ["worker 1 died (exit code -9)"]
+    assert not res["validity"]["valid"]  # a lost worker voids the run (its requests are unsent)
