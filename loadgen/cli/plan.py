@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from loadgen.capacity.render import shown_rows
 from loadgen.cli.options import make_out_dir
 from loadgen.cli.plan_validate import validate_options
 from loadgen.core.units import parse_percent
@@ -138,6 +137,8 @@ def _print_plan(doc: dict[str, Any]) -> None:
         t = Table(title=f"{p['label']}: replicas per interval")
         for col in ("start s", "duration s", f"demand {unit}", "replicas", "utilisation", "autoscaled"):
             t.add_column(col, justify="right")
+        from loadgen.capacity.render import shown_rows  # here: a plain `loadgen run` never imports capacity
+
         rows, hidden = shown_rows(p["intervals"])
         for r in rows:
             u = "–" if r["utilisation"] is None else f"{r['utilisation']:.1%}"
