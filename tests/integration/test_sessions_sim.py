@@ -192,6 +192,7 @@ def test_sessions_over_two_workers_match_the_truth_log(tmp_path: Path) -> None:
     assert result["conditions"]["workers"] == 2
 
 
+@pytest.mark.timing  # the active-sessions series against the truth's spans: the serial phase
 @pytest.mark.parametrize("mode", [("--rate", "50"), ("--concurrency", "2")])
 def test_max_concurrency_caps_turns_in_flight_and_the_active_sessions_series_is_true(
     tmp_path: Path, mode: tuple[str, str]
