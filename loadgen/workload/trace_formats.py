@@ -443,6 +443,8 @@ def detect_format(path: str, first_line: bytes, lineno: int) -> tuple[str, str]:
     if "Timestamp" in names and "Request tokens" in names:
         return "burstgpt", "CSV header Timestamp,...,Request tokens,..."
     first = text.decode("utf-8", "replace").split(",")[0].strip()
+    if not first.isprintable() or len(first) > 40:  # a binary file's bytes are no field name to print
+        first = "row"
     raise InputFileError(
         path, lineno, first or "row",
         "unknown columns: cannot detect the trace format (expected an Azure, BurstGPT, "

@@ -235,6 +235,11 @@ CASES: list[Case] = [
     Case(
         "cfg-43-config-binary", run_with("--config", "{dir}/binary.toml"), r"^--config \S+binary\.toml: not UTF-8 text"
     ),
+    Case(  # the binary bytes were printed as the field's name
+        "cfg-44-trace-binary",
+        ["trace", "inspect", "{dir}/binary.toml"],
+        r"^\S+binary\.toml:1: field 'row': unknown columns",
+    ),
 ]
 MINIMUM = 12
 
