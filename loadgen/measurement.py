@@ -117,7 +117,7 @@ async def measure(
                 )
     else:
 
-        def make(sink: Callable[..., None], t0: int) -> Runner:
+        def make(sink: Callable[..., None], t0: int | None) -> Runner:
             return Runner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
 
         outcome = await run_here(files, make, tokenizer, cfg.latency_origin, on_record, runner_hook)
@@ -226,7 +226,7 @@ class RunFiles:
 
 async def run_here(
     files: RunFiles,
-    make_engine: Callable[[Callable[..., None], int], RunEngine],
+    make_engine: Callable[[Callable[..., None], int | None], RunEngine],
     tokenizer: TokenCounter | None,
     origin: Literal["scheduled", "sent"],
     on_record: Callable[[RequestRecord, RequestMetrics], None] | None,
@@ -242,9 +242,6 @@ async def run_here(
     # do the long part now: a full collection over a large heap (a test session, a notebook) took
     # longer than the lead-in and made the first sends late. The engine's own pass then sees only
     # what is not frozen, and it unfreezes everything at its end.
-    gc.collect()
-    warm_record_path()
-    t0 = now_ns() + LEAD_IN_NS
     engine: RunEngine | None = None
 
     def write_failed(reason: str) -> None:
@@ -254,22 +251,29 @@ async def run_here(
 
     agg = files.agg
     with files.requests_file() as fh:
-        writer = files.writer(fh, t0, write_failed)
+        writer: RecordWriter | None = None
 
         def sink(rec: RequestRecord, turn: int | None = None) -> None:
             m = compute(rec, tokenizer, origin)
             agg.add(rec, m)
             if turn is not None and on_turn is not None:
                 on_turn(rec, m, turn)
+            assert writer is not None  # (set before the run starts)
             writer.write(rec, m, turn)
             if on_record is not None:
                 on_record(rec, m)
 
+        engine = make_engine(sink, None)
+        if runner_hook is not None:
+            runner_hook(engine)
+        await engine.prepare()  # requests built before t0 is fixed (loadgen.engine.prepare)
+        gc.collect()
+        warm_record_path()
+        t0 = now_ns() + LEAD_IN_NS
+        engine.start_at(t0)
+        writer = files.writer(fh, t0, write_failed)
         gc.freeze()
         try:
-            engine = make_engine(sink, t0)
-            if runner_hook is not None:
-                runner_hook(engine)
             outcome = await engine.run()
         finally:
             gc.unfreeze()  # (the engine's end unfroze it already, unless it never ran)
@@ -359,6 +363,8 @@ def build_result(
         "stamp_lateness_max_ms": m if (m := outcome.client.stamp_lateness_max_ms) is None or m < 1e9 else None,
         "timing_error_bound_ms": timing_error_bound_ms(outcome.client),
         "schedule_realized_rps": outcome.client.schedule_realized_rps,
+        # requests built before t0 and what building the rest took inside the run (loadgen.engine.prepare)
+        "preparation": outcome.client.preparation,
     }
     if outcome.client.worker_failures:  # worker processes or actors that failed (issue 34: promised, not written)
         result["client"]["worker_failures"] = list(outcome.client.worker_failures)

@@ -29,6 +29,7 @@ from loadgen.cli.helpfmt import SectionedCommand, fill_missing_help
 from loadgen.cli.locust import LocustOutcome, locust_command
 from loadgen.cli.plan import capacity_group, plan_cmd
 from loadgen.cli.run import run_cmd
+from loadgen.cli.selftest import selftest_cmd, selftest_exit_code
 from loadgen.cli.sweep import sweep_cmd
 from loadgen.core.errors import ConfigError, EndpointUnreachable, LoadgenError, OutputError
 from loadgen.serve import ServerStartError
@@ -215,6 +216,7 @@ for _serve_cmd in serve_group.commands.values():
     _mapped(_serve_cmd, serve_exit_code)
 main.add_command(serve_group)
 main.add_command(sim_command)
+main.add_command(_mapped(selftest_cmd, selftest_exit_code))
 main.add_command(trace_group)
 main.add_command(_mapped(plan_cmd, plan_exit_code, input_errors_are_usage=True))
 for _cap_name, _cap_cmd in capacity_group.commands.items():

@@ -30,7 +30,7 @@ __all__ = [
 SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
     ("Load", frozenset({
         "rate", "concurrency", "n_requests", "duration", "warmup", "arrival", "burstiness", "max_concurrency",
-        "drain_grace", "workers", "cluster", "cpus", "dry_run", "profile",
+        "drain_grace", "workers", "cluster", "cpus", "dry_run", "profile", "selftest",
     })),
     ("Workload", frozenset({
         "input_tokens", "output_tokens", "trace", "trace_format", "trace_spread", "time_scale", "trace_start",

@@ -87,6 +87,10 @@ __all__ = ["sweep_cmd"]
 @click.option("--cluster", type=URL, help="Ray cluster address: each probe's --workers shards run as its actors.")
 @click.option("--cpus", help="Run the client on these CPUs only (e.g. 0 or 0-3): keeps it off a local server's cores.")
 @click.option(
+    "--selftest", is_flag=True,
+    help="First certify this machine's client (loadgen selftest, about a minute): recorded as client_selftest.",
+)  # fmt: skip
+@click.option(
     "--out", "out_dir", type=click.Path(file_okay=False), help="Output directory (default results/<UTC time>-sweep/)."
 )
 @view_options
@@ -164,6 +168,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
     make_out_dir(out_dir)
+    cert = client_selftest(out_dir, err) if kw.get("selftest") else None
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
     with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err) as target:
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
@@ -239,6 +244,8 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
         from loadgen.sweep.session_search import sessions_block
 
         out.result["sessions"] = sessions_block(out.result, base)
+    if cert is not None:
+        out.result["client_selftest"] = selftest_block(cert, out.result)
     out.result = redactor.scrub(out.result)  # server-supplied text, by value
     write_json(out_dir / "sweep.json", out.result)
     write_report(out.result, out_dir)
@@ -251,3 +258,39 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
 
     render_sweep_why(out.result, console)
     return out
+
+
+def client_selftest(out_dir: Path, err: Console) -> dict[str, Any]:
+    """``--selftest``: this machine's certificate (:mod:`loadgen.sim.selftest`) before any load, its
+    figures printed in one line; its levels' files under ``out_dir/selftest``."""
+    import json
+
+    from loadgen.cli.selftest import selftest_figures
+    from loadgen.sim.selftest import run_selftest
+
+    err.print("selftest: certifying this machine's client first (about a minute)")
+    try:
+        cert = run_selftest(out_dir / "selftest" / "levels")
+    except RuntimeError as exc:
+        raise click.ClickException(f"--selftest: {exc}") from None
+    (out_dir / "selftest" / "selftest.json").write_text(json.dumps(cert, indent=2) + "\n", encoding="utf-8")
+    err.print(selftest_figures(cert), markup=False)
+    return cert
+
+
+def selftest_block(cert: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """``sweep.json``'s ``client_selftest``: the certificate's two answers, and whether the sweep's
+    answer lies above the highest open-loop rate this machine's client measured honestly there."""
+    o, c = cert.get("highest_honest_open"), cert.get("highest_honest_closed")
+    rate = (result.get("answer") or {}).get("max_rate_rps")
+    above = None
+    if rate is not None:
+        above = o is None or rate > o["level"]
+    return {
+        "file": "selftest/selftest.json",
+        "highest_honest_open_rps": o["level"] if o else None,
+        "highest_honest_closed_users": c["level"] if c else None,
+        "tps_per_client_core": c["tps_per_core"] if c else None,
+        "answer_above_certified_rate": above,
+        "took_s": cert.get("took_s"),
+    }

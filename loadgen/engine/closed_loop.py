@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 
 from loadgen.core.clock import now_ns
+from loadgen.core.types import RequestSpec
 from loadgen.engine.run_core import NO_DEADLINE_NS, RunnerCore
 
 RAMP_PER_USER_NS = 2_000_000
@@ -88,9 +90,22 @@ class ClosedLoopUsers(RunnerCore):
         def index_of(k: int) -> int:
             return plan.index_start + plan.index_stride * k
 
-        # build each user's first request before t0
-        first = plan.concurrency if plan.max_requests is None else min(plan.concurrency, plan.max_requests)
-        prebuilt = {k: plan.make_spec(index_of(k)) for k in range(first)}
+        # requests built before t0 (loadgen.engine.prepare), taken in order; the rest at their user's turn
+        prepared = self._prepared
+        make = plan.make_spec
+        prep = self.preparation
+
+        def spec_of(k: int) -> RequestSpec:
+            if k < len(prepared):
+                spec = prepared[k]
+                prepared[k] = None  # held no longer than its request
+                if spec is not None:
+                    return spec
+            c0 = time.thread_time_ns()
+            spec = make(index_of(k))
+            if prep is not None:
+                prep.charge(c0)
+            return spec
 
         async def user(u: int) -> None:
             due = t0 + ramp * u // max(plan.concurrency, 1)
@@ -103,7 +118,7 @@ class ClosedLoopUsers(RunnerCore):
                 now = now_ns()
                 if end_ns is not None and now >= end_ns:
                     return
-                spec = prebuilt.pop(k, None) or plan.make_spec(index_of(k))  # type: ignore[misc]  # make_spec is set for closed-loop plans
+                spec = spec_of(k)
                 phase = "warmup" if (k < plan.warmup_requests or now < warm_end) else "measure"
                 task = self._start(tg, spec, phase, min(due, now))
                 self._mark_due(True)

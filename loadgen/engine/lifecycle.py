@@ -30,10 +30,12 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from loadgen.core.clock import now_ns, wall_anchor
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import Endpoint
+from loadgen.engine.prepare import Preparation
 from loadgen.engine.stamp_lateness import StampLateness, probe_loop
 
 __all__ = [
@@ -85,6 +87,7 @@ class ClientStats:
     stamp_lateness_max_ms: float | None = None  # the latest stamp (inf: over 1 s); None: not measured
     stamps: StampLateness | None = None  # the histograms themselves: validity judges the errors they estimate
     cpu_wait_s: float | None = None  # the event loop's time runnable but waiting for a CPU (loop_cpu_wait_ns)
+    preparation: dict[str, Any] | None = None  # what was built before t0 (loadgen.engine.prepare.Preparation)
 
 
 @dataclass
@@ -159,12 +162,31 @@ class RunEngine:
         self._done_events = 0  # token events held by the records in _done (each ~170 B: the backlog's memory)
         self._defer_sink = True  # records reach the sink from _sink_loop, off the read and send paths
         self._errors: list[BaseException] = []  # a dispatcher's own failure (a bug): raised after the run
+        self.preparation: Preparation | None = None  # what was built before t0 (a dispatcher's _prepare)
+        self._prepare_done = False
 
     # -- what a dispatcher provides ------------------------------------------------------------
 
     async def _dispatch(self) -> None:
         """Send the plan's requests and drain them (after a stop, at most the plan's grace)."""
         raise NotImplementedError
+
+    async def _prepare(self) -> None:
+        """Build what can be built before t0 (:mod:`loadgen.engine.prepare`); set ``self.preparation``."""
+
+    # -- before the run -----------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Build what can be built before the clock starts (once; :meth:`run` does it when not done
+        before). Call it before fixing t0 (:meth:`start_at`), so a long preparation cannot make the
+        first sends late."""
+        if not self._prepare_done:
+            self._prepare_done = True
+            await self._prepare()
+
+    def start_at(self, t0_ns: int) -> None:
+        """Fix t0 (monotonic ns) after :meth:`prepare`: the run's first deadlines count from it."""
+        self._t0_override = t0_ns
 
     def _next_due_ns(self) -> int:
         """The next send's due time (NO_DEADLINE_NS: none)."""
@@ -220,6 +242,7 @@ class RunEngine:
         # exists now and collect young generations less often while the run is on. Collected
         # before t0 is set: on a large heap (a notebook, a long-lived process) the collection
         # itself takes longer than the lead-in and made the first sends late.
+        await self.prepare()  # before the clocks: preparation is never in the window or the client's CPU
         gc_threshold = gc.get_threshold()
         warm_record_path()  # first calls of the record path's numpy code, before t0 (not in a send's way)
         gc.collect()
@@ -268,6 +291,7 @@ class RunEngine:
             stamp_tokens=self.stamps.tokens,
             stamps=self.stamps,
             cpu_wait_s=(wait1 - wait0) / 1e9 if wait0 is not None and wait1 is not None else None,
+            preparation=self.preparation.describe() if self.preparation is not None else None,
         )
         self._finish_client(client)
         unsent, unsent_warmup = self._unsent()

@@ -4,7 +4,8 @@ Open loop (MLPerf LoadGen Server, wrk2): the send times are fixed first (a
 :class:`~loadgen.core.schedule.Schedule`: arrays); the dispatcher sleeps until
 ``t0 + offset`` for each entry (never a relative ``sleep(interval)``, so no
 drift), and each request's latency origin is its scheduled time. Each request's
-spec (prompt) is built just in time: in the dispatcher's slack before a deadline,
+spec (prompt) is built before t0 (:mod:`loadgen.engine.prepare`, within its budgets) or else
+just in time: in the dispatcher's slack before a deadline,
 up to ``LOOKAHEAD_NS`` (and ``MAX_AHEAD`` specs) ahead of the next send, never
 within ``BUILD_GUARD_NS`` of it, so building never delays a send unless the
 generator is already overloaded; a spec is dropped when its request ends. If
@@ -15,6 +16,7 @@ the rest as unsent and the run is INVALID (the client, not the server, limited i
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 
 from loadgen.core.clock import now_ns
@@ -42,17 +44,30 @@ class OpenLoopDispatch(RunnerCore):
         n = len(schedule)
         offsets = schedule.offsets_ns
         t0 = self.t0_ns
-        ahead: deque[RequestSpec] = deque()  # built specs of positions pos, pos + 1, ... (in order)
-        built = 0  # the next position to build
+        # built specs of positions pos, pos + 1, ... (in order): first those built before t0
+        ahead: deque[RequestSpec] = deque(s for s in self._prepared if s is not None)
+        self._prepared = []
+        built = len(ahead)  # the next position to build
+        prep = self.preparation
+        cpu_clock = time.thread_time_ns
+
+        def build(p: int) -> RequestSpec:
+            c0 = cpu_clock()
+            spec = schedule.spec(p)
+            if prep is not None:
+                prep.charge(c0)
+            return spec
 
         def build_ahead(deadline: int) -> None:
             """Build specs in the slack before ``deadline`` (never within BUILD_GUARD_NS of it)."""
             nonlocal built
+            if built >= n:
+                return
             horizon = deadline - t0 + LOOKAHEAD_NS
             while built < n and len(ahead) < MAX_AHEAD and offsets[built] <= horizon:
                 if now_ns() > deadline - BUILD_GUARD_NS:
                     return
-                ahead.append(schedule.spec(built))
+                ahead.append(build(built))
                 built += 1
 
         # Prepared sends (endpoints that accept a gate; not under --max-concurrency): each
@@ -71,7 +86,7 @@ class OpenLoopDispatch(RunnerCore):
             if ahead:
                 return ahead.popleft()
             built = p + 1  # no slack to build it earlier: the generator is behind anyway
-            return schedule.spec(p)
+            return build(p)
 
         def due_of(k: int) -> int:
             """When request ``k`` is prepared: PRESTART_NS before its deadline, earlier by

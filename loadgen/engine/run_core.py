@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from loadgen.core.clock import now_ns
-from loadgen.core.schedule import Schedule
+from loadgen.core.schedule import Schedule, as_schedule
 from loadgen.core.types import RequestRecord, RequestSpec, ScheduledRequest
 from loadgen.endpoints.base import Endpoint
 from loadgen.engine.lifecycle import (
@@ -33,6 +33,7 @@ from loadgen.engine.lifecycle import (
     RunEngine,
     RunOutcome,
 )
+from loadgen.engine.prepare import PREPARE_TURNS, prepare_specs, time_budget_ns
 
 __all__ = [
     "LEAD_IN_NS",
@@ -102,9 +103,40 @@ class RunnerCore(RunEngine):
         self._next_deadline_ns = 0 if plan.mode == "open" else NO_DEADLINE_NS  # closed loop: no deadlines
         self._tg: asyncio.TaskGroup | None = None
         self._users: list[asyncio.Task[None]] = []
+        self._prepared: list[RequestSpec | None] = []  # specs built before t0, by position (taken: None)
 
     def _next_due_ns(self) -> int:
         return self._next_deadline_ns
+
+    async def _prepare(self) -> None:
+        """Build the plan's first requests before t0 (:mod:`loadgen.engine.prepare`): open loop, the
+        schedule's positions 0, 1, ...; closed loop, the requests k = 0, 1, ... in the order users
+        take them (``--requests`` of them, or ``PREPARE_TURNS`` a user when timed)."""
+        plan = self.plan
+        if plan.mode == "open":
+            schedule = as_schedule(plan.schedule)
+            n = len(schedule)
+            planned_s: float | None = float(schedule.offsets_ns[-1]) / 1e9 if n else 0.0
+            build = schedule.spec
+            count: int | None = n
+        else:
+            assert plan.make_spec is not None
+            make, start, stride = plan.make_spec, plan.index_start, plan.index_stride
+            planned_s = None if plan.duration_s is None else plan.duration_s + plan.warmup_s
+
+            def build(k: int) -> RequestSpec:
+                return make(start + stride * k)
+
+            count = plan.max_requests if plan.max_requests is not None else plan.concurrency * PREPARE_TURNS
+        specs, self.preparation = await prepare_specs(
+            build, count, deadline_ns=time_budget_ns(planned_s, self._t0_override), stop=self._stop.is_set
+        )
+        if plan.mode == "closed" and plan.max_requests is None:
+            self.preparation.of = None  # a timed closed loop: how many it sends is not known before
+            if self.preparation.stopped_by is None:
+                self.preparation.stopped_by = "turns"
+        prepared: list[RequestSpec | None] = list(specs)
+        self._prepared = prepared
 
     def _cancellable(self) -> set[asyncio.Task[int | None]]:
         return self._inflight

@@ -115,6 +115,9 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
         + (f" ({tok['output_estimated_requests']} requests estimated)" if tok.get("output_estimated_requests") else "")
     )
     console.print(cache_phrase(result), markup=False)
+    prep = preparation_phrase(result)
+    if prep:
+        console.print(prep, markup=False)
     tr = ((result.get("config") or {}).get("workload") or {}).get("trace") or {}
     if tr.get("skipped_zero_output_rows"):
         console.print(
@@ -272,4 +275,21 @@ def cache_phrase(result: dict[str, Any]) -> str:
         line += f"\n--cache-hit-target {t['target']:g}: {held} (within {t['tolerance']:g})" + (
             f": {t['why']}" if t.get("why") else ""
         )
+    return line
+
+
+def preparation_phrase(result: dict[str, Any]) -> str | None:
+    """One line on what was built before the clock started (``client.preparation``) and what the
+    run built itself (None: no preparation recorded, e.g. sessions)."""
+    p = (result.get("client") or {}).get("preparation")
+    if not p:
+        return None
+    of = f" of {p['of']:,}" if p.get("of") is not None else ""
+    why = {"memory": "its memory budget", "time": "its time budget", "turns": "its count for a timed run",
+           "stop": "a stop"}.get(p.get("stopped_by") or "", "")  # fmt: skip
+    line = (f"prepared before the clock: {p['requests']:,}{of} requests ({p['bytes'] / 1e6:.1f} MB) in "
+            f"{p['seconds']:.2f} s" + (f", stopped by {why}" if why else ""))  # fmt: skip
+    if p.get("built_in_run"):
+        line += (f"; built during the run: {p['built_in_run']:,} ({p['built_in_run_cpu_s'] * 1e3:.0f} ms of client CPU, "
+                 "inside the window's figures)")  # fmt: skip
     return line

@@ -211,7 +211,7 @@ async def measure_sessions(
     else:
         runner: SessionRunner | None = None
 
-        def make(sink: Callable[..., None], t0: int) -> SessionRunner:
+        def make(sink: Callable[..., None], t0: int | None) -> SessionRunner:
             nonlocal runner
             runner = SessionRunner(endpoint, plan, sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
             return runner

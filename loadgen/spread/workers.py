@@ -47,6 +47,7 @@ from loadgen.core.metrics import compute
 from loadgen.core.redact import Redactor
 from loadgen.core.schedule import as_schedule
 from loadgen.endpoints import from_config
+from loadgen.engine.prepare import Preparation
 from loadgen.engine.recordlog import RecordWriter, record_line
 from loadgen.engine.results import Aggregator
 from loadgen.engine.runner import LEAD_IN_NS, ClientStats, Runner, RunOutcome, RunPlan, realized_send_rps
@@ -249,17 +250,25 @@ async def worker_body(
             plan = shard_plan(build_plan(load, wl), w, n)
             tokenizer = wl.tokenizer
             size, origin = len(plan.schedule), load.latency_origin
+        ship: RecordShipper | None = None
+
+        def sink(rec: Any, *args: Any) -> None:
+            assert ship is not None  # (set at "go", before the run starts)
+            ship.sink(rec, *args)
+
+        runner: Runner | SessionRunner
+        if sessions:
+            runner = SessionRunner(ep, splan, sink, install_signal_handlers=install_signal_handlers)
+        else:
+            runner = Runner(ep, plan, sink, install_signal_handlers=install_signal_handlers)
+        await runner.prepare()  # this shard's first requests built before "ready" (loadgen.engine.prepare)
         send(("ready", size))
         msg = recv()
         if msg[0] != "go":
             return
         t0 = msg[1]
         ship = RecordShipper(send, load, tokenizer, origin, t0, redactor)
-        runner: Runner | SessionRunner
-        if sessions:
-            runner = SessionRunner(ep, splan, ship.sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
-        else:
-            runner = Runner(ep, plan, ship.sink, t0_ns=t0, install_signal_handlers=install_signal_handlers)
+        runner.start_at(t0)
         if on_runner is not None:
             on_runner(runner)
         f = asyncio.create_task(ship.flusher())
@@ -280,6 +289,7 @@ async def worker_body(
             "aborted_reason": c.aborted_reason,
             "end_ns": out.end_ns,
             "stamp_lateness": runner.stamps.to_state(),  # merged exactly by the parent (Collector.outcome)
+            "preparation": c.preparation,
         }
         if isinstance(runner, SessionRunner):
             stats["sessions"] = dataclasses.asdict(runner.stats)  # merged by loadgen.sessions.spread.merge_stats
@@ -403,6 +413,7 @@ class Collector:
         unsent = 0
         unsent_warm = 0
         cpu_fracs: list[float] = []
+        prep: Preparation | None = None
         lags: list[float] = []
         stamps = StampLateness()  # the workers' stamp lateness, merged exactly (loadgen.engine.stamp_lateness)
         aborted = None
@@ -419,6 +430,9 @@ class Collector:
                 if st.get("stamp_lateness"):
                     stamps.merge_state(st["stamp_lateness"])
                 aborted = aborted or st["aborted_reason"]
+                if st.get("preparation"):
+                    prep = prep or Preparation(of=0)
+                    prep.merge(st["preparation"])
                 self.agg.merge_token_histograms(hists)
             else:
                 # whatever this worker never reported is unsent (open loop: its shard size)
@@ -437,6 +451,7 @@ class Collector:
             stamp_lateness_max_ms=stamps.max_ms(),
             stamp_tokens=stamps.tokens,
             stamps=stamps if stamps.tokens else None,
+            preparation=prep.describe() if prep is not None else None,
         )
         return RunOutcome(
             t0_ns=t0_ns,

@@ -221,6 +221,12 @@ def plan_for(cmd: ShellCommand, ctx: Context) -> Plan:
         rw.append("started in the background, asked for one completion, stopped with Ctrl-C (SIGINT)")
     elif sub == "trace":
         pass
+    elif sub == "selftest":
+        for flag, val in (("--users", "8"), ("--rates", "50"), ("--duration", "1s")):
+            set_opt(a, flag, val, rw, "one level of each kind, 1 s (the full ladder is about a minute)")
+        add_missing(a, ["--out", f"out/{cmd.ident}"], rw, "one directory per command")
+        plan.tolerated[1] = "no honest"  # a shared CI machine's client may measure no level within 2 ms
+        plan.expect.append(f"{opt(a, '--out')}/selftest.json")
     elif sub in ("plan", "capacity"):
         # they read sweeps already run: the README points them at the shipped fixtures
         for i, w in enumerate(a):
