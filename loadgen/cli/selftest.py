@@ -33,6 +33,7 @@ def _k(v: float) -> str:
 
 def _level_row(x: dict[str, Any]) -> list[str]:
     lag = x.get("schedule_lag_p99_ms")
+    est = x.get("estimated_moves_ms")
     return [
         f"C={x['level']}" if x["kind"] == "closed" else f"{x['level']}/s",
         _k(x["output_tps"]),
@@ -41,13 +42,14 @@ def _level_row(x: dict[str, Any]) -> list[str]:
         f"{x['ttft_p50_err_ms']:+.2f}",
         f"{x['ttft_p99_err_ms']:+.2f}",
         f"{x['itl_p99_err_ms']:+.2f}",
+        "-" if not est else f"{max(abs(v) for v in est.values()):.2f}",
         "-" if lag is None else f"{lag:.2f}",
         "-" if x.get("rss_mib") is None else f"{x['rss_mib']:.0f}",
         "honest" if x["honest"] else ("VALID" if x["valid"] else "INVALID"),
     ]
 
 
-COLUMNS = ("level", "tok/s", "cores", "per core", "TTFT50", "TTFT99", "ITL99", "lag99", "MiB", "verdict")
+COLUMNS = ("level", "tok/s", "cores", "per core", "TTFT50", "TTFT99", "ITL99", "est", "lag99", "MiB", "verdict")
 
 
 def print_certificate(cert: dict[str, Any], console: Console) -> None:
@@ -60,8 +62,9 @@ def print_certificate(cert: dict[str, Any], console: Console) -> None:
     for x in cert["levels"]:
         table.add_row(*_level_row(x))
     console.print(table)
-    console.print("TTFT50, TTFT99, ITL99: errors in ms (reported - true); lag99: the p99 schedule lag (ms); per core: "
-                  "output tok/s per client core; MiB: the client's peak RSS", markup=False)  # fmt: skip
+    console.print("TTFT50, TTFT99, ITL99: errors in ms (reported - true); est: the run's own estimate of its largest "
+                  "error (ms); lag99: the p99 schedule lag (ms); per core: output tok/s per client core; MiB: the "
+                  "client's peak RSS", markup=False)  # fmt: skip
     console.print(selftest_figures(cert), markup=False)
 
 

@@ -13,7 +13,10 @@ building is seeded), until one of
   schedule's; a timed closed loop: its duration), at least ``PREPARE_MIN_S`` and at most
   ``PREPARE_MAX_S`` (a closed loop of ``--requests``, whose length is not known: ``PREPARE_MAX_S``);
   a t0 fixed before preparation ends it ``PREPARE_T0_MARGIN_NS`` before t0.
-* a timed closed loop (its count unknown) holds at most ``PREPARE_TURNS`` requests a user.
+* a timed closed loop (its count unknown) holds at most ``PREPARE_TURNS`` requests a user;
+* past ``PREPARE_CHEAP_AFTER`` requests, building is cheap (under ``PREPARE_CHEAP_NS`` a request on
+  average, short prompts): the rest cost the run a few microseconds each, not worth the memory and the
+  start-up time of holding them all.
 
 The rest are built inside the run as before (open loop: in the dispatcher's slack, never within
 ``BUILD_GUARD_NS`` of a send; closed loop: at their user's turn) and counted with the CPU they took
@@ -35,6 +38,8 @@ from loadgen.core.types import RequestSpec
 
 __all__ = [
     "PREPARE_BYTES",
+    "PREPARE_CHEAP_AFTER",
+    "PREPARE_CHEAP_NS",
     "PREPARE_MAX_S",
     "PREPARE_MIN_S",
     "PREPARE_SHARE",
@@ -52,6 +57,9 @@ PREPARE_MAX_S = 60.0  # ...and never longer than this (a closed loop of --reques
 PREPARE_T0_MARGIN_NS = 20_000_000  # a given t0 (workers): preparation ends this long before it
 PREPARE_TURNS = 256  # a timed closed loop (its count unknown): at most this many requests a user
 PREPARE_YIELD_NS = 20_000_000  # preparation lets the event loop run (a signal, a stop) this often
+PREPARE_CHEAP_NS = 50_000  # past PREPARE_CHEAP_AFTER requests, requests cheaper than this each (mean) are...
+PREPARE_CHEAP_AFTER = 256  # ...left to the run: holding thousands of them would cost memory and start-up time for
+# a few microseconds a request (a 128-token prompt ~10 us), counted all the same (built_in_run_cpu_s)
 
 _INT_BYTES = 36  # a token id in a tuple: its pointer and (above 256) its int object
 
@@ -79,7 +87,7 @@ class Preparation:
     of: int | None = None
     bytes: int = 0
     seconds: float = 0.0
-    stopped_by: str | None = None  # None: all built; "memory", "time", "stop"
+    stopped_by: str | None = None  # None: all built; "memory", "time", "turns", "cheap", "stop"
     built_in_run: int = 0
     built_in_run_cpu_s: float = 0.0
 
@@ -142,7 +150,8 @@ async def prepare_specs(
     specs: list[RequestSpec] = []
     prep = Preparation(of=count)
     held = 0
-    next_yield = now_ns() + PREPARE_YIELD_NS
+    t_ns = now_ns()
+    next_yield = t_ns + PREPARE_YIELD_NS
     while count is None or len(specs) < count:
         if specs:
             if held >= budget_bytes:
@@ -151,6 +160,9 @@ async def prepare_specs(
             now = now_ns()
             if now >= deadline_ns:
                 prep.stopped_by = "time"
+                break
+            if len(specs) >= PREPARE_CHEAP_AFTER and (now - t_ns) < PREPARE_CHEAP_NS * len(specs):
+                prep.stopped_by = "cheap"
                 break
             if now >= next_yield:
                 await asyncio.sleep(0)

@@ -286,6 +286,7 @@ def preparation_phrase(result: dict[str, Any]) -> str | None:
         return None
     of = f" of {p['of']:,}" if p.get("of") is not None else ""
     why = {"memory": "its memory budget", "time": "its time budget", "turns": "its count for a timed run",
+           "cheap": "cheap requests (the rest are built in the run)",
            "stop": "a stop"}.get(p.get("stopped_by") or "", "")  # fmt: skip
     line = (f"prepared before the clock: {p['requests']:,}{of} requests ({p['bytes'] / 1e6:.1f} MB) in "
             f"{p['seconds']:.2f} s" + (f", stopped by {why}" if why else ""))  # fmt: skip

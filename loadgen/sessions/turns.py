@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -45,7 +46,8 @@ from typing import Literal
 from loadgen.core.clock import now_ns, sleep_until
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import Endpoint
-from loadgen.engine.lifecycle import NO_DEADLINE_NS, RunEngine
+from loadgen.engine import prepare
+from loadgen.engine.lifecycle import NO_DEADLINE_NS, ClientStats, RunEngine
 from loadgen.workload.session_model import Session, SessionHistory, SessionPrompter
 
 __all__ = ["SessionPlan", "SessionRunner", "SessionStats"]
@@ -132,6 +134,7 @@ class SessionRunner(RunEngine):
                 n += len(s.turns)
         self._first_index = first
         self._cap = asyncio.Semaphore(plan.max_inflight) if plan.max_inflight else None
+        self._late0 = (0, 0.0)  # the prompter's late-built messages (and their CPU) before this run
 
     def _to_sink(self, rec: RequestRecord) -> None:
         self.turn_sink(rec, self._turns.pop(rec.index))
@@ -144,6 +147,34 @@ class SessionRunner(RunEngine):
 
     def _unsent(self) -> tuple[int, int]:
         return self.stats.unsent_turns, 0
+
+    async def _prepare(self) -> None:
+        """The sessions' new messages built before t0 (their history depends on the replies: built when a
+        turn is due), within :mod:`loadgen.engine.prepare`'s memory and time budgets; the messages built
+        later are counted (``built_in_run``)."""
+        plan = self.plan
+        planned_s = None
+        if plan.mode == "open" and len(plan.start_offsets_ns):
+            planned_s = float(max(plan.start_offsets_ns)) / 1e9
+        elif plan.end_offset_ns is not None:
+            planned_s = plan.end_offset_ns / 1e9
+        t = time.perf_counter()
+        done, total, held = plan.prompter.prepare(
+            plan.sessions, budget_bytes=prepare.PREPARE_BYTES,
+            deadline_ns=prepare.time_budget_ns(planned_s, self._t0_override),
+        )  # fmt: skip
+        self._late0 = (plan.prompter.built_late, plan.prompter.built_late_cpu_s)
+        self.preparation = prepare.Preparation(
+            requests=done, of=total, bytes=held, seconds=time.perf_counter() - t,
+            stopped_by=None if done == total else ("memory" if held >= prepare.PREPARE_BYTES else "time"),
+        )  # fmt: skip
+
+    def _finish_client(self, client: ClientStats) -> None:
+        p = self.preparation
+        if p is not None and client.preparation is not None:  # the messages built late, since _prepare
+            p.built_in_run = self.plan.prompter.built_late - self._late0[0]
+            p.built_in_run_cpu_s = self.plan.prompter.built_late_cpu_s - self._late0[1]
+            client.preparation = p.describe()
 
     async def _dispatch(self) -> None:
         if self.plan.mode == "open":

@@ -16,7 +16,9 @@ no longer honest twice in a row (higher levels only get worse). Per level:
 * output tok/s delivered, client CPU (cores, the run's own from t0 to its end), output tok/s per
   client core, the client's peak RSS (``VmHWM``);
 * TTFT p50, TTFT p99 and ITL p99 errors (reported - true, ms), the p99 schedule lag (open loop);
-* the run's own verdict; *honest*: VALID and every error within ``HONEST_MS`` (2 ms).
+* the run's own verdict; *honest*: VALID and every error within ``HONEST_MS`` (2 ms);
+* the run's own estimate of the three errors (``result.json`` ``latency_error_ms``) and its bound,
+  beside the truth: how far the client's account of its own error can be trusted.
 
 The certificate: the highest honest closed-loop level and open-loop rate, with their figures,
 written as ``selftest.json`` and printed as a table. ``loadgen sweep --selftest`` runs it first and
@@ -68,6 +70,10 @@ class Level:
     valid: bool
     honest: bool
     failing: list[str] = field(default_factory=list)
+    # the run's own estimate of the same three errors and its bound (result.json latency_error_ms): the
+    # certificate shows how near the client's estimate of its error is to the truth
+    estimated_moves_ms: dict[str, float] | None = None
+    error_bound_ms: float | None = None
 
 
 class _PeakRSS:
@@ -132,11 +138,12 @@ def run_level(kind: str, level: int, work: Path, duration_s: float, pin: bool = 
     errs = [e["ttft_p50_err_ms"], e["ttft_p99_err_ms"], e["itl_p99_err_ms"]]
     lag = ((res.get("latency_ms") or {}).get("schedule_lag") or {}).get("p99") if kind == "open" else None
     failing = [c["name"] for c in res["validity"]["checks"] if not c["ok"]]
+    est = res.get("latency_error_ms") or {}
     return Level(
         kind=kind, level=level, output_tps=tps, client_cores=cores, tps_per_core=tps / cores if cores else 0.0,
         ttft_p50_err_ms=errs[0], ttft_p99_err_ms=errs[1], itl_p99_err_ms=errs[2], schedule_lag_p99_ms=lag,
         rss_mib=rss_mib, valid=valid, honest=valid and all(abs(x) <= HONEST_MS for x in errs if x == x),
-        failing=failing,
+        failing=failing, estimated_moves_ms=est.get("estimated_moves_ms"), error_bound_ms=est.get("bound_ms"),
     )  # fmt: skip
 
 

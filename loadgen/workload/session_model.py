@@ -30,12 +30,15 @@ the most cross-session prefix reuse a workload can have).
 from __future__ import annotations
 
 import random
+import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
+from loadgen.core.clock import now_ns
 from loadgen.core.types import RequestSpec
 from loadgen.workload.prompts import corpus_words
 
@@ -124,12 +127,51 @@ class SessionPrompter:
         self.seed = seed
         self.use_recorded_replies = use_recorded_replies
         self._system: dict[int, str] = {}
+        self._ready: dict[tuple[str, int], str] = {}  # (session id, turn) -> its new message, built before the run
+        self.built_late = 0  # new messages built during the run (not prepared)...
+        self.built_late_cpu_s = 0.0  # ...and the CPU they took
 
     def words(self, n: int, key: str) -> str:
-        """``n`` corpus words from a position fixed by (seed, ``key``)."""
+        """``n`` corpus words from a position fixed by (seed, ``key``), wrapping round the corpus (whole
+        slices: a 32k-word message ~0.3 ms, not a Python step a word)."""
         words = corpus_words()
-        pos = zlib.crc32(f"{self.seed}:{key}".encode()) % len(words)
-        return " ".join(words[(pos + k) % len(words)] for k in range(max(n, 1)))
+        k = zlib.crc32(f"{self.seed}:{key}".encode()) % len(words)
+        out: list[str] = []
+        need = max(n, 1)
+        while need > 0:
+            piece = words[k : k + need]
+            out.extend(piece)
+            need -= len(piece)
+            k = 0
+        return " ".join(out)
+
+    def prepare(self, sessions: Sequence[Session], *, budget_bytes: int, deadline_ns: int) -> tuple[int, int, int]:
+        """Build the new messages of ``sessions``' turns before the run (they depend on no reply), in order,
+        until ``budget_bytes`` of text are held or ``deadline_ns`` (monotonic) passes; each is taken once by
+        :meth:`message_text`. Returns (turns prepared, of turns, bytes held)."""
+        held = done = 0
+        total = sum(len(s.turns) for s in sessions)
+        for s in sessions:
+            for k in range(len(s.turns)):
+                if held >= budget_bytes or now_ns() >= deadline_ns:
+                    return done, total, held
+                text = self._build_text(s, k)
+                self._ready[(s.session_id, k)] = text
+                held += len(text)
+                done += 1
+        return done, total, held
+
+    def message_text(self, session: Session, k: int) -> str:
+        """Turn ``k``'s new message (its text, or ``new_tokens`` words; the session salt first on turn 0): the
+        one built before the run (:meth:`prepare`) when there is one, else built now (counted in ``built_late``)."""
+        text = self._ready.pop((session.session_id, k), None)
+        if text is not None:
+            return text
+        c0 = time.thread_time_ns()
+        text = self._build_text(session, k)
+        self.built_late += 1
+        self.built_late_cpu_s += (time.thread_time_ns() - c0) / 1e9
+        return text
 
     def system_text(self, n_tokens: int) -> str:
         """The run's shared system prompt of ``n_tokens`` words (the run's salt first)."""
@@ -141,8 +183,7 @@ class SessionPrompter:
             text = self._system[n_tokens] = body
         return text
 
-    def message_text(self, session: Session, k: int) -> str:
-        """Turn ``k``'s new message (its text, or ``new_tokens`` words; the session salt first on turn 0)."""
+    def _build_text(self, session: Session, k: int) -> str:
         turn = session.turns[k]
         if turn.text is not None:
             text = turn.text

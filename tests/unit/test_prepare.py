@@ -92,7 +92,7 @@ def test_a_timed_closed_loop_prepares_a_bounded_number_a_user() -> None:
     b = Builds(10)
     r, recs = _run(RunPlan(mode="closed", concurrency=2, make_spec=b, duration_s=0.3, ramp_s=0))
     p = r.preparation
-    assert p is not None and p.of is None and p.stopped_by in ("turns", "time")
+    assert p is not None and p.of is None and p.stopped_by in ("turns", "time", "cheap")
     assert p.requests <= 2 * prep_mod.PREPARE_TURNS
     assert len(recs) >= 10
 
@@ -111,6 +111,23 @@ def test_prepare_specs_budgets() -> None:
     assert specs == [] and p.stopped_by == "stop"
     specs, p = asyncio.run(go(count=0, deadline_ns=now_ns() + 10**9))
     assert specs == [] and p.stopped_by is None
+
+
+def test_cheap_requests_past_a_few_hundred_are_left_to_the_run() -> None:
+    class Slow(Builds):
+        def __call__(self, i: int) -> RequestSpec:
+            t = now_ns() + 2 * prep_mod.PREPARE_CHEAP_NS
+            while now_ns() < t:
+                pass
+            return super().__call__(i)
+
+    async def go(b: Builds, n: int) -> Preparation:
+        return (await prepare_specs(b, n, deadline_ns=now_ns() + 10**10))[1]
+
+    cheap = asyncio.run(go(Builds(10), 5000))
+    assert cheap.stopped_by == "cheap" and cheap.requests == prep_mod.PREPARE_CHEAP_AFTER
+    slow = asyncio.run(go(Slow(10), prep_mod.PREPARE_CHEAP_AFTER + 20))
+    assert slow.stopped_by is None and slow.requests == prep_mod.PREPARE_CHEAP_AFTER + 20
 
 
 def test_spec_bytes_counts_text_messages_and_ids() -> None:
@@ -162,3 +179,38 @@ def test_unsent_counts_are_unchanged_by_preparation() -> None:
 
     r = asyncio.run(main())
     assert r.unsent == 5
+
+
+def test_session_messages_prepared_before_the_run_are_the_ones_built_late() -> None:
+    from loadgen.workload.lengths import parse_length_spec
+    from loadgen.workload.session_model import SessionHistory, SessionPrompter, synthetic_sessions
+
+    sessions = synthetic_sessions(
+        5, turns=parse_length_spec(4), new_tokens=parse_length_spec(300), output_tokens=parse_length_spec(8),
+        delay_s=0.0, seed=2,
+    )  # fmt: skip
+    late = SessionPrompter(api="chat", salt="ab", seed=2)
+    early = SessionPrompter(api="chat", salt="ab", seed=2)
+    done, total, held = early.prepare(sessions[:3], budget_bytes=10**9, deadline_ns=now_ns() + 10**9)
+    assert (done, total) == (12, 12) and held > 12 * 300
+    for s in sessions:
+        a, b = SessionHistory(s, late), SessionHistory(s, early)
+        for k in range(len(s.turns)):
+            assert a.spec(k, k).messages == b.spec(k, k).messages
+    assert early.built_late == 8 and late.built_late == 20  # sessions 3 and 4 were not prepared
+    assert early.built_late_cpu_s > 0 and not early._ready  # each prepared message taken once
+    _, _, held = SessionPrompter(api="chat").prepare(sessions, budget_bytes=1, deadline_ns=now_ns() + 10**9)
+    assert held > 0  # the budget ends it after the first message
+
+
+def test_session_words_wrap_round_the_corpus_as_before() -> None:
+    import zlib
+
+    from loadgen.workload.prompts import corpus_words
+    from loadgen.workload.session_model import SessionPrompter
+
+    words = corpus_words()
+    p = SessionPrompter(seed=5)
+    for i, n in enumerate([0, 1, 2, 50, len(words) - 1, len(words), len(words) + 3, 3 * len(words) + 7]):
+        pos = zlib.crc32(f"5:k{i}".encode()) % len(words)
+        assert p.words(n, f"k{i}") == " ".join(words[(pos + k) % len(words)] for k in range(max(n, 1)))
