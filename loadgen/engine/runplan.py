@@ -17,7 +17,7 @@ from loadgen.core.errors import ConfigError
 from loadgen.core.slo import SLOTarget
 from loadgen.engine.runner import RunPlan
 from loadgen.engine.throughput import batch_size, check_max_throughput
-from loadgen.engine.validity import ValidityBounds
+from loadgen.engine.validity import EDGE_ERROR_MS, ValidityBounds
 from loadgen.workload.arrivals import check_arrival, condition_on_rate
 from loadgen.workload.spec import Workload, WorkloadOptions
 
@@ -95,8 +95,12 @@ class LoadConfig:
         return self.rate_rps is not None and math.isinf(self.rate_rps)
 
     def validity_bounds(self) -> ValidityBounds:
-        """The bounds the run is judged by: in max-throughput mode no schedule check applies."""
-        return replace(self.bounds, max_throughput=True) if self.max_throughput else self.bounds
+        """The bounds the run is judged by: in max-throughput mode no schedule check applies; without SLO
+        targets each headline percentile's estimated error is held to ``EDGE_ERROR_MS`` (issue 31 item 4)."""
+        b = replace(self.bounds, max_throughput=True) if self.max_throughput else self.bounds
+        if not self.slos and b.max_stamp_error_ms is None:
+            b = replace(b, max_stamp_error_ms=EDGE_ERROR_MS)
+        return b
 
     def validate(self) -> None:
         """Every rule between the settings, in one place (ConfigError; the CLI shows it as a usage error).

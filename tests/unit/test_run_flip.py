@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -198,3 +199,35 @@ def test_a_failed_worker_is_named_in_the_result() -> None:
                        started_at=dt.datetime.now(dt.UTC), config_record={}, fd_limit=(1, 1))  # fmt: skip
     assert res["client"]["worker_failures"] == ["worker 1 died (exit code -9)"]
     assert not res["validity"]["valid"]  # a lost worker voids the run (its requests are unsent)
+
+
+class _Moves:
+    """Stands for StampLateness: the estimated moves of the three headline percentiles."""
+
+    def __init__(self, moves: dict[str, float]) -> None:
+        self.moves = moves
+
+    def moves_ms(self) -> dict[str, float]:
+        return self.moves
+
+
+@pytest.mark.parametrize(("move_ms", "with_slo", "ok"), [(1.9, False, True), (2.6, False, False), (2.6, True, True),
+                                                          (5.5, True, False)])  # fmt: skip
+def test_without_slo_targets_each_headline_percentile_is_held_to_two_ms(
+    move_ms: float, with_slo: bool, ok: bool
+) -> None:
+    """Issue 31 item 4: a run without SLO targets (its percentiles are the answer) is VALID only where each
+    estimated move is within EDGE_ERROR_MS; with targets the stamp bound (5 ms) and the flip test judge it."""
+    from loadgen.engine.runplan import LoadConfig
+    from loadgen.engine.validity import EDGE_ERROR_MS
+
+    slos = [SLOTarget("ttft", 99.0, 300 * MS)] if with_slo else []
+    cfg = LoadConfig(rate_rps=10.0, requests=10, slos=slos)
+    bounds = replace(cfg.validity_bounds(), min_requests=1, min_duration_s=0, max_error_rate=1)
+    assert (bounds.max_stamp_error_ms == EDGE_ERROR_MS) is (not with_slo)
+    client = ClientStats(open_loop=True, loop_lag_ms=[0.5], schedule_realized_rps=100.0, stamp_lateness_p99_ms=1.0,
+                         stamp_tokens=5000, stamps=_Moves({"ttft_p50": 0.1, "ttft_p99": move_ms, "itl_p99": -0.2}))  # type: ignore[arg-type]  # a stand-in for StampLateness  # fmt: skip
+    agg = _aggregator([0, 0, 0], [80, 90, 0], slos)
+    check = next(c for c in validity(agg, client, bounds)["checks"] if c["name"] == "stamp_error")
+    assert check["ok"] is ok, check["detail"]
+    assert ("without SLO targets" in check["detail"]) is (not with_slo)
