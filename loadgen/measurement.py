@@ -357,6 +357,9 @@ def build_result(
         "cpu_s": outcome.client.cpu_s,
         "wall_s": outcome.client.wall_s,
         "cpu_fraction": validity["client_cpu_fraction"],
+        # less the idle loop passes while senders spun to their deadlines (spin_idle_s): what client_cpu judges
+        "busy_cpu_fraction": validity.get("client_busy_cpu_fraction"),
+        "spin_idle_s": outcome.client.spin_idle_s,
         "cpu_wait_s": outcome.client.cpu_wait_s,
         "loop_lag_p99_ms": validity["loop_lag_p99_ms"],
         "stamp_lateness_p99_ms": outcome.client.stamp_lateness_p99_ms,

@@ -162,8 +162,8 @@ class RunnerCore(RunEngine):
             delay = deadline_ns - now_ns()
         if delay > spin_ns:
             await asyncio.sleep((delay - spin_ns) / 1e9)
-        while precise and now_ns() < deadline_ns:
-            await asyncio.sleep(0)
+        if precise:
+            await self._spin(deadline_ns)
 
     def _start(
         self,

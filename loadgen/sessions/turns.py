@@ -176,6 +176,14 @@ class SessionRunner(RunEngine):
             p.built_in_run_cpu_s = self.plan.prompter.built_late_cpu_s - self._late0[1]
             client.preparation = p.describe()
 
+    async def _spin_to(self, deadline_ns: int) -> None:
+        """Sleep to ``SPIN_NS`` before ``deadline_ns``, then yield to the loop until it (never early; the idle
+        passes counted: :meth:`~loadgen.engine.lifecycle.RunEngine._spin`)."""
+        delay = deadline_ns - now_ns()
+        if delay > SPIN_NS:
+            await asyncio.sleep((delay - SPIN_NS) / 1e9)
+        await self._spin(deadline_ns)
+
     async def _dispatch(self) -> None:
         if self.plan.mode == "open":
             await self._run_open()
@@ -239,7 +247,7 @@ class SessionRunner(RunEngine):
             if self._stop.is_set():
                 return True
         if precise:
-            await _spin_until(deadline_ns)
+            await self._spin_to(deadline_ns)
         else:
             await sleep_until(deadline_ns)
         return self._stop.is_set()
@@ -341,7 +349,7 @@ class SessionRunner(RunEngine):
         gate = asyncio.Event()
         task = asyncio.create_task(self.endpoint.send(spec, rec, gate))
         try:
-            await _spin_until(due_ns)
+            await self._spin_to(due_ns)
             gate.set()
             self._dues.pop(i, None)  # sent: the sink may work again
             await task
@@ -371,12 +379,3 @@ class SessionRunner(RunEngine):
             stop = asyncio.create_task(self._stop.wait())
             await asyncio.wait(pending | {stop}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
-
-
-async def _spin_until(deadline_ns: int) -> None:
-    """Sleep to ``SPIN_NS`` before ``deadline_ns``, then yield to the loop until it (never early)."""
-    delay = deadline_ns - now_ns()
-    if delay > SPIN_NS:
-        await asyncio.sleep((delay - SPIN_NS) / 1e9)
-    while now_ns() < deadline_ns:
-        await asyncio.sleep(0)

@@ -253,8 +253,7 @@ async def worker_body(
         ship: RecordShipper | None = None
 
         def sink(rec: Any, *args: Any) -> None:
-            assert ship is not None  # (set at "go", before the run starts)
-            ship.sink(rec, *args)
+            ship.sink(rec, *args)  # type: ignore[union-attr]  # set at "go", before the run starts
 
         runner: Runner | SessionRunner
         if sessions:
@@ -290,6 +289,7 @@ async def worker_body(
             "end_ns": out.end_ns,
             "stamp_lateness": runner.stamps.to_state(),  # merged exactly by the parent (Collector.outcome)
             "preparation": c.preparation,
+            "spin_idle_s": c.spin_idle_s,
         }
         if isinstance(runner, SessionRunner):
             stats["sessions"] = dataclasses.asdict(runner.stats)  # merged by loadgen.sessions.spread.merge_stats
@@ -425,14 +425,14 @@ class Collector:
                 unsent += st["unsent"]
                 unsent_warm += st["unsent_warmup"]
                 interrupted = interrupted or st["interrupted"]
-                cpu_fracs.append(st["cpu_s"] / st["wall_s"] if st["wall_s"] else 0.0)
+                busy_s = st["cpu_s"] - st.get("spin_idle_s", 0.0)  # less the idle spin (RunEngine._spin)
+                cpu_fracs.append(busy_s / st["wall_s"] if st["wall_s"] else 0.0)
                 lags.extend(st["loop_lag_ms"])
                 if st.get("stamp_lateness"):
                     stamps.merge_state(st["stamp_lateness"])
                 aborted = aborted or st["aborted_reason"]
                 if st.get("preparation"):
-                    prep = prep or Preparation(of=0)
-                    prep.merge(st["preparation"])
+                    (prep := prep or Preparation(of=0)).merge(st["preparation"])
                 self.agg.merge_token_histograms(hists)
             else:
                 # whatever this worker never reported is unsent (open loop: its shard size)

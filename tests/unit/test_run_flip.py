@@ -231,3 +231,47 @@ def test_without_slo_targets_each_headline_percentile_is_held_to_two_ms(
     check = next(c for c in validity(agg, client, bounds)["checks"] if c["name"] == "stamp_error")
     assert check["ok"] is ok, check["detail"]
     assert ("without SLO targets" in check["detail"]) is (not with_slo)
+
+
+@pytest.mark.parametrize(("spin_s", "ok"), [(0.0, False), (0.5, True)])
+def test_the_client_cpu_check_leaves_out_the_senders_idle_spin(spin_s: float, ok: bool) -> None:
+    client = ClientStats(open_loop=True, loop_lag_ms=[0.5], schedule_realized_rps=100.0, cpu_s=0.99, wall_s=1.0,
+                         spin_idle_s=spin_s)  # fmt: skip
+    v = validity(_aggregator([0, 0, 0], [80, 90, 0], []), client, ValidityBounds(min_requests=1, min_duration_s=0,
+                                                                                   max_error_rate=1))  # fmt: skip
+    check = next(c for c in v["checks"] if c["name"] == "client_cpu")
+    assert check["ok"] is ok and v["client_cpu_fraction"] == pytest.approx(0.99)
+    assert v["client_busy_cpu_fraction"] == pytest.approx(0.99 - spin_s)
+    assert ("idle spin" in check["detail"]) is (spin_s > 0)
+
+
+@pytest.mark.timing  # a preempted pass is longer than an idle one: alone on the machine
+def test_an_idle_spin_is_counted_and_a_busy_loop_is_not() -> None:
+    import asyncio
+
+    from loadgen.core.clock import now_ns
+    from loadgen.engine.lifecycle import RunEngine
+
+    async def spin(busy_us: int) -> tuple[int, int]:
+        eng = RunEngine(None, lambda r: None, install_signal_handlers=False)  # type: ignore[arg-type]  # no endpoint: only _spin runs
+        stop = False
+
+        async def worker() -> None:  # another task's work in every loop pass
+            while not stop:
+                t = now_ns() + busy_us * 1000
+                while now_ns() < t:
+                    pass
+                await asyncio.sleep(0)
+
+        w = asyncio.create_task(worker()) if busy_us else None
+        t0 = now_ns()
+        await eng._spin(t0 + 20_000_000)
+        stop = True
+        if w is not None:
+            await w
+        return eng.spin_idle_ns, now_ns() - t0
+
+    idle, took = asyncio.run(spin(0))
+    assert idle > 0.5 * took  # nothing else ran: most of the spin was idle
+    idle, took = asyncio.run(spin(50))
+    assert idle < 0.2 * took  # 50 us of other work in every pass: not idle
