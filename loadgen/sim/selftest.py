@@ -13,8 +13,8 @@ Levels: closed loop at ``CLOSED_LEVELS`` users, open loop at ``OPEN_RATES`` req/
 arrivals), each ``duration_s`` measured after ``WARMUP_S``. A level stops the ladder when it is
 no longer honest twice in a row (higher levels only get worse). Per level:
 
-* output tok/s delivered, client CPU (cores, the run's own from t0 to its end), output tok/s per
-  client core, the client's peak RSS (``VmHWM``);
+* output tok/s delivered, client CPU (cores busy, the run's own from t0 to its end, less the senders'
+  idle spin to their deadlines), output tok/s per client core, the client's peak RSS (``VmHWM``);
 * TTFT p50, TTFT p99 and ITL p99 errors (reported - true, ms), the p99 schedule lag (open loop);
 * the run's own verdict; *honest*: VALID and every error within ``HONEST_MS`` (2 ms);
 * the run's own estimate of the three errors (``result.json`` ``latency_error_ms``) and its bound,
@@ -132,7 +132,8 @@ def run_level(kind: str, level: int, work: Path, duration_s: float, pin: bool = 
         raise RuntimeError(f"loadgen run at {kind} {level} wrote no result (exit {p.returncode}): {' | '.join(tail)}")
     res = json.loads((out / "result.json").read_text())
     e = truth_errors(out, truth)
-    cores = float(res["client"].get("cpu_fraction") or 0.0)
+    # the busy share (less the senders' idle spin to their deadlines: loadgen.engine.lifecycle.RunEngine._spin)
+    cores = float(res["client"].get("busy_cpu_fraction") or res["client"].get("cpu_fraction") or 0.0)
     tps = float(res["throughput"].get("output_tps") or 0.0)
     valid = bool(res["validity"]["valid"])
     errs = [e["ttft_p50_err_ms"], e["ttft_p99_err_ms"], e["itl_p99_err_ms"]]
