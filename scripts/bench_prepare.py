@@ -4,7 +4,7 @@ For each prompt length (``--lengths``, default 4096,32768,131072 tokens) and rep
 loadgen and ``vllm bench serve`` run one after the other (interleaved, so drift hits both), each
 against a fresh ``loadgen sim --fast`` (TTFT ``--ttft-ms``, ITL ``--itl-ms``, 16 output tokens,
 unlimited slots) with a truth log: closed loop at ``--concurrency`` (16) users, ``--requests``
-requests a run (vLLM: ``--max-concurrency 16 --request-rate inf --num-prompts N``; loadgen:
+requests a run, ``--output-tokens`` (16) each (vLLM: ``--max-concurrency 16 --request-rate inf --num-prompts N``; loadgen:
 ``--concurrency 16 --requests N``). With two CPUs or more the server has the last one and the client
 the others (``taskset``).
 
@@ -25,7 +25,9 @@ From the server's truth log, the same for both clients:
   (``loadgen.sim.truth.truth_errors``: each request's true TTFT from its own send), the one its
   verdict is about.
 
-Printed per length: the medians of each client's figures and loadgen / vLLM for req/s and CPU.
+Printed per length: the medians of each client's figures and loadgen / vLLM for req/s and CPU, output
+tok/s and client CPU a token (``--lengths 16 --concurrency 128 --output-tokens 256 --requests 2000``: the
+raw-throughput comparison of must-show 3).
 Needs ``.venv-vllm`` (vLLM's CPU build; ``--vllm-python``) and a tokenizer directory for vLLM's
 random prompts (``--tokenizer``; default: the tests' byte-level BPE, built into a temp dir).
 
@@ -91,13 +93,13 @@ def run_client(kind: str, n_tokens: int, a: argparse.Namespace, sim_cpus: list[s
             out = work / "lg"
             cmd = [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url, "--concurrency",
                    str(a.concurrency), "--requests", str(a.requests), "--input-tokens", str(n_tokens),
-                   "--output-tokens", "16", "--tokenizer", str(tok), "--out", str(out), *client_cpus]  # fmt: skip
+                   "--output-tokens", str(a.output_tokens), "--tokenizer", str(tok), "--out", str(out), *client_cpus]  # fmt: skip
         else:
             out = work / "vllm"
             out.mkdir()
             cmd = [*taskset(client_cpus), a.vllm_python, "-c", VLLM_MAIN, "--backend", "openai", "--base-url",
                    sim.url, "--endpoint", "/v1/completions", "--model", "sim-model", "--tokenizer", str(tok),
-                   "--dataset-name", "random", "--random-input-len", str(n_tokens), "--random-output-len", "16",
+                   "--dataset-name", "random", "--random-input-len", str(n_tokens), "--random-output-len", str(a.output_tokens),
                    "--num-prompts", str(a.requests), "--max-concurrency", str(a.concurrency), "--request-rate",
                    "inf", "--ignore-eos", "--disable-tqdm", "--num-warmups", "0", "--save-result",
                    "--save-detailed", "--result-dir", str(out), "--result-filename", "r.json"]  # fmt: skip
@@ -126,6 +128,8 @@ def run_client(kind: str, n_tokens: int, a: argparse.Namespace, sim_cpus: list[s
         paired = float("nan")  # vLLM's per-request detail carries no request id
     return {
         "rps": n / win_s,
+        "tps": n * a.output_tokens / win_s,
+        "cpu_us_per_token": cores * win_s * 1e6 / (n * a.output_tokens),
         "cpu_ms": cores * win_s * 1e3 / n,
         "client_cores": cores,
         "srv": srv.cores(w0, w1),
@@ -143,6 +147,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--output-tokens", type=int, default=16)
     ap.add_argument("--ttft-ms", type=float, default=10.0)
     ap.add_argument("--itl-ms", type=float, default=1.0)
     ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm" / "bin" / "python"))
@@ -158,7 +163,7 @@ def main() -> int:
         from tests.fixtures.tokenizer import build_test_tokenizer
 
         build_test_tokenizer(tok)
-    print(f"== closed loop, {a.concurrency} users, {a.requests} requests a run, 16 output tokens; fast sim TTFT "
+    print(f"== closed loop, {a.concurrency} users, {a.requests} requests a run, {a.output_tokens} output tokens; fast sim TTFT "
           f"{a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms; {'pinned: ' + ' '.join(sim_cpus + client_cpus) if sim_cpus else 'not pinned'}")  # fmt: skip
     print(f"{'tokens':>7s} {'client':>8s} {'req/s':>8s} {'CPU ms/req':>10s} {'client cores':>12s} {'srv cores':>9s} "
           f"{'TTFT50 err':>10s} {'paired':>7s} {'words':>7s}")  # fmt: skip
@@ -173,13 +178,15 @@ def main() -> int:
                 runs[kind].append(r)
                 print(f"{n_tok:7d} {kind:>8s} {r['rps']:8.1f} {r['cpu_ms']:10.2f} {r['client_cores']:12.2f} "
                       f"{r['srv']:9.2f} {r['ttft_p50_err_ms']:10.2f} {r['paired_ttft_p50_err_ms']:7.2f} {r['words']:7.0f}   ({time.monotonic() - t:.0f} s)", flush=True)  # fmt: skip
-        fields = ("rps", "cpu_ms", "ttft_p50_err_ms", "paired_ttft_p50_err_ms", "srv")
+        fields = ("rps", "tps", "cpu_ms", "cpu_us_per_token", "ttft_p50_err_ms", "paired_ttft_p50_err_ms", "srv")
         med = {k: {f: median([r[f] for r in v]) for f in fields} for k, v in runs.items()}
         lg, vl = med["loadgen"], med["vllm"]
         print(f"{n_tok:7d} medians: loadgen {lg['rps']:.1f} req/s, {lg['cpu_ms']:.2f} ms CPU/req, TTFT p50 err "
               f"{lg['ttft_p50_err_ms']:.2f} ms (paired {lg['paired_ttft_p50_err_ms']:.2f}); vLLM {vl['rps']:.1f} req/s, {vl['cpu_ms']:.2f} ms CPU/req, TTFT p50 err "
               f"{vl['ttft_p50_err_ms']:.2f} ms; loadgen/vLLM req/s {lg['rps'] / vl['rps']:.2f}, CPU/req "
-              f"{lg['cpu_ms'] / vl['cpu_ms']:.2f}; server cores {lg['srv']:.2f} / {vl['srv']:.2f}")  # fmt: skip
+              f"{lg['cpu_ms'] / vl['cpu_ms']:.2f}; server cores {lg['srv']:.2f} / {vl['srv']:.2f}; output tok/s "
+              f"{lg['tps']:,.0f} / {vl['tps']:,.0f} ({lg['tps'] / vl['tps']:.2f}x), client CPU a token "
+              f"{lg['cpu_us_per_token']:.1f} / {vl['cpu_us_per_token']:.1f} us ({lg['cpu_us_per_token'] / vl['cpu_us_per_token']:.2f}x)")  # fmt: skip
     return 0
 
 

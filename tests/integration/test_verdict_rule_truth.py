@@ -56,11 +56,14 @@ def _run(tmp: Path, extra: list[str], *, stall: bool = False) -> tuple[dict[str,
             for _ in range(200):  # bounded: 200 stalls at most (40 s)
                 if done.wait(0.14):
                     return
-                os.kill(p.pid, signal.SIGSTOP)
-                try:
-                    time.sleep(0.06)
-                finally:
-                    os.kill(p.pid, signal.SIGCONT)
+                try:  # the run may end between the check above and a signal: then there is nothing to stall
+                    os.kill(p.pid, signal.SIGSTOP)
+                    try:
+                        time.sleep(0.06)
+                    finally:
+                        os.kill(p.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    return
 
         th = threading.Thread(target=stall_it, daemon=True)
         if stall:
