@@ -30,8 +30,6 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=256)
     a = ap.parse_args()
     sim_cpus, client_cpus = cpu_split(1)
-    if client_cpus:
-        os.sched_setaffinity(0, {int(x) for x in client_cpus[1].split(",")})
     pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
     started: dict[str, Any] = {}
 
@@ -43,6 +41,8 @@ def main() -> int:
 
     d = tmpdir("bench-gc-")
     with SimProcess(["--fast", "--slots", "8192", "--ttft-ms", "10", "--itl-ms", "1", *sim_cpus]) as sim:
+        if client_cpus:  # after the simulator started (it inherits this process's CPUs)
+            os.sched_setaffinity(0, {int(x) for x in client_cpus[1].split(",")})
         load = LoadConfig(concurrency=a.concurrency, duration_s=a.duration, warmup_s=2.0, input_tokens=16,
                           output_tokens=a.tokens)  # fmt: skip
         gc.callbacks.append(cb)

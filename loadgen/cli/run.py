@@ -127,6 +127,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                     def hook(runner: Any) -> None:  # read-only references for the view and the exporter
                         live.attach(runner)
                         tele.attach(runner)
+                        runner.on_preparing = live.print  # a long preparation says so (loadgen.engine.prepare)
 
                     return await measure(
                         endpoint,

@@ -166,6 +166,7 @@ class RunEngine:
         self._errors: list[BaseException] = []  # a dispatcher's own failure (a bug): raised after the run
         self.preparation: Preparation | None = None  # what was built before t0 (a dispatcher's _prepare)
         self._prepare_done = False
+        self.on_preparing: Callable[[str], None] | None = None  # told once when preparation runs long (the CLI)
         self.spin_idle_ns = 0  # idle passes of the loop while a sender spun to its deadline (_spin)
         self._last_spin_ns = 0
 

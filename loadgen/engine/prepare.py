@@ -57,6 +57,7 @@ PREPARE_MAX_S = 60.0  # ...and never longer than this (a closed loop of --reques
 PREPARE_T0_MARGIN_NS = 20_000_000  # a given t0 (workers): preparation ends this long before it
 PREPARE_TURNS = 256  # a timed closed loop (its count unknown): at most this many requests a user
 PREPARE_YIELD_NS = 20_000_000  # preparation lets the event loop run (a signal, a stop) this often
+PREPARE_NOTICE_NS = 1_000_000_000  # a preparation this long says so once (RunEngine.on_preparing)
 PREPARE_CHEAP_NS = 50_000  # past PREPARE_CHEAP_AFTER requests, requests cheaper than this each (mean) are...
 PREPARE_CHEAP_AFTER = 256  # ...left to the run: holding thousands of them would cost memory and start-up time for
 # a few microseconds a request (a 128-token prompt ~10 us), counted all the same (built_in_run_cpu_s)
@@ -136,13 +137,15 @@ async def prepare_specs(
     deadline_ns: int,
     budget_bytes: int | None = None,
     stop: Callable[[], bool] = lambda: False,
+    notice: Callable[[str], None] | None = None,
 ) -> tuple[list[RequestSpec], Preparation]:
     """Build ``build(0), build(1), ...`` (``count`` of them, None: until a budget ends it) before t0,
     holding at most ``budget_bytes`` (None: ``PREPARE_BYTES``).
 
     Returns the specs and the :class:`Preparation` record. The first is always built (a run sends
     at least one request) unless ``count`` is 0 or the run was stopped first. Every
-    ``PREPARE_YIELD_NS`` the event loop runs (a signal handler sets ``stop``).
+    ``PREPARE_YIELD_NS`` the event loop runs (a signal handler sets ``stop``). A preparation still going
+    after ``PREPARE_NOTICE_NS`` says so once through ``notice`` (the CLI prints it: the run has not begun).
     """
     if budget_bytes is None:
         budget_bytes = PREPARE_BYTES
@@ -165,6 +168,11 @@ async def prepare_specs(
                 prep.stopped_by = "cheap"
                 break
             if now >= next_yield:
+                if notice is not None and now - t_ns >= PREPARE_NOTICE_NS:
+                    of = "" if count is None else f" of {count:,}"
+                    notice(f"preparing requests before the clock: {len(specs):,}{of} built in "
+                           f"{(now - t_ns) / 1e9:.1f} s (the run starts when they are; Ctrl-C stops)")  # fmt: skip
+                    notice = None
                 await asyncio.sleep(0)
                 next_yield = now_ns() + PREPARE_YIELD_NS
         if stop():

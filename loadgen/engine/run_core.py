@@ -129,8 +129,9 @@ class RunnerCore(RunEngine):
 
             count = plan.max_requests if plan.max_requests is not None else plan.concurrency * PREPARE_TURNS
         specs, self.preparation = await prepare_specs(
-            build, count, deadline_ns=time_budget_ns(planned_s, self._t0_override), stop=self._stop.is_set
-        )
+            build, count, deadline_ns=time_budget_ns(planned_s, self._t0_override), stop=self._stop.is_set,
+            notice=self.on_preparing,
+        )  # fmt: skip
         if plan.mode == "closed" and plan.max_requests is None:
             self.preparation.of = None  # a timed closed loop: how many it sends is not known before
             if self.preparation.stopped_by is None:

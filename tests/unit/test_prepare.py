@@ -214,3 +214,15 @@ def test_session_words_wrap_round_the_corpus_as_before() -> None:
     for i, n in enumerate([0, 1, 2, 50, len(words) - 1, len(words), len(words) + 3, 3 * len(words) + 7]):
         pos = zlib.crc32(f"5:k{i}".encode()) % len(words)
         assert p.words(n, f"k{i}") == " ".join(words[(pos + k) % len(words)] for k in range(max(n, 1)))
+
+
+def test_a_long_preparation_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prep_mod, "PREPARE_NOTICE_NS", 0)
+    monkeypatch.setattr(prep_mod, "PREPARE_YIELD_NS", 0)
+    said: list[str] = []
+    asyncio.run(prepare_specs(Builds(), 50, deadline_ns=now_ns() + 10**9, notice=said.append))
+    assert len(said) == 1 and "preparing requests before the clock" in said[0] and "of 50" in said[0]
+    said.clear()
+    monkeypatch.setattr(prep_mod, "PREPARE_NOTICE_NS", 10**12)  # a short one says nothing
+    asyncio.run(prepare_specs(Builds(), 50, deadline_ns=now_ns() + 10**9, notice=said.append))
+    assert said == []
