@@ -164,7 +164,12 @@ class SimServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, *, shutdown_timeout_s: float = 2.0) -> int:
         """Serve on ``host:port`` (0 picks a free port); return the bound port."""
-        runner = web.AppRunner(self.build_app(), access_log=None, shutdown_timeout=shutdown_timeout_s)
+        # handler_cancellation: a request whose client went away is cancelled at once, wherever it waits (in the
+        # queue before its prefill too), as vLLM aborts one: a sweep's early-stopped probe must not leave its
+        # requests queued in front of the next probe's (they held the simulator 4.5 s a request)
+        runner = web.AppRunner(
+            self.build_app(), access_log=None, shutdown_timeout=shutdown_timeout_s, handler_cancellation=True
+        )
         await runner.setup()
         if type(runner.server) is Server:  # else (another aiohttp) arrival falls back to handler entry
             runner.server.__class__ = ArrivalStampingServer  # arrivals stamped as the socket is read
@@ -381,7 +386,8 @@ class SimServer:
                     cache.insert(full)  # the decoded blocks too: the next turn's history starts with them
             return done
         except asyncio.CancelledError:
-            truth.status = "cancelled"
+            # the server stopping, or (handler cancellation) the client gone while the request waited
+            truth.status = "cancelled" if self._runner is None else "client_gone"
             raise
         except ConnectionError:
             # The client went away mid-response; nothing more can be sent.

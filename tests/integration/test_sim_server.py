@@ -406,6 +406,36 @@ def test_client_gone_is_logged(tmp_path: Path) -> None:
     assert lines and lines[0]["status"] == "client_gone" and 0 < lines[0]["output_tokens"] < 500
 
 
+def test_a_request_whose_client_left_while_queued_is_dropped_at_once(tmp_path: Path) -> None:
+    """One slot busy for ~2 s; a second request waits in the queue and its client hangs up after 0.3 s: the
+    simulator drops it then (client_gone, no token), as vLLM aborts one, instead of prefilling it for a client
+    that is gone (a sweep's early-stopped probes had held it 4.5 s a request in front of the next probe's)."""
+    truth = tmp_path / "t.jsonl"
+
+    async def go(url: str) -> None:
+        async with aiohttp.ClientSession() as session:
+            busy = asyncio.create_task(session.post(url, json={"prompt": "x", "max_tokens": 100, "stream": True}))
+            await asyncio.sleep(0.2)
+            host, port = url.split("//")[1].split("/")[0].split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))  # a client that hangs up while queued
+            body = b'{"prompt": "y", "max_tokens": 5, "stream": true}'
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%b" % (len(body), body))  # fmt: skip
+            await writer.drain()
+            await asyncio.sleep(0.3)
+            writer.close()
+            resp = await busy
+            await resp.read()
+
+    with SimProcess(["--slots", "1", "--ttft-ms", "5", "--itl-ms", "20", "--truth-log", str(truth)]) as proc:
+        assert proc.url is not None
+        asyncio.run(go(proc.url + "/v1/completions"))
+        lines = wait_truth(truth, 2)
+    gone = [x for x in lines if x["status"] == "client_gone"]
+    assert len(gone) == 1 and gone[0]["first_token_ns"] is None, lines
+    assert (gone[0]["end_ns"] - gone[0]["arrival_ns"]) / 1e6 < 1000  # dropped at the hang-up, not after the 2 s
+
+
 def test_secrets_never_logged_and_clean_sigterm(tmp_path: Path) -> None:
     truth = tmp_path / "t.jsonl"
     proc = SimProcess([*FAST, "--truth-log", str(truth)])
