@@ -387,7 +387,8 @@ class SimServer:
             return done
         except asyncio.CancelledError:
             # the server stopping, or (handler cancellation) the client gone while the request waited
-            truth.status = "cancelled" if self._runner is None else "client_gone"
+            if truth.status is None:  # keep a fault already recorded (a dropped connection cancels its handler)
+                truth.status = "cancelled" if self._runner is None else "client_gone"
             raise
         except ConnectionError:
             # The client went away mid-response; nothing more can be sent.
