@@ -43,7 +43,7 @@ __all__ = ["sweep_cmd"]
 @click.option("--slo-p99", help="Shorthand: p99 of --slo-metric (TTFT by default) at most this, e.g. 300ms.")
 @click.option(
     "--slo-metric",
-    type=click.Choice(["ttft", "e2e", "tpot", "itl", "time_to_first_answer_token"]),
+    type=click.Choice(["ttft", "e2e", "tpot", "itl", "time_to_first_answer_token", "tbt_deadline"]),
     default="ttft",
     show_default=True,
 )

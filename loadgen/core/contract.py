@@ -28,19 +28,19 @@ __all__ = [
     "records_version",
 ]
 
-RESULT_SCHEMA_VERSION = 4
+RESULT_SCHEMA_VERSION = 5
 """``result.json``: 2 adds ``records_schema_version``, ``config.header_timeout`` and, for session runs,
 ``timeseries`` and ``why``, ``server_kept_up``, the client's ``timing_error_bound_ms``, ``validity.verdict_stands``
 and ``latency_error_ms``; 3 the server figures of SGLang and TGI pages, the sessions' tool calls and turn cap,
-active sessions over time, the prefix-cache hit share and ``cache_hit_target``; 4 ``client.preparation``
-(docs/schemas/CHANGES.md)."""
+active sessions over time, the prefix-cache hit share and ``cache_hit_target``; 4 ``client.preparation``;
+5 the token-deadline target's ``late_tokens``, ``judged_tokens`` and ``late_token_share`` (docs/schemas/CHANGES.md)."""
 SWEEP_SCHEMA_VERSION = 3
 """``sweep.json``: 2 adds each probe's ``tpot_p50_ms``, ``by_turn``, ``prefix_cache_hit_rate`` and ``client_timing``;
 3 ``client_selftest`` (``--selftest``)."""
 RECORDS_SCHEMA_VERSION = 2
 """``requests.jsonl``: 2 adds the error kind ``header_timeout``."""
 
-READS: dict[str, tuple[int, int]] = {"result": (1, 4), "sweep": (1, 3), "records": (1, 2)}
+READS: dict[str, tuple[int, int]] = {"result": (1, 5), "sweep": (1, 3), "records": (1, 2)}
 """The versions of each kind this loadgen reads (lowest, highest)."""
 
 DEPRECATED_KEYS: dict[str, dict[str, str]] = {"result": {}, "sweep": {}, "records": {}}

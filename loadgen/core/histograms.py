@@ -26,6 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from loadgen.core.metrics import RequestMetrics, token_pace_ns
+
 HIGHEST_US = 3_600_000_000
 SIGNIFICANT_FIGURES = 3
 
@@ -236,12 +238,23 @@ class LatencyHistogram:
         return h
 
 
-def record_token_gaps(
-    hist: dict[str, LatencyHistogram], itl_ns: Sequence[float], inter_chunk_ns: Sequence[int]
-) -> None:
+def token_histograms(pace: bool = False) -> dict[str, LatencyHistogram]:
+    """The per-token histograms a process records into: ``itl`` and ``inter_chunk``, and ``tbt_pace``
+    (each token's pace since the first, :func:`loadgen.core.metrics.token_pace_ns`) when ``pace``: a run
+    with a token-deadline target."""
+    out = {"itl": LatencyHistogram("itl"), "inter_chunk": LatencyHistogram("inter_chunk")}
+    if pace:
+        out["tbt_pace"] = LatencyHistogram("tbt_pace")
+    return out
+
+
+def record_token_gaps(hist: dict[str, LatencyHistogram], m: RequestMetrics) -> None:
     """One measured request's per-token samples (ns, :class:`loadgen.core.metrics.RequestMetrics`'
     ``itl_ns`` and ``inter_chunk_ns``) into ``hist["itl"]`` and ``hist["inter_chunk"]`` (the
-    aggregator's and a worker's alike), buffered and counted in batches
-    (:meth:`LatencyHistogram.record_many_ns`)."""
-    hist["itl"].record_many_ns(itl_ns)
-    hist["inter_chunk"].record_many_ns(inter_chunk_ns)
+    aggregator's and a worker's alike), and its tokens' paces into ``hist["tbt_pace"]`` when there is
+    one (:func:`token_histograms`), buffered and counted in batches (:meth:`LatencyHistogram.record_many_ns`)."""
+    hist["itl"].record_many_ns(m.itl_ns)
+    hist["inter_chunk"].record_many_ns(m.inter_chunk_ns)
+    pace = hist.get("tbt_pace")
+    if pace is not None:
+        pace.record_many_ns(token_pace_ns(m))

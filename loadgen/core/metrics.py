@@ -18,6 +18,7 @@ Functions here are pure: integers in nanoseconds in, values out.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ class RequestMetrics:
       (see :func:`itl_samples`).
     * ``inter_chunk_ns``: raw gaps between consecutive token-bearing events
       (what vLLM ``bench serve`` calls ITL).
+    * ``tokens_per_chunk``: the tokens each token-bearing event carried (:func:`tokens_per_event`),
+      kept with ``inter_chunk_ns`` for :func:`token_pace_ns`.
     * ``error_e2e_ns``: for failed requests, the time from request start to the
       failure (kept apart from success latencies).
     """
@@ -62,6 +65,7 @@ class RequestMetrics:
     e2e_ns: int | None = None
     itl_ns: list[float] = field(default_factory=list)
     inter_chunk_ns: list[int] = field(default_factory=list)
+    tokens_per_chunk: list[int] = field(default_factory=list)  # each token-bearing event's tokens (with the gaps)
     error_e2e_ns: int | None = None
     schedule_lag_ns: int | None = None
 
@@ -337,12 +341,36 @@ def compute(
         m.tpot_ns = (events[-1].t_ns - first) / (n - 1)
     ts = [e.t_ns for e in events]
     m.inter_chunk_ns = list(map(operator.sub, ts[1:], ts))
+    m.tokens_per_chunk = ks
     m.itl_estimated = itl_est
     if len(events) == n:  # one token an event (ks all 1): itl_samples gives the gaps themselves
         m.itl_ns = list(map(float, m.inter_chunk_ns))
     else:
         m.itl_ns = itl_samples(events, ks, n)
     return m
+
+
+def token_pace_ns(m: RequestMetrics) -> list[float]:
+    """Each output token's pace since the first token, for the token-deadline SLO (``tbt_deadline``).
+
+    Token ``i`` (0-based; token 0 is the first, TTFT's) is due by ``first + i * target``: it is on time
+    when ``pace_i = (arrival_i - first) / i <= target``. A token arrives with the event that carries it
+    (every token of a k-token event at that event's arrival: a burst after a stall is late, not spread
+    over the stall as ITL spreads it); the first event's other tokens arrive with it (pace 0). Returns
+    ``output_tokens - 1`` values (none for a request with fewer than two tokens or a buffered one).
+    Without the tokens each event carried (a record line read back), tokens follow the ITL samples.
+    """
+    ks = m.tokens_per_chunk
+    gaps = m.inter_chunk_ns
+    if ks and len(ks) == len(gaps) + 1:
+        offsets: list[float] = []
+        for off, k in zip(itertools.accumulate(gaps, initial=0), ks):
+            offsets.extend([off] * k)
+    elif m.itl_ns:
+        offsets = list(itertools.accumulate(m.itl_ns, initial=0.0))
+    else:
+        return []
+    return [off / i for i, off in enumerate(offsets[1:], 1)]
 
 
 def prefix_cache_hit_rate(cached_tokens: int, prompt_tokens: int) -> float | None:

@@ -14,6 +14,16 @@ percentile ITL is within the threshold, and the run's ITL verdict uses the poole
 per-token percentile at the target's own NN (its tokens are correlated within a
 request, so no confidence bound is claimed).
 
+Token deadlines (``tbt_deadline:p99<=50ms``, alias ``token_deadline``) are per token the same way:
+token i of a stream (0-based, token 0 being TTFT's) is due by its first token + i x 50 ms, what an
+interactive product promises a reader; a token is late when it arrives after that. Its value is the
+token's pace since the first token, ``(arrival_i - first) / i`` (:func:`loadgen.core.metrics.token_pace_ns`),
+on time when at most the target, so "p99 <= 50 ms" reads "at most 1 % of the tokens late". A request
+conforms when its own NN-th percentile pace is within the target; the run's verdict reads the pooled
+percentile (histogram ``tbt_pace``) and reports the share of late tokens (``late_token_share``).
+Unlike ITL and the stall target, a token deadline forgives a slow token that earlier fast ones paid
+for, and counts every token a stall made late, not the one gap.
+
 The rules, in the order a value travels:
 
 1. :func:`parse_slo` -> :class:`SLOTarget`.
@@ -38,13 +48,23 @@ from typing import Any
 import numpy as np
 
 from loadgen.core.errors import ConfigError
-from loadgen.core.metrics import RequestMetrics
+from loadgen.core.metrics import RequestMetrics, token_pace_ns
 from loadgen.core.stats import fail_threshold, lower_bound, upper_bound
 from loadgen.core.types import RequestRecord
 from loadgen.core.units import parse_duration_ns
 
-METRICS = ("ttft", "time_to_first_answer_token", "tpot", "itl", "e2e", "stall")
-_ALIASES = {"ttfat": "time_to_first_answer_token", "e2e_latency": "e2e", "latency": "e2e", "itl_max": "stall"}
+METRICS = ("ttft", "time_to_first_answer_token", "tpot", "itl", "e2e", "stall", "tbt_deadline")
+_ALIASES = {
+    "ttfat": "time_to_first_answer_token",
+    "e2e_latency": "e2e",
+    "latency": "e2e",
+    "itl_max": "stall",
+    "token_deadline": "tbt_deadline",
+}
+PER_TOKEN_SLO_METRICS = ("itl", "tbt_deadline")
+"""Targets judged over tokens, pooled (the run's verdict reads a per-token HDR histogram): ITL, token deadlines."""
+POOLED_HISTOGRAM = {"itl": "itl", "tbt_deadline": "tbt_pace"}
+"""The per-token histogram a per-token target's pooled percentile is read from."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +151,16 @@ def request_value(t: SLOTarget, m: RequestMetrics) -> float:
         return float(np.percentile(np.asarray(m.itl_ns), t.percentile))
     if t.metric == "stall":  # the longest pause once the stream began (issue 18: stall SLOs)
         return float(max(m.inter_chunk_ns)) if m.inter_chunk_ns else 0.0
+    if t.metric == "tbt_deadline":  # the request's own NN-th percentile pace (a share of late tokens)
+        pace = token_pace_ns(m)
+        return float(np.percentile(np.asarray(pace), t.percentile)) if pace else 0.0
     raise ValueError(t.metric)
+
+
+def late_tokens(t: SLOTarget, m: RequestMetrics) -> tuple[int, int]:
+    """``(late, judged)``: a request's tokens after the first that missed ``t``'s token deadline, and all of them."""
+    pace = token_pace_ns(m)
+    return sum(1 for v in pace if v > t.threshold_ns), len(pace)
 
 
 def exceeds(t: SLOTarget, value: float) -> bool:
@@ -185,14 +214,15 @@ def allowed_fraction(t: SLOTarget) -> float:
 
 
 def judged_per_request(t: SLOTarget) -> bool:
-    """Whether a probe counts ``t`` request by request (all but ITL, which is per token)."""
-    return t.metric != "itl"
+    """Whether a probe counts ``t`` request by request (all but ITL and token deadlines, which are per token)."""
+    return t.metric not in PER_TOKEN_SLO_METRICS
 
 
 # ---------------------------------------------------------------------- run verdict
 
 RUN_METHOD_EXACT = "exact percentile over requests; failures and zero-output count as over"
 RUN_METHOD_ITL = "pooled per-token percentile (HDR); no confidence bound"
+RUN_METHOD_TBT = "pooled per-token percentile of the pace since the first token (HDR); no confidence bound"
 
 
 def run_target_verdict(t: SLOTarget, values: np.ndarray, itl_pooled_ms: float | None = None) -> dict[str, Any]:
@@ -202,18 +232,19 @@ def run_target_verdict(t: SLOTarget, values: np.ndarray, itl_pooled_ms: float | 
     :data:`MISS` (+inf) for failed and zero-output requests; sorted ascending.
     Per-request metrics: the exact ``t.percentile``-th percentile of ``values``
     (:func:`exact_percentile`, misses as +inf) must be <= the threshold; no values
-    fails. ITL: ``itl_pooled_ms``, the pooled per-token percentile at
+    fails. ITL and token deadlines: ``itl_pooled_ms``, the pooled per-token percentile (of the gaps, of
+    the paces: :data:`POOLED_HISTOGRAM`) at
     ``t.percentile`` (HDR histogram, ±0.1 %), must be <= the threshold and the
     fraction of misses at most 1 - percentile/100 (no requests fails).
     ``exceedances``: requests over the threshold (misses included).
     """
     exceed = int(np.count_nonzero(values > t.threshold_ns))
-    if t.metric == "itl":
+    if t.metric in PER_TOKEN_SLO_METRICS:
         total = len(values)
         misses = int(np.count_nonzero(np.isinf(values))) / total if total else 1.0
         met = itl_pooled_ms is not None and itl_pooled_ms * 1e6 <= t.threshold_ns and misses <= allowed_fraction(t)
         value = itl_pooled_ms
-        method = RUN_METHOD_ITL
+        method = RUN_METHOD_ITL if t.metric == "itl" else RUN_METHOD_TBT
     else:
         pv = float(exact_percentile(values, t.percentile))
         value = None if math.isnan(pv) else (None if math.isinf(pv) else pv / 1e6)

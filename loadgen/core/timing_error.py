@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.core.slo import SLOTarget, run_target_verdict
+from loadgen.core.slo import PER_TOKEN_SLO_METRICS, SLOTarget, run_target_verdict
 
 __all__ = [
     "FROM_SCHEDULE",
@@ -101,7 +101,7 @@ def run_target_flip(
     value as measured (None without a finite value).
     """
     e_ms = e_ns / 1e6
-    if t.metric == "itl":
+    if t.metric in PER_TOKEN_SLO_METRICS:
         met = run_target_verdict(t, values_ns, itl_pooled_ms)
         lo = None if itl_pooled_ms is None else itl_pooled_ms - e_ms
         hi = None if itl_pooled_ms is None else itl_pooled_ms + e_ms

@@ -31,7 +31,7 @@ import numpy as np
 from loadgen.core.histograms import LatencyHistogram, record_token_gaps
 from loadgen.core.metrics import RequestMetrics
 from loadgen.core.samples import SampleLog, SpillFile
-from loadgen.core.slo import MISS, SLOTarget, exceeds, run_target_verdict
+from loadgen.core.slo import MISS, POOLED_HISTOGRAM, SLOTarget, exceeds, run_target_verdict
 from loadgen.core.timing_error import run_flip
 from loadgen.core.types import RequestRecord
 from loadgen.core.window import END_CONFORMING, END_FAILED, END_OK, Window, WindowLog, open_loop_window, rate
@@ -104,6 +104,9 @@ class Aggregator:
         log = lambda: SampleLog(self.spill)
         self.samples: dict[str, SampleLog] = {m: log() for m in PER_REQUEST_METRICS}
         self.hist: dict[str, LatencyHistogram] = {m: LatencyHistogram(m) for m in LATENCY_METRICS}
+        if any(t.metric == "tbt_deadline" for t in self.slos):  # each token's pace since the first
+            self.hist["tbt_pace"] = LatencyHistogram("tbt_pace")
+        self.late_tokens = {t.label: [0, 0] for t in self.slos if t.metric == "tbt_deadline"}  # late, judged
         self.requests = 0
         self.completed = 0
         self.failed = 0
@@ -164,7 +167,7 @@ class Aggregator:
         s = summarize(rec, m, self.slos)
         self.add_summary(s)
         if s.phase == "measure" and s.ok and not s.zero_output:
-            record_token_gaps(self.hist, m.itl_ns, m.inter_chunk_ns)
+            record_token_gaps(self.hist, m)
 
     def merge_token_histograms(self, states: dict[str, dict]) -> None:
         """Merge per-token HDR histograms shipped by a worker process (exact bucket merge)."""
@@ -258,6 +261,9 @@ class Aggregator:
                 self.slo_values[t.label].append(v)
                 if exceeds(t, v):
                     ok = False
+            for label, (late, judged) in zip(self.late_tokens, s.late_tokens):
+                self.late_tokens[label][0] += late
+                self.late_tokens[label][1] += judged
             if ok:
                 self.conforming += 1
         else:
@@ -391,8 +397,12 @@ class Aggregator:
         all_met = True
         for t in self.slos:
             vals = np.sort(self.slo_values[t.label].values())
-            itl_ms = self.hist["itl"].percentile_ms(t.percentile) if t.metric == "itl" else None
-            entry = run_target_verdict(t, vals, itl_ms)
+            entry = run_target_verdict(t, vals, self._pooled_ms(t))
+            if t.label in self.late_tokens:
+                late, judged = self.late_tokens[t.label]
+                entry["late_tokens"] = late
+                entry["judged_tokens"] = judged
+                entry["late_token_share"] = late / judged if judged else None
             all_met &= entry["met"]
             targets.append(entry)
         return {
@@ -421,9 +431,13 @@ class Aggregator:
         targets = []
         for t in self.slos:
             vals = np.asarray(self.slo_values[t.label].values(), dtype=np.float64)
-            itl_ms = self.hist["itl"].percentile_ms(t.percentile) if t.metric == "itl" else None
-            targets.append((t, vals, lags, itl_ms))
+            targets.append((t, vals, lags, self._pooled_ms(t)))
         return run_flip(targets, e_ms)
+
+    def _pooled_ms(self, t: SLOTarget) -> float | None:
+        """A per-token target's pooled percentile (ITL: the gaps; token deadline: the paces); None for others."""
+        name = POOLED_HISTOGRAM.get(t.metric)
+        return self.hist[name].percentile_ms(t.percentile) if name in self.hist else None
 
     def provider_result(self, t0_ns: int | None = None) -> dict[str, Any]:
         """Quota, client-cap and network facts of the run (empty parts left out).

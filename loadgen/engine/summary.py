@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from loadgen.core.clock import now_ns
 from loadgen.core.metrics import RequestMetrics
-from loadgen.core.slo import SLOTarget, cancelled_state, request_value
+from loadgen.core.slo import SLOTarget, cancelled_state, late_tokens, request_value
 from loadgen.core.types import RequestRecord
 from loadgen.core.window import token_bins
 
@@ -61,6 +61,7 @@ class RequestSummary:
     token_bins: tuple[tuple[int, int], ...] = ()  # (t_ns // window.BIN_NS, output tokens then): window.token_bins
     first_event_ns: int | None = None  # the first token event's stamp (any request that had one)
     cancelled_states: tuple[str, ...] = ()  # a cancelled request: slo.cancelled_state per target
+    late_tokens: tuple[tuple[int, int], ...] = ()  # (late, judged) per token-deadline target (slo.late_tokens)
 
 
 def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> RequestSummary:
@@ -92,6 +93,7 @@ def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> R
         error_e2e_ns=m.error_e2e_ns,
         schedule_lag_ns=m.schedule_lag_ns,
         slo_values=tuple(request_value(t, m) for t in slos) if (ok and not zero) else (),
+        late_tokens=tuple(late_tokens(t, m) for t in slos if t.metric == "tbt_deadline") if (ok and not zero) else (),
         buffered=rec.buffered,
         throttle_ns=rec.throttle_ns,
         attempts_429=len(rec.attempts) if rec.attempts else 0,

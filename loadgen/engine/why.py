@@ -232,6 +232,8 @@ def _metrics(d: dict[str, Any]) -> RequestMetrics:
         e2e_ns=ns("e2e_ms"),
         itl_ns=[float(v) * 1e6 for v in d.get("itl_ms") or ()],
         inter_chunk_ns=[round(float(v) * 1e6) for v in d.get("inter_chunk_ms") or ()],
+        # one token a chunk where the counts say so; else token deadlines follow the ITL samples
+        tokens_per_chunk=[1] * n if (n := int(d.get("output_tokens") or 0)) == d.get("chunks") else [],
     )
 
 

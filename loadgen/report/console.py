@@ -154,6 +154,11 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
             mark = "[green]met[/]" if tg["met"] else "[red]MISSED[/]"
             val = "-" if tg["value_ms"] is None else f"{tg['value_ms']:.2f} ms"
             console.print(f"SLO {tg['target']}: {mark} (value {val}; {tg['exceedances']} of {tg['denominator']} over)")
+            if tg.get("judged_tokens"):  # a token deadline: the share of tokens that came after theirs
+                console.print(
+                    f"  late tokens: {tg['late_tokens']:,} of {tg['judged_tokens']:,} "
+                    f"({tg['late_token_share'] * 100:.2f} %; token i due by the first + i x {tg['threshold_ms']:g} ms)"
+                )
         att = slo["attainment"]
         console.print(
             f"SLO attainment: {slo['conforming_requests']} of {slo['denominator']} requests"

@@ -27,7 +27,7 @@ from loadgen.report.plotting import (
 from loadgen.report.sweep_facts import probe_state, stopped_on, verdict_text
 
 PCT_KEY = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}
-METRIC_NAME = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E",
+METRIC_NAME = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "tbt_deadline": "token pace",
                "time_to_first_answer_token": "time to first answer token"}  # fmt: skip
 
 

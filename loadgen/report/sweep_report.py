@@ -16,7 +16,7 @@ CLIENT_REMEDY = "give the client CPUs of its own (--cpus), more client processes
 POINT_NOTE = "a point estimate: its probe held fewer requests than the evidence rule asks, or stayed undecided"
 
 
-METRIC_WORDS = {"ttft": "TTFT", "e2e": "E2E", "tpot": "TPOT", "itl": "ITL", "stall": "stall",
+METRIC_WORDS = {"ttft": "TTFT", "e2e": "E2E", "tpot": "TPOT", "itl": "ITL", "stall": "stall", "tbt_deadline": "token pace",
                 "time_to_first_answer_token": "time to first answer token"}  # fmt: skip
 
 

@@ -42,7 +42,7 @@ import orjson
 
 from loadgen.core.clock import now_ns, wall_anchor
 from loadgen.core.errors import OutputError
-from loadgen.core.histograms import LatencyHistogram, record_token_gaps
+from loadgen.core.histograms import record_token_gaps, token_histograms
 from loadgen.core.metrics import compute
 from loadgen.core.redact import Redactor
 from loadgen.core.schedule import as_schedule
@@ -171,7 +171,7 @@ class RecordShipper:
         self.send, self.load, self.tokenizer, self.origin, self.t0, self.redactor = (
             send, load, tokenizer, origin, t0, redactor
         )  # fmt: skip
-        self.hist = {"itl": LatencyHistogram("itl"), "inter_chunk": LatencyHistogram("inter_chunk")}
+        self.hist = token_histograms(pace=any(t.metric == "tbt_deadline" for t in load.slos))
         self.buf: list[tuple[bytes, Any]] = []
 
     def flush(self) -> None:
@@ -185,7 +185,7 @@ class RecordShipper:
         m = compute(rec, self.tokenizer, self.origin)
         s = summarize(rec, m, load.slos)
         if s.phase == "measure" and s.ok and not s.zero_output:
-            record_token_gaps(self.hist, m.itl_ns, m.inter_chunk_ns)
+            record_token_gaps(self.hist, m)
         d = record_line(rec, m, self.t0, save_text=load.save_text, token_lists=load.token_lists)
         if turn is not None:
             d["turn"] = turn

@@ -65,7 +65,7 @@ class ProbeJudge:
         self.fail_k = {
             tj.target.label: fail_count(n_cap, tj.target, self.confidence)
             for tj in self.targets
-            if tj.target.metric not in ("itl", "tpot")
+            if tj.target.metric not in ("itl", "tpot", "tbt_deadline")
         }
 
     def new_segment(self) -> None:
@@ -138,7 +138,7 @@ class ProbeJudge:
         now = now_ns()
         for tj in self.targets:
             t = tj.target
-            if t.metric in ("itl", "tpot"):
+            if t.metric in ("itl", "tpot", "tbt_deadline"):
                 continue
             k = tj.k + sum(1 for r in inflight if r.phase == "measure" and inflight_over(t, r, now))
             if k >= self.fail_k[t.label]:

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadgen.core.slo import judged_per_request
 from loadgen.core.stability import TAIL_FRACTION
 from loadgen.sweep.config import SweepConfig
 
@@ -108,7 +109,7 @@ class Plan:
 
     def why_line(self) -> str:
         s = self.scfg
-        judged = [t for t in s.slos if t.metric != "itl"]
+        judged = [t for t in s.slos if judged_per_request(t)]
         pct = max((t.percentile for t in judged), default=50.0)
         return (
             f"plan: each probe at least {s.probe_duration_s:g} s and {s.needed_requests()} requests "

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.core.slo import SLOTarget, TargetJudge, probe_target_verdict
+from loadgen.core.slo import SLOTarget, TargetJudge, judged_per_request, probe_target_verdict
 from loadgen.core.stability import TAIL_FRACTION
 from loadgen.sweep.evidence import DEPENDENCE_RULE
 
@@ -131,7 +131,7 @@ def evidence_rule(
     ``need`` is :meth:`loadgen.sweep.SweepConfig.needed_requests`: the fewest requests that can
     PASS the strictest per-request percentile with no exceedance at ``confidence``.
     """
-    judged = [t for t in slos if t.metric != "itl"]
+    judged = [t for t in slos if judged_per_request(t)]
     pct = max((t.percentile for t in judged), default=50.0)
     why = f"p{pct:g} at {confidence * 100:g} % confidence cannot pass on fewer with no exceedance"
     if closed_loop:
