@@ -26,11 +26,13 @@ from loadgen.core.metrics import RequestMetrics, TokenCounter, compute
 from loadgen.core.redact import Redactor
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints import Endpoint
+from loadgen.engine.closed_loop import ramp_ns
 from loadgen.engine.lifecycle import RunEngine
 from loadgen.engine.recordlog import RecordWriter, write_hlog, write_json
 from loadgen.engine.results import Aggregator
 from loadgen.engine.runner import LEAD_IN_NS, Runner, RunOutcome, warm_record_path
 from loadgen.engine.runplan import LoadConfig, build_plan, build_workload
+from loadgen.engine.stages import StageLog
 from loadgen.engine.validity import latency_error_ms, needs_flip_test, timing_error_bound_ms, verdict_stands
 from loadgen.engine.validity import validity as run_validity
 from loadgen.spread.workers import run_workers
@@ -100,6 +102,11 @@ async def measure(
         tokenizer = workload.tokenizer
     files = RunFiles(out_dir, cfg, redactor, server_observer=server_observer)
     await files.open()
+    if cfg.stages:
+        if workers > 1 or cluster is not None:
+            raise ConfigError("--stages runs in one process: not yet with --workers or --cluster")
+        lead_s = cfg.warmup_s + (ramp_ns(plan.concurrency, plan.ramp_s) / 1e9 if plan.mode == "closed" else 0.0)
+        files.stages = StageLog(cfg.stages, lead_s, cfg.slos, out_dir)
     cluster_cond = None
     if workers > 1 or cluster is not None:
         # each worker builds its own endpoint from this picklable config (from_config)
@@ -145,6 +152,7 @@ class RunFiles:
         self.redactor = redactor
         self.server_observer = server_observer
         self.agg: Aggregator  # made by open(), with the start time and the open-file limit
+        self.stages: StageLog | None = None  # --stages: each stage's own aggregator (loadgen.engine.stages)
         self.started_at: dt.datetime
         self.fd_limit: tuple[int, int]
 
@@ -206,6 +214,9 @@ class RunFiles:
             if energy.get("energy_j"):
                 result["energy"] = {"joules": energy["energy_j"], **energy}
         result.update({k: v(result) if callable(v) else v for k, v in (blocks or {}).items()})
+        if self.stages is not None:  # --stages: each stage's window, figures and verdict
+            result["stages"] = self.stages.results(outcome.client, cfg.validity_bounds())
+            self.stages.close()
         from loadgen.engine.timeseries import series  # per-interval throughput and latency (sustained behaviour)
 
         result["timeseries"] = series(
@@ -256,6 +267,8 @@ async def run_here(
         def sink(rec: RequestRecord, turn: int | None = None) -> None:
             m = compute(rec, tokenizer, origin)
             agg.add(rec, m)
+            if files.stages is not None:
+                files.stages.add(rec, m)
             if turn is not None and on_turn is not None:
                 on_turn(rec, m, turn)
             assert writer is not None  # (set before the run starts)
@@ -271,6 +284,8 @@ async def run_here(
         warm_record_path()
         t0 = now_ns() + LEAD_IN_NS
         engine.start_at(t0)
+        if files.stages is not None:
+            files.stages.t0_ns = t0
         writer = files.writer(fh, t0, write_failed)
         gc.freeze()
         try:

@@ -51,6 +51,14 @@ def build_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
         else:
             warm_s = duration_s(kw["warmup"], "--warmup") or 0.0
     duration = duration_s(kw["duration"], "--duration")
+    stages = _stages(kw)
+    if stages:  # levels stepped within the run: their mean rate (or largest user count) and total time
+        total_s = sum(s.duration_s for s in stages)
+        duration = total_s
+        if stages[0].rate_rps is not None:
+            kw["rate"] = sum(max(1, round(s.rate_rps * s.duration_s)) for s in stages if s.rate_rps) / total_s
+        else:
+            kw["concurrency"] = max(s.concurrency or 1 for s in stages)
     if (
         kw["n_requests"] is None
         and duration is None
@@ -73,7 +81,8 @@ def build_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
         warmup_s=warm_s,
         slos=slos,
         # offer what was asked (issue 30): R exactly; with --duration D, round(R x D) requests (LoadConfig.exact_rate)
-        exact_rate=kw["rate"] is not None and not inf and not kw["trace"],
+        exact_rate=kw["rate"] is not None and not inf and not kw["trace"] and not stages,
+        stages=stages,
         slo_flip_test=True,  # a failed timing check voids the SLO verdict only if it could flip it (issue 30)
         cost_per_hour_usd=kw.get("cost_per_hour"),
         power_w=kw.get("power_w"),
@@ -81,6 +90,23 @@ def build_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
     )
     load.validate()  # the one place the settings' rules are checked (ConfigError -> usage error)
     return load
+
+
+def _stages(kw: dict[str, Any]) -> tuple[Any, ...]:
+    """``--stages`` parsed; its clashes with the options it replaces are usage errors."""
+    if not kw.get("stages"):
+        return ()
+    from loadgen.engine.stages import parse_stages
+
+    given = [o for o, k in (("--rate", "rate"), ("--concurrency", "concurrency"), ("--duration", "duration"),
+                            ("--requests", "n_requests"), ("--sessions", "sessions"), ("--trace", "trace"),
+                            ("--cluster", "cluster")) if kw.get(k)]  # fmt: skip
+    if str(kw.get("workers") or "1") != "1":
+        given.append("--workers")
+    if given:
+        raise click.UsageError(f"--stages sets each stage's level and time: it clashes with {', '.join(given)}")
+    with usage_errors():
+        return parse_stages(kw["stages"])
 
 
 def base_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:

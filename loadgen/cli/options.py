@@ -403,6 +403,11 @@ def run_only_options(f: F) -> F:
         click.option("--duration", help="Measured duration, e.g. 60s, 5m (default 60s when --requests is not given)."),
         click.option("--warmup", help="Warm-up: a request count (N) or a time (10s); excluded from statistics."),
         click.option(
+            "--stages",
+            help="Load stepped within one run, each stage with its own window, figures and verdict: RATE:DURATION "
+            "(open loop, e.g. 10:60s,20:60s) or c=USERS:DURATION (closed loop, c=8:60s,c=16:60s).",
+        ),
+        click.option(
             "--cache-hit-target",
             help="Prompts whose share F (0.6 or 60%) the server's prefix cache can "
             "serve (block-aligned shared prefixes), primed before the run; the result says if it held.",

@@ -7,6 +7,7 @@ time (its user's previous end, or its place in the ramp): see :class:`ClosedLoop
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import itertools
 import time
@@ -107,11 +108,23 @@ class ClosedLoopUsers(RunnerCore):
                 prep.charge(c0)
             return spec
 
+        stage_at = [warm_end + off for off, _ in plan.stages]  # --stages: each stage's start
+        stage_users = [c for _, c in plan.stages]
+
         async def user(u: int) -> None:
             due = t0 + ramp * u // max(plan.concurrency, 1)
             if u:
                 await self._wait_until(due)
             while not self._stop.is_set():
+                if stage_at:  # --stages: this user sends only in the stages with more than u users
+                    i = bisect.bisect_right(stage_at, now_ns()) - 1
+                    if stage_users[max(i, 0)] <= u:
+                        nxt = next((j for j in range(i + 1, len(stage_at)) if stage_users[j] > u), None)
+                        if nxt is None:
+                            return
+                        due = stage_at[nxt] + ramp * u // max(plan.concurrency, 1)  # joiners staggered as at t0
+                        await self._wait_until(due)
+                        continue
                 k = next(counter)
                 if plan.max_requests is not None and k >= plan.max_requests:
                     return

@@ -78,6 +78,7 @@ class RunPlan:
     index_start: int = 0  # closed loop: this process's requests are start, start+stride, ...
     index_stride: int = 1
     ramp_s: float | None = None  # closed loop: users start evenly over this (None: closed_loop.ramp_ns's rule)
+    stages: tuple[tuple[int, int], ...] = ()  # closed loop, --stages: (start ns after the warm-up, users) a stage
 
 
 class RunnerCore(RunEngine):

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from loadgen.core.errors import ConfigError
+from loadgen.core.schedule import Schedule
 from loadgen.core.slo import SLOTarget
 from loadgen.engine.runner import RunPlan
+from loadgen.engine.stages import Stage, open_loop_stage_offsets, stage_starts_ns
 from loadgen.engine.throughput import batch_size, check_max_throughput
 from loadgen.engine.validity import EDGE_ERROR_MS, ValidityBounds
 from loadgen.workload.arrivals import check_arrival, condition_on_rate
@@ -77,6 +79,9 @@ class LoadConfig:
     cost_per_hour_usd: float | None = None  # max-throughput scorecard: cost per million output tokens
     power_w: float | None = None  # max-throughput scorecard: the system's power when no meter reads it
     sessions: Any = None  # --sessions: a loadgen.workload.session_sources.SessionSource (loadgen.sessions.measured)
+    # --stages: levels stepped within the run (loadgen.engine.stages); rate_rps (their mean) or concurrency (their
+    # largest) and duration_s (their sum) are set from them
+    stages: tuple[Stage, ...] = ()
     _valid: bool = field(default=False, init=False, repr=False, compare=False)  # validate() ran on this value
 
     @property
@@ -136,6 +141,8 @@ class LoadConfig:
             raise ConfigError("give --requests N or --duration D")
         if self.concurrency is not None and self.concurrency < 1:
             raise ConfigError("--concurrency must be at least 1")
+        if self.stages:
+            check_stages(self)
         if self.requests is not None and self.requests < 1:
             raise ConfigError("--requests must be at least 1")
         if not 0 <= self.seed < 2**63:
@@ -168,6 +175,18 @@ class LoadConfig:
             return None
         measured = self.requests if self.requests is not None else self.rate_rps * (self.duration_s or 0.0)
         return measured + self.warmup_requests + self.rate_rps * self.warmup_s
+
+
+def check_stages(cfg: LoadConfig) -> None:
+    """The rules of a staged run (``--stages``); ConfigError."""
+    if cfg.sessions is not None or cfg.has_trace or cfg.max_throughput:
+        raise ConfigError("--stages steps a rate or a user count: not with --sessions, a trace or --rate inf")
+    if cfg.requests is not None:
+        raise ConfigError("--stages sets each stage's duration: it clashes with --requests")
+    if cfg.warmup_requests:
+        raise ConfigError("--stages: give --warmup as a time (e.g. 10s), run at the first stage's level")
+    if cfg.max_concurrency is not None:
+        raise ConfigError("--stages: --max-concurrency would cap the stepped load; not with --stages")
 
 
 def workload_options(cfg: LoadConfig) -> WorkloadOptions:
@@ -204,6 +223,11 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
             drain_grace_s=cfg.drain_grace_s,
             ramp_s=0.0,  # every request due at once: no staggered start-up (loadgen.engine.closed_loop.ramp_ns)
         )
+    if cfg.stages and cfg.concurrency is None:  # rates stepped within the run (loadgen.engine.stages)
+        offs, warm = open_loop_stage_offsets(
+            cfg.stages, arrival=cfg.arrival, burstiness=cfg.burstiness, seed=cfg.seed, warmup_s=cfg.warmup_s
+        )
+        return RunPlan(mode="open", schedule=Schedule(offs, warm, wl.spec), drain_grace_s=cfg.drain_grace_s)
     if cfg.concurrency is None:
         exact = cfg.exact_requests()  # --rate R --duration D offering R: round(R x D) sends over D
         if exact is not None:
@@ -234,4 +258,6 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
         warmup_requests=cfg.warmup_requests,
         warmup_s=cfg.warmup_s,
         drain_grace_s=cfg.drain_grace_s,
+        # --stages: (start ns after the warm-up, users) of each stage; the users start at once
+        stages=tuple(zip(stage_starts_ns(cfg.stages, 0.0), (s.concurrency or 0 for s in cfg.stages))),
     )

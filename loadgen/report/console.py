@@ -144,6 +144,8 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
             _f(s["max"]),
         )
     console.print(table)
+    if result.get("stages"):
+        console.print(stages_table(result["stages"]))
     if not result.get("slo"):  # a run without SLO targets: the strict rule, each headline's error beside it
         for line in latency_error_lines(result):
             console.print(line, markup=False)
@@ -299,3 +301,33 @@ def preparation_phrase(result: dict[str, Any]) -> str | None:
         line += (f"; built during the run: {p['built_in_run']:,} ({p['built_in_run_cpu_s'] * 1e3:.0f} ms of client CPU, "
                  "inside the window's figures)")  # fmt: skip
     return line
+
+
+def stages_table(stages: list[dict[str, Any]]) -> Table:
+    """``--stages``: one row a stage, its level, window, rates over that window, latency and verdict."""
+    table = Table(title="stages (each over its own window)", show_lines=False)
+    for col in ("stage", "level", "window s", "req/s", "output tok/s", "TTFT p50", "TTFT p99", "ITL p99", "verdict"):
+        table.add_column(col, justify="right" if col not in ("level", "verdict") else "left")
+    for st in stages:
+        w = st.get("window") or {}
+        tp = st.get("throughput") or {}
+        lat = st.get("latency_ms") or {}
+        level = f"{st['rate_rps']:g} req/s" if st.get("rate_rps") is not None else f"{st.get('concurrency')} users"
+        verdict = "VALID" if st.get("valid") else "INVALID (" + ", ".join(st.get("failed_checks") or ()) + ")"
+        if (st.get("server_kept_up") or {}).get("kept_up") is False:
+            verdict += "; the server fell behind"
+        slo = st.get("slo")
+        if slo is not None:
+            verdict += "; SLO " + ("met" if slo.get("met") else "missed")
+        table.add_row(
+            str(st["stage"]),
+            level,
+            f"{w.get('start_s', 0):.1f}-{w.get('end_s', 0):.1f}" if w else "-",
+            _f(tp.get("request_rps")),
+            _f(tp.get("output_tps")),
+            _f((lat.get("ttft") or {}).get("p50")),
+            _f((lat.get("ttft") or {}).get("p99")),
+            _f((lat.get("itl") or {}).get("p99")),
+            verdict,
+        )
+    return table

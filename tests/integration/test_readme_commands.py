@@ -306,7 +306,10 @@ def _point_endpoint(plan: Plan, sub: str, ctx: Context) -> None:
 
 def _shorten_run(plan: Plan) -> None:
     a, rw = plan.argv, plan.rewrites
-    if opt(a, "--duration") is not None or not any(opt(a, o) for o in ("--requests", "--trace")):
+    stages = opt(a, "--stages")
+    if stages is not None:  # each stage's time shortened (--stages sets the duration)
+        set_opt(a, "--stages", ",".join(e.rsplit(":", 1)[0] + ":1s" for e in stages.split(",")), rw, "1 s a stage")
+    elif opt(a, "--duration") is not None or not any(opt(a, o) for o in ("--requests", "--trace")):
         set_opt(a, "--duration", "3s", rw, "a few seconds of load")
     n = opt(a, "--requests")
     rate = opt(a, "--rate")
