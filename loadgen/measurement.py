@@ -353,6 +353,8 @@ def build_result(
     }
     if outcome.unsent_warmup:
         result["counts"]["unsent_warmup"] = outcome.unsent_warmup
+    if cfg.abandon is not None:  # --abandon: users who walked away mid-reply (loadgen.engine.abandon)
+        result["abandon"] = {**cfg.abandon.to_json(), "abandoned": agg.abandoned}
     slo = agg.slo_result()
     if slo is not None:
         result["slo"] = slo

@@ -83,6 +83,7 @@ def build_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
         # offer what was asked (issue 30): R exactly; with --duration D, round(R x D) requests (LoadConfig.exact_rate)
         exact_rate=kw["rate"] is not None and not inf and not kw["trace"] and not stages,
         stages=stages,
+        abandon=_abandon(kw),
         slo_flip_test=True,  # a failed timing check voids the SLO verdict only if it could flip it (issue 30)
         cost_per_hour_usd=kw.get("cost_per_hour"),
         power_w=kw.get("power_w"),
@@ -90,6 +91,16 @@ def build_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
     )
     load.validate()  # the one place the settings' rules are checked (ConfigError -> usage error)
     return load
+
+
+def _abandon(kw: dict[str, Any]) -> Any:
+    """``--abandon SHARE,AFTER`` parsed (:mod:`loadgen.engine.abandon`), None when not given."""
+    if not kw.get("abandon"):
+        return None
+    from loadgen.engine.abandon import parse_abandon
+
+    with usage_errors():
+        return parse_abandon(kw["abandon"], seed=kw.get("seed") or 0)
 
 
 def _stages(kw: dict[str, Any]) -> tuple[Any, ...]:

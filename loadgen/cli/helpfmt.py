@@ -29,7 +29,7 @@ __all__ = [
 
 SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
     ("Load", frozenset({
-        "rate", "concurrency", "n_requests", "duration", "warmup", "stages", "arrival", "burstiness", "max_concurrency",
+        "rate", "concurrency", "n_requests", "duration", "warmup", "stages", "abandon", "arrival", "burstiness", "max_concurrency",
         "drain_grace", "workers", "cluster", "cpus", "dry_run", "profile", "selftest",
     })),
     ("Workload", frozenset({

@@ -408,6 +408,11 @@ def run_only_options(f: F) -> F:
             "(open loop, e.g. 10:60s,20:60s) or c=USERS:DURATION (closed loop, c=8:60s,c=16:60s).",
         ),
         click.option(
+            "--abandon",
+            help="Users who walk away: SHARE,AFTER cancels that share of requests AFTER a time from their "
+            "scheduled send (10%,2s) or a token count (10%,20tok); counted apart as abandoned, not failed.",
+        ),
+        click.option(
             "--cache-hit-target",
             help="Prompts whose share F (0.6 or 60%) the server's prefix cache can "
             "serve (block-aligned shared prefixes), primed before the run; the result says if it held.",

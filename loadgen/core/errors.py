@@ -65,3 +65,8 @@ class HeaderTimeout(LoadgenError):
 
 class ProtocolError(LoadgenError):
     """The server sent bytes that do not follow the streaming protocol."""
+
+
+class Abandoned(Exception):  # a user's choice, not a fault
+    """Raised by a stream reader when its request's user walks away (``--abandon SHARE,Ntok``,
+    :mod:`loadgen.engine.abandon`): the read stops and the connection is dropped."""

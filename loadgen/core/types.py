@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from loadgen.core.errors import Abandoned
+
 ERROR_KINDS: tuple[str, ...] = (
     "connect",  # TCP/TLS connection could not be made (refused, DNS, reset before headers)
     "timeout",  # the per-request total deadline (or connect timeout) expired
@@ -26,6 +28,7 @@ ERROR_KINDS: tuple[str, ...] = (
     "cancelled",  # still in flight at the drain deadline (stop or Ctrl-C)
     "client_limit",  # the client ran out of descriptors or pool slots: not a server fault
     "filtered",  # a content filter stopped the output (finish_reason content_filter) or refused the prompt
+    "abandoned",  # its user walked away mid-reply (--abandon): counted apart, not a failure
 )
 """Every error kind a request can end with; each is counted separately."""
 
@@ -135,10 +138,22 @@ class RequestRecord:
     # the reply's tool calls, OpenAI chat form ({"id", "type", "function": {"name", "arguments"}}), any API
     # (loadgen.endpoints.toolcalls); None: it called no tool
     tool_calls: list[dict[str, Any]] | None = None
+    # --abandon (loadgen.engine.abandon): the output token its reader stops at; when its user walked away
+    abandon_after_tokens: int | None = None
+    abandoned_ns: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    def check_abandon(self, t_ns: int) -> None:
+        """``--abandon SHARE,Ntok``: raise :class:`~loadgen.core.errors.Abandoned` (stamping ``abandoned_ns``)
+        once the reply has the token count its user walks away at (usage when reported, else its token events).
+        For the readers, after each read."""
+        k = self.abandon_after_tokens
+        if k is not None and (self.completion_tokens if self.completion_tokens is not None else len(self.events)) >= k:
+            self.abandoned_ns = t_ns
+            raise Abandoned(f"its user walked away after {k} tokens")
 
     @property
     def text(self) -> str:

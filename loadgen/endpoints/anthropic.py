@@ -338,8 +338,10 @@ class AnthropicEndpoint(HTTPSendMixin):
         async with idle_guard(self.config.idle_timeout_s) as guard:
             async for chunk in resp.content.iter_any():
                 guard.touch()
-                if parser.feed(chunk, now_ns()):
+                t = now_ns()
+                if parser.feed(chunk, t):
                     break
+                record.check_abandon(t)  # --abandon SHARE,Ntok
         parser.finish(now_ns())  # the request ends at message_stop, whatever the server does next
         if parser.done:
             await drain_after_end(resp)  # a body left open after message_stop costs the connection only

@@ -378,7 +378,16 @@ class OpenAIEndpoint(HTTPSendMixin):
         parser = OpenAIStreamParser(
             record, chat=self.config.api == "chat", redact=self.redactor, max_event_bytes=self.config.max_event_bytes
         )
-        await read_pushed(resp, parser.feed, self.config.idle_timeout_s)
+        feed = parser.feed
+        if record.abandon_after_tokens is not None:  # --abandon SHARE,Ntok: its user walks away at that many tokens
+
+            def feed(chunk: bytes, t_ns: int) -> bool:
+                if parser.feed(chunk, t_ns):
+                    return True
+                record.check_abandon(t_ns)
+                return False
+
+        await read_pushed(resp, feed, self.config.idle_timeout_s)
         parser.finish(now_ns())
         if parser.done:
             await drain_after_end(resp)  # a body left open after [DONE] costs the connection, not the request

@@ -342,6 +342,7 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
                     await drain_after_end(resp)  # a body left open after the error costs the connection only
                     return
                 prog.add(t, text, n_out, n_in, fr)
+            record.check_abandon(t)  # --abandon SHARE,Ntok
         dec.close()
         t = now_ns()
         if dec.pending:

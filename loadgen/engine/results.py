@@ -133,6 +133,7 @@ class Aggregator:
         self.first_sent_ns: int | None = None
         self.last_sent_ns: int | None = None
         self.sent = 0
+        self.abandoned = 0  # --abandon: measured requests whose user walked away (sent; not in requests)
         self.generator_lag = log()
         # the generator's own send instants (scheduled + generator lag): validity's send-rate check
         self.generator_sends = 0
@@ -184,35 +185,23 @@ class Aggregator:
             self.warmup_requests += 1
             self.win.add_warmup_end(s.end_ns)
             return
+        if self.first_scheduled_ns is None or s.scheduled_ns < self.first_scheduled_ns:
+            self.first_scheduled_ns = s.scheduled_ns
+        if self.last_scheduled_ns is None or s.scheduled_ns > self.last_scheduled_ns:
+            self.last_scheduled_ns = s.scheduled_ns
+        if s.error_kind == "abandoned":  # its user walked away (--abandon): its send counts (offered), nothing else
+            self.abandoned += 1
+            self._add_send(s)
+            return
         self.requests += 1
         if self.slos:  # one per measured request, as each target's slo_values gets one below
             self.slo_lags.append(s.schedule_lag_ns or 0)
         self.keepup.add(s)
         self._add_provider_facts(s)
         self._log_end(s)
-        if self.first_scheduled_ns is None or s.scheduled_ns < self.first_scheduled_ns:
-            self.first_scheduled_ns = s.scheduled_ns
-        if self.last_scheduled_ns is None or s.scheduled_ns > self.last_scheduled_ns:
-            self.last_scheduled_ns = s.scheduled_ns
         if s.end_ns is not None and (self.last_end_ns is None or s.end_ns > self.last_end_ns):
             self.last_end_ns = s.end_ns
-        if s.sent_ns is not None:
-            self.sent += 1
-            if self.first_sent_ns is None or s.sent_ns < self.first_sent_ns:
-                self.first_sent_ns = s.sent_ns
-            if self.last_sent_ns is None or s.sent_ns > self.last_sent_ns:
-                self.last_sent_ns = s.sent_ns
-        if s.schedule_lag_ns is not None:
-            self._sample("schedule_lag", s.schedule_lag_ns)
-            # a slow handshake is not a slow generator, but only its part after the scheduled
-            # time delayed the send (a prepared request connects before it)
-            g = s.scheduled_ns + max(s.schedule_lag_ns - s.connect_late_ns - s.throttle_ns, 0)
-            self.generator_lag.append(g - s.scheduled_ns)
-            self.generator_sends += 1
-            if self.first_generator_send_ns is None or g < self.first_generator_send_ns:
-                self.first_generator_send_ns = g
-            if self.last_generator_send_ns is None or g > self.last_generator_send_ns:
-                self.last_generator_send_ns = g
+        self._add_send(s)
         if s.pool_queued:
             self.pool_queued += 1
         if not s.ok:
@@ -268,6 +257,26 @@ class Aggregator:
                 self.conforming += 1
         else:
             self.conforming += 1
+
+    def _add_send(self, s: RequestSummary) -> None:
+        """A measured request's send: the sends and the generator's lag (abandoned requests too: sent on time)."""
+        if s.sent_ns is not None:
+            self.sent += 1
+            if self.first_sent_ns is None or s.sent_ns < self.first_sent_ns:
+                self.first_sent_ns = s.sent_ns
+            if self.last_sent_ns is None or s.sent_ns > self.last_sent_ns:
+                self.last_sent_ns = s.sent_ns
+        if s.schedule_lag_ns is not None:
+            self._sample("schedule_lag", s.schedule_lag_ns)
+            # a slow handshake is not a slow generator, but only its part after the scheduled
+            # time delayed the send (a prepared request connects before it)
+            g = s.scheduled_ns + max(s.schedule_lag_ns - s.connect_late_ns - s.throttle_ns, 0)
+            self.generator_lag.append(g - s.scheduled_ns)
+            self.generator_sends += 1
+            if self.first_generator_send_ns is None or g < self.first_generator_send_ns:
+                self.first_generator_send_ns = g
+            if self.last_generator_send_ns is None or g > self.last_generator_send_ns:
+                self.last_generator_send_ns = g
 
     def _log_end(self, s: RequestSummary) -> None:
         """Keep what the window needs of a measured request: its end, kind and tokens."""
@@ -340,7 +349,7 @@ class Aggregator:
             self.open_loop,
             self.first_scheduled_ns,
             self.last_scheduled_ns,
-            self.requests,
+            self.requests + self.abandoned,  # the sends scheduled (offered), walked away from or not
             median_e2e_ns=float(np.median(e2e.values())) if len(e2e) else None,
             last_end_ns=self.last_end_ns,
         )
@@ -350,7 +359,7 @@ class Aggregator:
         of scheduled sends (its end: the last measured send plus one mean gap) even where the rates fell back
         to another window because the median E2E outlasted the schedule (a server that fell behind); None
         for closed loop and for sends at one instant (``--rate inf``)."""
-        first, last, n = self.first_scheduled_ns, self.last_scheduled_ns, self.requests
+        first, last, n = self.first_scheduled_ns, self.last_scheduled_ns, self.requests + self.abandoned
         if not self.open_loop or first is None or last is None or n < 2 or last <= first:
             return None
         return self.keepup.judge(open_loop_window(first, last, n, median_e2e_ns=None, last_end_ns=None).end_ns)
@@ -492,6 +501,7 @@ class Aggregator:
             "warmup": self.warmup_requests,
             "errors_by_kind": {k: self.errors_by_kind[k] for k in sorted(self.errors_by_kind)},
             **({"buffered": self.buffered} if self.buffered else {}),
+            **({"abandoned": self.abandoned} if self.abandoned else {}),
         }
 
     def tokens(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from loadgen.core.clock import now_ns
 from loadgen.core.schedule import Schedule, as_schedule
 from loadgen.core.types import RequestRecord, RequestSpec, ScheduledRequest
 from loadgen.endpoints.base import Endpoint
+from loadgen.engine.abandon import Abandon, arm, settle
 from loadgen.engine.lifecycle import (
     LEAD_IN_NS,
     NO_DEADLINE_NS,
@@ -79,6 +80,7 @@ class RunPlan:
     index_stride: int = 1
     ramp_s: float | None = None  # closed loop: users start evenly over this (None: closed_loop.ramp_ns's rule)
     stages: tuple[tuple[int, int], ...] = ()  # closed loop, --stages: (start ns after the warm-up, users) a stage
+    abandon: Abandon | None = None  # --abandon: the share of users who walk away mid-reply (loadgen.engine.abandon)
 
 
 class RunnerCore(RunEngine):
@@ -194,6 +196,7 @@ class RunnerCore(RunEngine):
     ) -> int | None:
         """Send one request and end it as one record; returns when it was done (None: prepared, never sent)."""
         rec = self._new_record(spec, phase, scheduled_ns, cap_wait_ns=cap_wait_ns)
+        walk = arm(self.plan.abandon, rec, spec.index, scheduled_ns)
         try:
             if gate is None:
                 await self.endpoint.send(spec, rec)
@@ -203,7 +206,9 @@ class RunnerCore(RunEngine):
                     await gate.wait()  # reported at its scheduled time, never earlier
                     rec.end_ns = max(rec.end_ns or 0, now_ns())
         except asyncio.CancelledError:
-            if gate is not None and not gate.is_set():  # (only the dispatcher sets a gate)
+            if rec.abandoned_ns is not None and not self._stop.is_set():  # its user walked away: not a stop
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # (inside a task: current_task is set)
+            elif gate is not None and not gate.is_set():  # (only the dispatcher sets a gate)
                 self.inflight_records.pop(spec.index, None)
                 return None  # prepared but never sent (the run stopped first): counted unsent, no record
             self._ended_by(rec, asyncio.CancelledError())
@@ -213,5 +218,8 @@ class RunnerCore(RunEngine):
             self.inflight_records.pop(spec.index, None)
             if sem is not None:
                 sem.release()
+            if walk is not None:
+                walk.cancel()
+        settle(self.plan.abandon, rec)
         self._finish_record(rec)
         return now_ns()

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from loadgen.core.errors import ConfigError
 from loadgen.core.schedule import Schedule
 from loadgen.core.slo import SLOTarget
+from loadgen.engine.abandon import Abandon
 from loadgen.engine.runner import RunPlan
 from loadgen.engine.stages import Stage, open_loop_stage_offsets, stage_starts_ns
 from loadgen.engine.throughput import batch_size, check_max_throughput
@@ -82,6 +83,7 @@ class LoadConfig:
     # --stages: levels stepped within the run (loadgen.engine.stages); rate_rps (their mean) or concurrency (their
     # largest) and duration_s (their sum) are set from them
     stages: tuple[Stage, ...] = ()
+    abandon: Abandon | None = None  # --abandon: users who walk away mid-reply (loadgen.engine.abandon)
     _valid: bool = field(default=False, init=False, repr=False, compare=False)  # validate() ran on this value
 
     @property
@@ -227,7 +229,9 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
         offs, warm = open_loop_stage_offsets(
             cfg.stages, arrival=cfg.arrival, burstiness=cfg.burstiness, seed=cfg.seed, warmup_s=cfg.warmup_s
         )
-        return RunPlan(mode="open", schedule=Schedule(offs, warm, wl.spec), drain_grace_s=cfg.drain_grace_s)
+        return RunPlan(
+            mode="open", schedule=Schedule(offs, warm, wl.spec), drain_grace_s=cfg.drain_grace_s, abandon=cfg.abandon
+        )
     if cfg.concurrency is None:
         exact = cfg.exact_requests()  # --rate R --duration D offering R: round(R x D) sends over D
         if exact is not None:
@@ -248,6 +252,7 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
             schedule=schedule,
             max_concurrency=cfg.max_concurrency,
             drain_grace_s=cfg.drain_grace_s,
+            abandon=cfg.abandon,
         )
     return RunPlan(
         mode="closed",
@@ -260,4 +265,5 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
         drain_grace_s=cfg.drain_grace_s,
         # --stages: (start ns after the warm-up, users) of each stage; the users start at once
         stages=tuple(zip(stage_starts_ns(cfg.stages, 0.0), (s.concurrency or 0 for s in cfg.stages))),
+        abandon=cfg.abandon,
     )

@@ -187,7 +187,7 @@ def series(
                 b.completed += 1
                 if win is None or b is bins[idx(e)]:
                     b.output_tokens += int(d.get("output_tokens") or 0)
-            else:
+            elif d.get("error_kind") != "abandoned":  # a user who walked away is not a failure (--abandon)
                 b.failed += 1
         sent = d.get("sent_s")
         if isinstance(sent, int | float) and e > sent:  # in flight from the send to the end

@@ -274,6 +274,8 @@ def attribute(
     """
     if d.get("status") != "ok" and d.get("error_kind") == "cancelled":
         return _cancelled(d, t, base, origin)
+    if d.get("error_kind") == "abandoned":  # its user walked away (--abandon): not a miss
+        return None
     if not exceeds(t, request_value(t, _metrics(d)) if d.get("status") == "ok" else float("inf")):
         return None
     if d.get("status") != "ok":

@@ -79,7 +79,8 @@ def offered_phrase(result: dict[str, Any]) -> str | None:
     s = f"offered {_f(float(offered))} req/s"
     if isinstance(asked, int | float):
         s += f" (asked {_f(float(asked))} req/s)"
-    n = (result.get("counts") or {}).get("requests")
+    c = result.get("counts") or {}
+    n = (c.get("requests") or 0) + (c.get("abandoned") or 0)  # sends offered, walked away from (--abandon) or not
     if n:
         s += f": {n:,} requests over {n / offered:.2f} s"
     return s
@@ -98,6 +99,13 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
     if c.get("warmup"):
         head += f" (+{c['warmup']} warm-up)"
     console.print(head + f" in {result['duration_s']:.2f} s")
+    if result.get("abandon"):
+        ab = result["abandon"]
+        after = f"{ab['after_s']:g} s" if ab.get("after_s") is not None else f"{ab['after_tokens']} tokens"
+        console.print(
+            f"abandoned: {ab['abandoned']:,} requests whose users walked away after {after} (--abandon "
+            f"{ab['share'] * 100:g} %): sent, counted apart, not failures and not in the latency figures"
+        )
     if c["errors_by_kind"]:
         console.print("errors by kind: " + ", ".join(f"{k}={v}" for k, v in c["errors_by_kind"].items()))
     console.print(

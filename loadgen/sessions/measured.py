@@ -248,6 +248,7 @@ def sessions_block(
         "started": st.started,
         "completed": st.completed,
         "ended_by_failure": st.failed,
+        "abandoned": st.abandoned,  # ended by a turn whose user walked away (--abandon)
         "warmup_sessions": plan.warmup_sessions,
         "unsent_turns": st.unsent_turns,
         "history_resets": st.resets,

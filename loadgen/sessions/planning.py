@@ -87,6 +87,7 @@ def plan_sessions(cfg: LoadConfig, src: SessionSource, tokenizer: Any = None) ->
         drain_grace_s=cfg.drain_grace_s,
         end_offset_ns=round((cfg.duration_s + cfg.warmup_s) * 1e9) if cfg.duration_s is not None else None,
         max_inflight=cfg.max_concurrency,
+        abandon=cfg.abandon,
     )
     return plan, facts
 

@@ -47,6 +47,7 @@ from loadgen.core.clock import now_ns, sleep_until
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import Endpoint
 from loadgen.engine import prepare
+from loadgen.engine.abandon import Abandon, arm, settle
 from loadgen.engine.lifecycle import NO_DEADLINE_NS, ClientStats, RunEngine
 from loadgen.workload.session_model import Session, SessionHistory, SessionPrompter
 
@@ -78,6 +79,7 @@ class SessionPlan:
     # waits for a slot; the wait counts in its latency from its due time and is recorded as its throttle
     # (result.json client_rate_cap, "waited for the client's own cap"), never as the client's schedule lag
     max_inflight: int | None = None
+    abandon: Abandon | None = None  # --abandon: a walked-away turn ends its session (loadgen.engine.abandon)
 
 
 @dataclass
@@ -87,6 +89,7 @@ class SessionStats:
     started: int = 0
     completed: int = 0  # every turn ended ok
     failed: int = 0  # ended early by a failed turn
+    abandoned: int = 0  # ended by a turn whose user walked away (--abandon): not failed
     unsent_turns: int = 0
     resets: int = 0
     durations_s: list[float] = field(default_factory=list)  # first due time to last reply end
@@ -263,6 +266,7 @@ class SessionRunner(RunEngine):
         system_ns = 0
         tool_s = 0.0
         ok = True
+        walked = False
         n = len(session.turns)
         last_end = start_ns
         for k in range(n):
@@ -291,6 +295,7 @@ class SessionRunner(RunEngine):
                 ok = False
                 break
             rec = self._new_record(spec, phase, due, cap_wait_ns=cap_wait)  # (the spec carries the session id)
+            walk = arm(self.plan.abandon, rec, spec.index, due)
             try:
                 if gated:
                     await self._gated_send(spec, rec, due, i)
@@ -299,10 +304,12 @@ class SessionRunner(RunEngine):
                     await self.endpoint.send(spec, rec)
             except asyncio.CancelledError as exc:
                 self._ended_by(rec, exc)
-                self._finished(rec, k)
-                stats.unsent_turns += n - k - 1
-                stats.failed += 1
-                raise
+                if rec.abandoned_ns is None or self._stop.is_set():
+                    self._finished(rec, k)
+                    stats.unsent_turns += n - k - 1
+                    stats.failed += 1
+                    raise
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # its user walked away: ends below
             except Exception as exc:
                 self._ended_by(rec, exc)
             finally:
@@ -310,6 +317,9 @@ class SessionRunner(RunEngine):
                 self.inflight_records.pop(spec.index, None)
                 if cap is not None:
                     cap.release()
+                if walk is not None:
+                    walk.cancel()
+            walked = settle(self.plan.abandon, rec)  # the session ends with this turn (below): its user left
             last_end = rec.end_ns or now_ns()
             system_ns += last_end - due
             self._finished(rec, k)
@@ -322,6 +332,8 @@ class SessionRunner(RunEngine):
         stats.add_tools(hist)
         if ok:
             stats.completed += 1
+        elif walked:
+            stats.abandoned += 1
         else:
             stats.failed += 1
         if phase == "measure":

@@ -394,4 +394,5 @@ def test_every_error_kind_is_covered() -> None:
     covered = {FAULTS[k][1] for k in FAULTS} | {"connect", "client_limit"} | {"cancelled"}  # test_interrupt
     covered |= {"filtered"}  # tests/integration/test_provider_faults.py
     covered |= {"header_timeout"}  # tests/integration/test_header_timeout.py
+    covered |= {"abandoned"}  # tests/integration/test_abandon_cli.py
     assert covered == set(ERROR_KINDS)
