@@ -138,7 +138,10 @@ def base_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
     if kw["prompt_format"] == "token-ids" and kw["api"] != "completions":
         raise click.UsageError("--prompt-format token-ids works with --api completions only")
     # Triton's text_input takes a plain text prompt, as the completions API does
+    # the Responses API takes the chat messages as its input (loadgen.endpoints.responses_stream)
     workload_api = "completions" if str(kw["api"]).startswith("triton") else kw["api"]
+    if workload_api == "responses":
+        workload_api = "chat"
     wl = WorkloadOptions(
         trace=kw["trace"],
         trace_format="loadgen" if kw["trace_format"] == "jsonl" else kw["trace_format"],

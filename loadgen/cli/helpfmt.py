@@ -68,6 +68,7 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
 API_CHOICES = {
     "completions": "OpenAI /v1/completions",
     "chat": "OpenAI /v1/chat/completions",
+    "responses": "OpenAI /v1/responses, its typed event stream",
     "triton-http": "Triton generate_stream over HTTP",
     "triton-grpc": "Triton decoupled gRPC stream",
 }

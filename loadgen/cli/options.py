@@ -226,10 +226,10 @@ def common_endpoint_options(f: F) -> F:
         ),
         click.option(
             "--api",
-            type=click.Choice(["completions", "chat", "triton-http", "triton-grpc"]),
+            type=click.Choice(["completions", "chat", "responses", "triton-http", "triton-grpc"]),
             default="completions",
             show_default=True,
-            help=api_help(["completions", "chat", "triton-http", "triton-grpc"]),
+            help=api_help(["completions", "chat", "responses", "triton-http", "triton-grpc"]),
         ),
         click.option("--model", help="Model name sent in requests (default: the first model the endpoint lists)."),
         click.option(

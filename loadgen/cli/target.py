@@ -95,7 +95,7 @@ class ClusterOption:
             self.cluster.close()
 
 
-_API_PATHS = (("/v1/chat/completions", "chat"), ("/v1/completions", "completions"))
+_API_PATHS = (("/v1/chat/completions", "chat"), ("/v1/completions", "completions"), ("/v1/responses", "responses"))
 
 
 def adopt_endpoint_path(kw: dict[str, Any]) -> None:

@@ -46,6 +46,7 @@ from loadgen.endpoints.reads import (
     read_bounded,
     read_pushed,
 )
+from loadgen.endpoints.responses_stream import ResponsesStreamParser, apply_responses_body, responses_body
 from loadgen.endpoints.side import SideAnswer, SideFailure, side_request
 
 OPTIONAL_FIELDS = ("continuous_usage_stats", "include_usage", "ignore_eos", "min_tokens")
@@ -62,7 +63,7 @@ class OpenAIConfig:
     """
 
     base_url: str
-    api: Literal["completions", "chat"] = "completions"
+    api: Literal["completions", "chat", "responses"] = "completions"
     model: str | None = None
     stream: bool = True
     headers: dict[str, str] = field(default_factory=dict)
@@ -98,7 +99,7 @@ def _split_base(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
     explicit = ""
-    for suffix in ("/chat/completions", "/completions"):
+    for suffix in ("/chat/completions", "/completions", "/responses"):
         if path.endswith(suffix):
             explicit = path
             path = path[: -len(suffix)]
@@ -141,13 +142,13 @@ class OpenAIEndpoint(HTTPSendMixin):
             self._url = urlunsplit(urlsplit(base_url)._replace(path=explicit, query=urlsplit(base_url).query))
         else:
             q = urlsplit(base_url).query
-            path = "/chat/completions" if config.api == "chat" else "/completions"
+            path = {"chat": "/chat/completions", "responses": "/responses"}.get(config.api, "/completions")
             self._url = self._root + path + (("?" + q) if q else "")
         self.url_for_record = split_url_secrets(self._url)[0]
         self._session: aiohttp.ClientSession | None = None
         self.accepted: dict[str, bool] = (
-            dict(config.accepted) if config.accepted else {k: True for k in OPTIONAL_FIELDS}
-        )
+            dict(config.accepted) if config.accepted else {k: config.api != "responses" for k in OPTIONAL_FIELDS}
+        )  # (the Responses API has none of them: its usage comes at the end, its length is max_output_tokens)
         self.served_models: list[str] = []
         self.server_version: str | None = None
         self.max_model_len: int | None = None
@@ -339,6 +340,9 @@ class OpenAIEndpoint(HTTPSendMixin):
 
     def build_body(self, spec: RequestSpec) -> dict[str, Any]:
         cfg = self.config
+        if cfg.api == "responses":  # loadgen.endpoints.responses_stream
+            return responses_body(cfg.model, spec.prompt, spec.messages, spec.requested_output_tokens,
+                                  stream=cfg.stream, extra=cfg.extra_body)  # fmt: skip
         body: dict[str, Any] = {"model": cfg.model}
         if cfg.api == "chat":
             body["messages"] = list(spec.messages) if spec.messages else [{"role": "user", "content": spec.prompt}]
@@ -372,12 +376,22 @@ class OpenAIEndpoint(HTTPSendMixin):
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise ProtocolError("response body is not JSON") from None
+        if self.config.api == "responses":
+            apply_responses_body(record, obj, redact=self.redactor)
+            return
         apply_body(record, obj, chat=self.config.api == "chat", redact=self.redactor)
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
-        parser = OpenAIStreamParser(
-            record, chat=self.config.api == "chat", redact=self.redactor, max_event_bytes=self.config.max_event_bytes
-        )
+        parser: OpenAIStreamParser | ResponsesStreamParser
+        if self.config.api == "responses":
+            parser = ResponsesStreamParser(record, redact=self.redactor, max_event_bytes=self.config.max_event_bytes)
+        else:
+            parser = OpenAIStreamParser(
+                record,
+                chat=self.config.api == "chat",
+                redact=self.redactor,
+                max_event_bytes=self.config.max_event_bytes,
+            )
         feed = parser.feed
         if record.abandon_after_tokens is not None:  # --abandon SHARE,Ntok: its user walks away at that many tokens
 

@@ -26,6 +26,7 @@ __all__ = [
     "add_openai_delta",
     "anthropic_messages",
     "anthropic_tools",
+    "make_call",
     "openai_message_calls",
     "read_tools_file",
     "start_anthropic_call",
@@ -44,6 +45,11 @@ def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
             "arguments": arguments if isinstance(arguments, str) else "",
         },
     }
+
+
+def make_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """One tool call in the record's chat form (strings kept, anything else empty)."""
+    return _call(call_id, name, arguments)
 
 
 def _dict(v: Any) -> dict[str, Any]:

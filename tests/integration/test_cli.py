@@ -75,7 +75,7 @@ USAGE = [
     ),
     (
         ["--rate", "5", "--slo", "bogus:p99<=1s"],
-        "--slo: invalid SLO 'bogus:p99<=1s': metric must be one of ttft, time_to_first_answer_token, tpot, itl, e2e, stall",
+        "--slo: invalid SLO 'bogus:p99<=1s': metric must be one of ttft, time_to_first_answer_token, tpot, itl, e2e, stall, tbt_deadline",
     ),
     (["--rate", "5", "--duration", "5parsecs"], "invalid --duration '5parsecs': unit must be one of ns, us, ms, s, m"),
     (
