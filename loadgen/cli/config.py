@@ -93,6 +93,20 @@ def build_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
     return load
 
 
+def _images(kw: dict[str, Any]) -> Any:
+    """``--images N[,WxH]`` parsed (:mod:`loadgen.workload.images`), None when not given."""
+    if not kw.get("images"):
+        return None
+    from loadgen.workload.images import parse_images
+
+    if kw.get("sessions"):
+        raise click.UsageError("--images: not yet with --sessions (a session's turns build their own messages)")
+    if kw.get("provider") == "anthropic":
+        raise click.UsageError("--images: not yet with --provider anthropic (its image blocks differ)")
+    with usage_errors():
+        return parse_images(kw["images"])
+
+
 def _abandon(kw: dict[str, Any]) -> Any:
     """``--abandon SHARE,AFTER`` parsed (:mod:`loadgen.engine.abandon`), None when not given."""
     if not kw.get("abandon"):
@@ -158,6 +172,7 @@ def base_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
         api=workload_api,
         shared_prefix_tokens=kw["shared_prefix_tokens"],
         prefix_groups=kw["prefix_groups"],
+        images=_images(kw),
     )
     from loadgen.engine.validity import ValidityBounds
 

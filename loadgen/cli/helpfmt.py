@@ -33,7 +33,7 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
         "drain_grace", "workers", "cluster", "cpus", "dry_run", "profile", "selftest",
     })),
     ("Workload", frozenset({
-        "input_tokens", "output_tokens", "trace", "trace_format", "trace_spread", "time_scale", "trace_start",
+        "input_tokens", "output_tokens", "images", "trace", "trace_format", "trace_spread", "time_scale", "trace_start",
         "trace_duration", "trace_loop", "trace_keep_zero_output", "dataset", "sessions", "session_header", "tokenizer", "prompt_format",
         "shared_prefix_tokens", "prefix_groups", "salt", "seed", "cache_hit_target", "cache_block_size",
     })),

@@ -478,6 +478,11 @@ def workload_options(f: F) -> F:
             help="Output length (same forms); overrides a trace's lengths when given.",
         ),
         click.option(
+            "--images",
+            help="Chat requests carry N generated images of W x H pixels each (N or N,WxH; default 512x512), "
+            "every one distinct, as base64 PNG data URLs.",
+        ),
+        click.option(
             "--trace",
             help="Replay a trace's timestamps and lengths (Azure, Mooncake, BurstGPT, loadgen JSONL), or a shipped "
             f"excerpt: {', '.join('builtin:' + n for n in sorted(BUILTIN_TRACES))}.",

@@ -62,8 +62,23 @@ def responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"type": "function_call_output", "call_id": m.get("tool_call_id", ""),
                         "output": str(m.get("content") or "")})  # fmt: skip
         else:
-            out.append({"role": role, "content": m.get("content") if m.get("content") is not None else ""})
+            content = m.get("content")
+            if isinstance(content, list):  # content parts (--images): the Responses API's own part types
+                content = [_part(p) for p in content]
+            out.append({"role": role, "content": content if content is not None else ""})
     return out
+
+
+def _part(p: Any) -> Any:
+    """A chat content part as a Responses input part (text -> ``input_text``, ``image_url`` -> ``input_image``)."""
+    if not isinstance(p, dict):
+        return p
+    if p.get("type") == "text":
+        return {"type": "input_text", "text": p.get("text", "")}
+    if p.get("type") == "image_url":
+        url = p.get("image_url")
+        return {"type": "input_image", "image_url": url.get("url", "") if isinstance(url, dict) else url}
+    return p
 
 
 def responses_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

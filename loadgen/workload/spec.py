@@ -32,6 +32,7 @@ from loadgen.core.schedule import Schedule
 from loadgen.core.types import RequestSpec, ScheduledRequest
 from loadgen.workload.arrivals import arrival_offsets_array
 from loadgen.workload.datasets import DatasetEntry, read_dataset
+from loadgen.workload.images import ImageMaker, ImageSpec, with_images
 from loadgen.workload.lengths import LengthSpec, parse_length_spec
 from loadgen.workload.prompts import Prompt, PromptBuilder, new_salt
 from loadgen.workload.replay import loop_offsets, replay_offsets
@@ -97,6 +98,7 @@ class WorkloadOptions:
     prefix_assign: str = "round-robin"
     seed: int = 0
     salt: str | None = None
+    images: ImageSpec | None = None  # --images: generated images in each chat request (loadgen.workload.images)
 
 
 class Workload:
@@ -142,6 +144,11 @@ class Workload:
         self.content_tokens: dict[int, int] = {}
         self._last_content = 0
         self.replay: dict[str, Any] = {}
+        self._images: ImageMaker | None = None
+        if opts.images is not None:
+            if opts.api != "chat":
+                raise ConfigError("--images goes into chat messages: give --api chat (or responses)")
+            self._images = ImageMaker(opts.images, self.salt, opts.seed)
 
     # -- one request ---------------------------------------------------------------------
 
@@ -207,12 +214,15 @@ class Workload:
         else:
             p, group = self._synthetic(i, n_in)
         self._last_content = p.content_tokens
+        messages = p.messages
+        if self._images is not None:  # --images: the request's own pictures after its text
+            messages = with_images(messages or ({"role": "user", "content": p.text},), self._images, i)
         return RequestSpec(
             index=i,
             prompt=p.text,
             requested_input_tokens=p.tokens,
             requested_output_tokens=n_out,
-            messages=p.messages,
+            messages=messages,
             prefix_group=group,
             session_id=session,
             prompt_token_ids=p.token_ids,
@@ -394,6 +404,8 @@ class Workload:
             "prompts_built": self.builder.built,
             "prompts_not_exact": self.builder.not_exact,
         }
+        if self._images is not None:
+            d["images"] = self._images.spec.describe(len(self._images.png(0, 0)))
         if o.shared_prefix_tokens:
             d["shared_prefix"] = {
                 "tokens": o.shared_prefix_tokens,
