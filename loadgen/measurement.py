@@ -28,6 +28,7 @@ from loadgen.core.types import RequestRecord
 from loadgen.endpoints import Endpoint
 from loadgen.engine.closed_loop import ramp_ns
 from loadgen.engine.lifecycle import RunEngine
+from loadgen.engine.models import ModelLog
 from loadgen.engine.recordlog import RecordWriter, write_hlog, write_json
 from loadgen.engine.results import Aggregator
 from loadgen.engine.runner import LEAD_IN_NS, Runner, RunOutcome, warm_record_path
@@ -107,6 +108,11 @@ async def measure(
             raise ConfigError("--stages runs in one process: not yet with --workers or --cluster")
         lead_s = cfg.warmup_s + (ramp_ns(plan.concurrency, plan.ramp_s) / 1e9 if plan.mode == "closed" else 0.0)
         files.stages = StageLog(cfg.stages, lead_s, cfg.slos, out_dir)
+    mix = cfg.workload.model_mix if cfg.workload is not None else None
+    if mix is not None:
+        if workers > 1 or cluster is not None:
+            raise ConfigError("--model with several models runs in one process: not yet with --workers or --cluster")
+        files.models = ModelLog(mix, cfg.slos, out_dir)
     cluster_cond = None
     if workers > 1 or cluster is not None:
         # each worker builds its own endpoint from this picklable config (from_config)
@@ -153,6 +159,7 @@ class RunFiles:
         self.server_observer = server_observer
         self.agg: Aggregator  # made by open(), with the start time and the open-file limit
         self.stages: StageLog | None = None  # --stages: each stage's own aggregator (loadgen.engine.stages)
+        self.models: ModelLog | None = None  # --model a=0.7,b=0.3: each model's own aggregator (loadgen.engine.models)
         self.started_at: dt.datetime
         self.fd_limit: tuple[int, int]
 
@@ -214,6 +221,12 @@ class RunFiles:
             if energy.get("energy_j"):
                 result["energy"] = {"joules": energy["energy_j"], **energy}
         result.update({k: v(result) if callable(v) else v for k, v in (blocks or {}).items()})
+        if self.models is not None:  # --model mix: each model's figures and SLO verdict; met only if every model met
+            result["by_model"] = self.models.results(agg.window(), outcome.client.open_loop)
+            if result.get("slo") is not None and result["by_model"]["slo_every_model"] is False:
+                result["slo"]["met"] = False
+                result["slo"]["note"] += "; with a model mix, met only when every model met every target (by_model)"
+            self.models.close()
         if self.stages is not None:  # --stages: each stage's window, figures and verdict
             result["stages"] = self.stages.results(outcome.client, cfg.validity_bounds())
             self.stages.close()
@@ -269,6 +282,8 @@ async def run_here(
             agg.add(rec, m)
             if files.stages is not None:
                 files.stages.add(rec, m)
+            if files.models is not None:
+                files.models.add(rec, m)
             if turn is not None and on_turn is not None:
                 on_turn(rec, m, turn)
             assert writer is not None  # (set before the run starts)

@@ -93,6 +93,17 @@ def build_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
     return load
 
 
+def _model_mix(kw: dict[str, Any]) -> Any:
+    """``--model a=0.7,b=0.3`` (:mod:`loadgen.workload.models`), None for one model."""
+    from loadgen.workload.models import parse_model_mix
+
+    with usage_errors():
+        mix = parse_model_mix(kw.get("model"), seed=kw.get("seed") or 0)
+    if mix is not None and kw.get("sessions"):
+        raise click.UsageError("--model with several models: not yet with --sessions")
+    return mix
+
+
 def _images(kw: dict[str, Any]) -> Any:
     """``--images N[,WxH]`` parsed (:mod:`loadgen.workload.images`), None when not given."""
     if not kw.get("images"):
@@ -173,6 +184,7 @@ def base_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
         shared_prefix_tokens=kw["shared_prefix_tokens"],
         prefix_groups=kw["prefix_groups"],
         images=_images(kw),
+        model_mix=_model_mix(kw),
     )
     from loadgen.engine.validity import ValidityBounds
 

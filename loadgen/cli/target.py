@@ -209,13 +209,25 @@ def header_timeout_s(kw: dict[str, Any]) -> float | None:
     return default_header_timeout_s(slos)
 
 
+def model_mix_names(text: str | None) -> tuple[str, ...]:
+    """The models of a ``--model`` mix (``a=0.7,b=0.3``), empty for one model; a bad mix is a usage error."""
+    from loadgen.workload.models import parse_model_mix
+
+    with usage_errors():
+        mix = parse_model_mix(text)
+    return mix.names if mix is not None else ()
+
+
 def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool, redactor: Redactor) -> Endpoint:
     """The endpoint for parsed options (other front ends, e.g. ``loadgen locust``, pass a subset)."""
     kw = {**_ENDPOINT_DEFAULTS, **kw}
     from loadgen.endpoints.providers import DEFAULT_KEY_ENV, is_loopback_url, make_endpoint
     from loadgen.engine.recordlog import new_run_id
 
+    mix = model_mix_names(kw.get("model"))
     if kw["api"].startswith("triton"):
+        if mix:
+            raise click.UsageError("--model with several models: not with Triton (a model is its URL)")
         if kw["provider"] != "openai-compatible":
             raise click.UsageError(
                 f"--api {kw['api']} is Triton's protocol: it clashes with --provider {kw['provider']}"
@@ -280,6 +292,8 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
     )
     if provider != "anthropic":
         options["preflight"] = not kw["no_preflight"]
+    if mix and provider != "anthropic":  # --model a=0.7,b=0.3: each names its own; the pre-flight uses the first
+        options["mix_models"] = mix
     if kw.get("session_header"):  # issue 17: session affinity for routers, on each session turn
         if provider == "anthropic":
             raise click.UsageError("--session-header is for OpenAI-compatible endpoints (routers in front of them)")
@@ -289,7 +303,7 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
             provider,
             base_url=endpoint_url,
             api=_provider_api(kw),
-            model=kw["model"],
+            model=mix[0] if mix else kw["model"],
             api_key=api_key,
             bearer_token=bearer,
             deployment=kw["deployment"],

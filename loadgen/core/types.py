@@ -54,6 +54,7 @@ class RequestSpec:
     prefix_group: int | None = None
     session_id: str | None = None
     prompt_token_ids: tuple[int, ...] | None = None  # completions: send these ids as the prompt
+    model: str | None = None  # --model a=0.7,b=0.3: this request's model of the mix (None: the endpoint's one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,7 @@ class RequestRecord:
     # --abandon (loadgen.engine.abandon): the output token its reader stops at; when its user walked away
     abandon_after_tokens: int | None = None
     abandoned_ns: int | None = None
+    model: str | None = None  # --model a=0.7,b=0.3: the model of the mix it went to
 
     @property
     def ok(self) -> bool:

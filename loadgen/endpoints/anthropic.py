@@ -315,7 +315,7 @@ class AnthropicEndpoint(HTTPSendMixin):
         """The Messages API body: system messages go to ``system``, the rest to ``messages``."""
         cfg = self.config
         body: dict[str, Any] = {
-            "model": cfg.model,
+            "model": spec.model or cfg.model,
             "max_tokens": spec.requested_output_tokens or cfg.default_max_tokens,
         }
         if spec.messages:

@@ -92,6 +92,7 @@ class OpenAIConfig:
     retry_429_max_wait_s: float = 60.0  # a 429 advising a longer wait is not retried
     max_rpm: float | None = None  # the client's own cap on requests per minute
     max_tpm: float | None = None  # ... and on tokens (prompt + max_tokens) per minute
+    mix_models: tuple[str, ...] = ()  # --model a=0.7,b=0.3: every model of the mix, checked against /v1/models
 
 
 def _split_base(url: str) -> tuple[str, str]:
@@ -277,6 +278,12 @@ class OpenAIEndpoint(HTTPSendMixin):
                     self.served_models.append(str(m["id"]))
                     if self.max_model_len is None and isinstance(m.get("max_model_len"), int):
                         self.max_model_len = m["max_model_len"]
+        missing = [m for m in self.config.mix_models if self.served_models and m not in self.served_models]
+        if missing:
+            raise ConfigError(
+                f"--model: {', '.join(missing)} not served by {self.url_for_record} (it lists "
+                f"{', '.join(self.served_models[:8])}): no load sent"
+            )
         if self.config.model is None:
             if not self.served_models:
                 raise EndpointUnreachable(f"{self.url_for_record}: no model given (--model) and /v1/models lists none")
@@ -341,9 +348,9 @@ class OpenAIEndpoint(HTTPSendMixin):
     def build_body(self, spec: RequestSpec) -> dict[str, Any]:
         cfg = self.config
         if cfg.api == "responses":  # loadgen.endpoints.responses_stream
-            return responses_body(cfg.model, spec.prompt, spec.messages, spec.requested_output_tokens,
+            return responses_body(spec.model or cfg.model, spec.prompt, spec.messages, spec.requested_output_tokens,
                                   stream=cfg.stream, extra=cfg.extra_body)  # fmt: skip
-        body: dict[str, Any] = {"model": cfg.model}
+        body: dict[str, Any] = {"model": spec.model or cfg.model}  # (spec.model: --model a=0.7,b=0.3)
         if cfg.api == "chat":
             body["messages"] = list(spec.messages) if spec.messages else [{"role": "user", "content": spec.prompt}]
         elif spec.prompt_token_ids is not None:

@@ -390,6 +390,7 @@ class RunEngine:
             prefix_group=spec.prefix_group,
             session_id=spec.session_id,
             throttle_ns=cap_wait_ns,  # held by --max-concurrency: the client's own cap, not its lag
+            model=spec.model,
         )
         self.inflight_records[spec.index] = rec
         return rec

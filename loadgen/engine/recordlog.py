@@ -75,6 +75,8 @@ def record_line(
         d["session_id"] = rec.session_id
     if rec.replica is not None:  # --endpoint given several times (loadgen.endpoints.balance)
         d["replica"] = rec.replica
+    if rec.model is not None:  # --model a=0.7,b=0.3: the model of the mix it went to
+        d["model"] = rec.model
     if token_lists:
         ic = _ms_list(m.inter_chunk_ns)
         d["itl_ms"] = ic if m.itl_ns == m.inter_chunk_ns else _ms_list(m.itl_ns)  # one token a chunk: equal

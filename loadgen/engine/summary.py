@@ -62,6 +62,7 @@ class RequestSummary:
     first_event_ns: int | None = None  # the first token event's stamp (any request that had one)
     cancelled_states: tuple[str, ...] = ()  # a cancelled request: slo.cancelled_state per target
     late_tokens: tuple[tuple[int, int], ...] = ()  # (late, judged) per token-deadline target (slo.late_tokens)
+    model: str | None = None  # --model mix: the request's model
 
 
 def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> RequestSummary:
@@ -94,6 +95,7 @@ def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> R
         schedule_lag_ns=m.schedule_lag_ns,
         slo_values=tuple(request_value(t, m) for t in slos) if (ok and not zero) else (),
         late_tokens=tuple(late_tokens(t, m) for t in slos if t.metric == "tbt_deadline") if (ok and not zero) else (),
+        model=rec.model,
         buffered=rec.buffered,
         throttle_ns=rec.throttle_ns,
         attempts_429=len(rec.attempts) if rec.attempts else 0,

@@ -154,6 +154,8 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
     console.print(table)
     if result.get("stages"):
         console.print(stages_table(result["stages"]))
+    if result.get("by_model"):
+        console.print(models_table(result["by_model"]))
     if not result.get("slo"):  # a run without SLO targets: the strict rule, each headline's error beside it
         for line in latency_error_lines(result):
             console.print(line, markup=False)
@@ -337,5 +339,39 @@ def stages_table(stages: list[dict[str, Any]]) -> Table:
             _f((lat.get("ttft") or {}).get("p99")),
             _f((lat.get("itl") or {}).get("p99")),
             verdict,
+        )
+    return table
+
+
+def models_table(by_model: dict[str, Any]) -> Table:
+    """``--model a=0.7,b=0.3``: one row a model, its share, rates over the run's window, latency, SLO verdict."""
+    table = Table(title="by model (--model mix)", show_lines=False)
+    for col in (
+        "model",
+        "weight",
+        "requests",
+        "failed",
+        "req/s",
+        "output tok/s",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p99",
+        "SLO",
+    ):
+        table.add_column(col, justify="left" if col in ("model", "SLO") else "right")
+    for name, e in (by_model.get("models") or {}).items():
+        c, tp, lat = e.get("counts") or {}, e.get("throughput") or {}, e.get("latency_ms") or {}
+        slo = e.get("slo")
+        table.add_row(
+            name,
+            f"{e.get('weight', 0) * 100:.0f} %",
+            _f(c.get("requests")),
+            _f(c.get("failed")),
+            _f(tp.get("request_rps")),
+            _f(tp.get("output_tps")),
+            _f((lat.get("ttft") or {}).get("p50")),
+            _f((lat.get("ttft") or {}).get("p99")),
+            _f((lat.get("itl") or {}).get("p99")),
+            "-" if slo is None else ("met" if slo.get("met") else "MISSED"),
         )
     return table

@@ -103,7 +103,10 @@ async def _serve(
     default=None,
     help="Write the bound port to this file once listening.",
 )
-@click.option("--model-name", default="sim-model", show_default=True, help="Model id to serve.")
+@click.option(
+    "--model-name", default="sim-model", show_default=True,
+    help="Model id to serve; a,b serves several (a base model and its adapters: one engine, every name accepted).",
+)  # fmt: skip
 @click.option(
     "--slots",
     type=click.IntRange(min=1),

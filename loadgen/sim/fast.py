@@ -117,7 +117,9 @@ class FastServer:
             elif path == b"/version":
                 conn.respond(200, orjson.dumps({"version": f"loadgen-sim {sim_version()} (fast)"}))
             elif path == b"/v1/models":
-                data = [{"id": self.model_name, "object": "model", "max_model_len": MAX_MODEL_LEN}]
+                data = [
+                    {"id": n, "object": "model", "max_model_len": MAX_MODEL_LEN} for n in self.model_name.split(",")
+                ]
                 conn.respond(200, orjson.dumps({"object": "list", "data": data}))
             else:
                 conn.respond(404, error_body("not found", "not_found_error"))

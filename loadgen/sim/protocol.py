@@ -169,6 +169,7 @@ class Parsed:
     include_usage: bool
     continuous_usage: bool
     units: list[Any] | None = None  # the prompt's tokens for the prefix cache (asked for with ``units``)
+    model: str | None = None  # the model the request named (one of ``--model-name a,b``)
 
 
 def parse_request(
@@ -193,7 +194,7 @@ def parse_request(
             if key not in _STRICT_FIELDS[api]:
                 raise BadRequest(400, f"Unrecognized request argument supplied: {key}", param=key)
     model = body.get("model")
-    if model is not None and model != model_name:
+    if model is not None and model not in model_name.split(","):  # --model-name a,b: one model and its adapters
         raise BadRequest(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
     n = body.get("n")
     if n is not None and n != 1:
@@ -239,6 +240,7 @@ def parse_request(
     except ValueError as exc:
         raise BadRequest(400, str(exc), param="messages" if api == "chat" else "prompt") from None
     parsed = Parsed(stream, prompt_tokens, max_tokens, include_usage, continuous)
+    parsed.model = model if isinstance(model, str) else None
     if units:
         got = prompt_units(body["messages"] if api == "chat" else body["prompt"], api, tokenizer)
         parsed.units = got if len(got) == prompt_tokens else None  # a mismatch (never expected): no caching

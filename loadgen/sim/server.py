@@ -98,6 +98,7 @@ class _Truth:
     output_tokens: int = 0
     max_tokens: int | None = None
     status: str | None = None  # set when the request ends
+    model: str | None = None  # the model it named (--model-name a,b)
 
     def add_chunk(self, chunks: list[list[int]], t_ns: int, n_tokens: int) -> None:
         chunks.append([t_ns, n_tokens])
@@ -248,7 +249,7 @@ class SimServer:
     async def _models(self, request: web.Request) -> web.Response:
         body = {
             "object": "list",
-            "data": [{"id": self.model_name, "object": "model", "max_model_len": MAX_MODEL_LEN}],
+            "data": [{"id": n, "object": "model", "max_model_len": MAX_MODEL_LEN} for n in self.model_name.split(",")],
         }
         return web.json_response(body, dumps=dumps_str)
 
@@ -314,6 +315,7 @@ class SimServer:
             "output_tokens": truth.output_tokens,
             "max_tokens": truth.max_tokens,
             "status": truth.status,
+            "model": truth.model,
         }
         fh.write(orjson.dumps(line) + b"\n")
         fh.flush()
@@ -347,6 +349,7 @@ class SimServer:
             truth.stream = parsed.stream
             truth.prompt_tokens = parsed.prompt_tokens
             truth.max_tokens = parsed.max_tokens
+            truth.model = parsed.model
             if self.faults.slow_ms > 0:
                 await sleep_until(now_ns() + round(self.faults.slow_ms * 1e6))  # never short (uvloop)
             if fault == "429":
@@ -416,7 +419,7 @@ class SimServer:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
-        head = {"id": rid, "object": obj, "created": created, "model": self.model_name}
+        head = {"id": rid, "object": obj, "created": created, "model": parsed.model or self.model_name.split(",")[0]}
         prompt_tokens = parsed.prompt_tokens
         continuous = parsed.continuous_usage
 
@@ -526,7 +529,7 @@ class SimServer:
             usage["prompt_tokens_details"] = {"cached_tokens": truth.cached_tokens}
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         head = {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                "created": int(time.time()), "model": self.model_name}  # fmt: skip
+                "created": int(time.time()), "model": parsed.model or self.model_name.split(",")[0]}  # fmt: skip
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "logprobs": None, "finish_reason": "length"}  # fmt: skip

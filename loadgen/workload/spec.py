@@ -34,6 +34,7 @@ from loadgen.workload.arrivals import arrival_offsets_array
 from loadgen.workload.datasets import DatasetEntry, read_dataset
 from loadgen.workload.images import ImageMaker, ImageSpec, with_images
 from loadgen.workload.lengths import LengthSpec, parse_length_spec
+from loadgen.workload.models import ModelMix
 from loadgen.workload.prompts import Prompt, PromptBuilder, new_salt
 from loadgen.workload.replay import loop_offsets, replay_offsets
 from loadgen.workload.tokenizer import Tokenizer, load_tokenizer
@@ -99,6 +100,7 @@ class WorkloadOptions:
     seed: int = 0
     salt: str | None = None
     images: ImageSpec | None = None  # --images: generated images in each chat request (loadgen.workload.images)
+    model_mix: ModelMix | None = None  # --model a=0.7,b=0.3: each request's model (loadgen.workload.models)
 
 
 class Workload:
@@ -226,6 +228,7 @@ class Workload:
             prefix_group=group,
             session_id=session,
             prompt_token_ids=p.token_ids,
+            model=self.opts.model_mix.pick(i) if self.opts.model_mix is not None else None,
         )
 
     def prime_spec(self, group: int, index: int) -> RequestSpec:
@@ -406,6 +409,8 @@ class Workload:
         }
         if self._images is not None:
             d["images"] = self._images.spec.describe(len(self._images.png(0, 0)))
+        if o.model_mix is not None:
+            d["model_mix"] = o.model_mix.describe()
         if o.shared_prefix_tokens:
             d["shared_prefix"] = {
                 "tokens": o.shared_prefix_tokens,
