@@ -71,6 +71,7 @@ def build_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
     for s in kw["slos"]:
         with usage_errors("--slo: "):
             slos.append(parse_slo(s))
+    slos, _ = scoped_slos(slos, kw)
     load = base_load_config(
         kw,
         rate_rps=kw["rate"],
@@ -91,6 +92,22 @@ def build_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
     )
     load.validate()  # the one place the settings' rules are checked (ConfigError -> usage error)
     return load
+
+
+def scoped_slos(slos: list[Any], kw: dict[str, Any]) -> tuple[list[Any], float]:
+    """With a ``--model`` mix each target is judged per model (:func:`loadgen.core.slo.per_model`), and the
+    smallest model's share of the requests; without one, a target scoped to a model names ``--model``'s."""
+    from loadgen.core.slo import per_model
+    from loadgen.workload.models import parse_model_mix
+
+    with usage_errors():
+        mix = parse_model_mix(kw.get("model"))
+        if mix is not None:
+            return per_model(slos, mix.names), min(mix.weights)
+    for t in slos:
+        if t.model is not None and t.model != kw.get("model"):
+            raise click.UsageError(f"--slo {t.label}: {t.model!r} is not --model (give a mix: --model a=0.7,b=0.3)")
+    return slos, 1.0
 
 
 def _model_mix(kw: dict[str, Any]) -> Any:
@@ -295,6 +312,7 @@ def build_sweep_config(kw: dict[str, Any]) -> SweepConfig:
             slos.append(parse_slo(s))
     if not slos:
         raise click.UsageError("give an SLO: --slo-p99 300ms or --slo METRIC:pNN<=VALUE")
+    slos, share = scoped_slos(slos, kw)
     levels = None
     if kw["concurrency_levels"]:
         try:
@@ -317,6 +335,7 @@ def build_sweep_config(kw: dict[str, Any]) -> SweepConfig:
     )
     return SweepConfig(
         slos=slos,
+        min_model_share=share,
         probe_duration_s=duration_s(kw["probe_duration"], "--probe-duration") or 60.0,
         probe_warmup_s=duration_s(kw["probe_warmup"], "--probe-warmup"),
         confidence=conf,

@@ -69,21 +69,42 @@ POOLED_HISTOGRAM = {"itl": "itl", "tbt_deadline": "tbt_pace"}
 
 @dataclass(frozen=True)
 class SLOTarget:
-    """``percentile`` (0-100) of ``metric`` must be <= ``threshold_ns`` (inclusive)."""
+    """``percentile`` (0-100) of ``metric`` must be <= ``threshold_ns`` (inclusive); ``model``: judged over the
+    requests to that model of a ``--model`` mix only (``ttft:p99<=300ms@lora-a``; None: every request)."""
 
     metric: str
     percentile: float
     threshold_ns: int
+    model: str | None = None
 
     @property
     def label(self) -> str:
         p = f"{self.percentile:g}".replace(".", "")
-        return f"{self.metric}:p{p}<={self.threshold_ns / 1e6:g}ms"
+        return f"{self.metric}:p{p}<={self.threshold_ns / 1e6:g}ms" + (f"@{self.model}" if self.model else "")
+
+    def applies(self, model: str | None) -> bool:
+        """Whether a request to ``model`` is judged on this target."""
+        return self.model is None or self.model == model
+
+
+def per_model(slos: list[SLOTarget], models: tuple[str, ...]) -> list[SLOTarget]:
+    """A model mix's targets: each target without a model once per model of the mix (every model judged on
+    its own requests: one that misses is not hidden by the others'), the scoped ones as given. Raises
+    ConfigError for a target scoped to a model outside the mix."""
+    out: list[SLOTarget] = []
+    for t in slos:
+        if t.model is not None:
+            if t.model not in models:
+                raise ConfigError(f"SLO {t.label}: {t.model!r} is not a model of --model ({', '.join(models)})")
+            out.append(t)
+        else:
+            out.extend(SLOTarget(t.metric, t.percentile, t.threshold_ns, m) for m in models)
+    return out
 
 
 def parse_slo(text: str) -> SLOTarget:
     """Parse ``METRIC:pNN<=VALUE`` (``ttft:p99<=300ms``, ``e2e:p99.9<=10s``). Raises ConfigError."""
-    m = re.fullmatch(r"\s*([a-z_0-9]+)\s*:\s*p([0-9]+(?:\.[0-9]+)?)\s*<=\s*(\S+)\s*", text or "")
+    m = re.fullmatch(r"\s*([a-z_0-9]+)\s*:\s*p([0-9]+(?:\.[0-9]+)?)\s*<=\s*([^@\s]+)\s*(?:@\s*(\S+)\s*)?", text or "")
     if not m:
         raise ConfigError(f"invalid SLO {text!r}: expected METRIC:pNN<=VALUE, e.g. ttft:p99<=300ms")
     metric = _ALIASES.get(m.group(1), m.group(1))
@@ -101,7 +122,7 @@ def parse_slo(text: str) -> SLOTarget:
     if not 0 < pct < 100:
         raise ConfigError(f"invalid SLO {text!r}: percentile must be between 0 and 100")
     thr = parse_duration_ns(m.group(3), what="SLO threshold")
-    return SLOTarget(metric, pct, thr)
+    return SLOTarget(metric, pct, thr, m.group(4))
 
 
 def exact_percentile(sorted_values: Sequence[float] | np.ndarray, p: float) -> float:

@@ -22,12 +22,18 @@ from loadgen.workload.models import ModelMix
 __all__ = ["ModelLog"]
 
 
+def _own(slos: list[SLOTarget], model: str) -> list[SLOTarget]:
+    """The targets a model's requests are judged on, as that model's own run would state them (no ``@model``)."""
+    own = {t.label: t for t in (SLOTarget(u.metric, u.percentile, u.threshold_ns) for u in slos if u.applies(model))}
+    return list(own.values())
+
+
 class ModelLog:
     """Each model's own aggregator, fed the measured requests that went to it."""
 
     def __init__(self, mix: ModelMix, slos: list[SLOTarget], spill_dir: Path | None) -> None:
         self.mix = mix
-        self.aggs = {name: Aggregator(slos, spill_dir) for name in mix.names}
+        self.aggs = {name: Aggregator(_own(slos, name), spill_dir) for name in mix.names}
 
     def add(self, rec: RequestRecord, m: RequestMetrics) -> None:
         agg = self.aggs.get(rec.model or "")

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.core.histograms import LatencyHistogram, record_token_gaps
+from loadgen.core.histograms import LatencyHistogram, record_token_gaps, token_histograms
 from loadgen.core.metrics import RequestMetrics
 from loadgen.core.samples import SampleLog, SpillFile
-from loadgen.core.slo import MISS, POOLED_HISTOGRAM, SLOTarget, exceeds, run_target_verdict
+from loadgen.core.slo import MISS, POOLED_HISTOGRAM, SLOTarget, exceeds, judged_per_request, run_target_verdict
 from loadgen.core.timing_error import run_flip
 from loadgen.core.types import RequestRecord
 from loadgen.core.window import END_CONFORMING, END_FAILED, END_OK, Window, WindowLog, open_loop_window, rate
@@ -142,7 +142,13 @@ class Aggregator:
         # per-target exceedance counting for SLO verdicts
         self.slo_values: dict[str, SampleLog] = {t.label: log() for t in self.slos}
         # each measured request's send lag, aligned with every slo_values log: the flip test (slo_flip)
-        self.slo_lags = log()
+        self.slo_lags: dict[str, SampleLog] = {t.label: log() for t in self.slos}
+        # per-token targets of one model of a mix (itl:p99<=50ms@a): that model's own token histograms
+        self.model_hist = {
+            t.model: token_histograms(pace=any(u.metric == "tbt_deadline" for u in self.slos))
+            for t in self.slos
+            if t.model is not None and not judged_per_request(t)
+        }
         # provider quotas, the client's own cap, the network (see provider_result)
         self.buffered = 0
         self.throttled = 0
@@ -169,6 +175,8 @@ class Aggregator:
         self.add_summary(s)
         if s.phase == "measure" and s.ok and not s.zero_output:
             record_token_gaps(self.hist, m)
+            if rec.model in self.model_hist:  # a mix's per-token target of this model
+                record_token_gaps(self.model_hist[rec.model], m)
 
     def merge_token_histograms(self, states: dict[str, dict]) -> None:
         """Merge per-token HDR histograms shipped by a worker process (exact bucket merge)."""
@@ -194,8 +202,6 @@ class Aggregator:
             self._add_send(s)
             return
         self.requests += 1
-        if self.slos:  # one per measured request, as each target's slo_values gets one below
-            self.slo_lags.append(s.schedule_lag_ns or 0)
         self.keepup.add(s)
         self._add_provider_facts(s)
         self._log_end(s)
@@ -212,7 +218,7 @@ class Aggregator:
                 self.retry_after_s.append(s.retry_after_s)
             if s.error_e2e_ns is not None:
                 self._sample("error_e2e", s.error_e2e_ns)
-            self._slo_miss()
+            self._slo_miss(s)
             return
         self.completed += 1
         self.output_tokens += s.output_tokens
@@ -232,7 +238,7 @@ class Aggregator:
                 self.length_mismatch += 1
         if s.zero_output:
             self.zero_output += 1
-            self._slo_miss()
+            self._slo_miss(s)
             return
         if s.itl_estimated:
             self.itl_estimated += 1
@@ -247,7 +253,10 @@ class Aggregator:
         if self.slos:
             ok = True
             for t, v in zip(self.slos, s.slo_values):
+                if not t.applies(s.model):  # a target of another model of the mix
+                    continue
                 self.slo_values[t.label].append(v)
+                self.slo_lags[t.label].append(s.schedule_lag_ns or 0)  # aligned with the values: the flip test
                 if exceeds(t, v):
                     ok = False
             for label, (late, judged) in zip(self.late_tokens, s.late_tokens):
@@ -316,9 +325,11 @@ class Aggregator:
         self.samples[name].append(v)
         self.hist[name].record_ns(v)
 
-    def _slo_miss(self) -> None:
+    def _slo_miss(self, s: RequestSummary) -> None:
         for t in self.slos:
-            self.slo_values[t.label].append(MISS)
+            if t.applies(s.model):
+                self.slo_values[t.label].append(MISS)
+                self.slo_lags[t.label].append(s.schedule_lag_ns or 0)
 
     # ------------------------------------------------------------------ results
 
@@ -434,19 +445,20 @@ class Aggregator:
         request's send lag is part of its TTFT/E2E and is taken out when its value is moved down (from the
         send, it is not in the value and nothing is taken out). The values are the ones :meth:`slo_result`
         judges, in the order the requests were counted, with their send lags (``slo_lags``)."""
-        lags = np.asarray(self.slo_lags.values(), dtype=np.float64)
-        if not from_schedule:
-            lags = np.zeros_like(lags)
         targets = []
         for t in self.slos:
             vals = np.asarray(self.slo_values[t.label].values(), dtype=np.float64)
+            lags = np.asarray(self.slo_lags[t.label].values(), dtype=np.float64)
+            if not from_schedule:
+                lags = np.zeros_like(lags)
             targets.append((t, vals, lags, self._pooled_ms(t)))
         return run_flip(targets, e_ms)
 
     def _pooled_ms(self, t: SLOTarget) -> float | None:
         """A per-token target's pooled percentile (ITL: the gaps; token deadline: the paces); None for others."""
         name = POOLED_HISTOGRAM.get(t.metric)
-        return self.hist[name].percentile_ms(t.percentile) if name in self.hist else None
+        hist = self.model_hist[t.model] if t.model is not None and t.model in self.model_hist else self.hist
+        return hist[name].percentile_ms(t.percentile) if name in hist else None
 
     def provider_result(self, t0_ns: int | None = None) -> dict[str, Any]:
         """Quota, client-cap and network facts of the run (empty parts left out).

@@ -8,6 +8,7 @@ The same summary for every path a record takes: in one process (:class:`loadgen.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from loadgen.core.clock import now_ns
@@ -93,8 +94,15 @@ def summarize(rec: RequestRecord, m: RequestMetrics, slos: list[SLOTarget]) -> R
         e2e_ns=m.e2e_ns,
         error_e2e_ns=m.error_e2e_ns,
         schedule_lag_ns=m.schedule_lag_ns,
-        slo_values=tuple(request_value(t, m) for t in slos) if (ok and not zero) else (),
-        late_tokens=tuple(late_tokens(t, m) for t in slos if t.metric == "tbt_deadline") if (ok and not zero) else (),
+        # a target of another model of a mix: NaN, never over (its judges skip it: SLOTarget.applies)
+        slo_values=tuple(request_value(t, m) if t.applies(rec.model) else math.nan for t in slos)
+        if (ok and not zero)
+        else (),
+        late_tokens=tuple(
+            late_tokens(t, m) if t.applies(rec.model) else (0, 0) for t in slos if t.metric == "tbt_deadline"
+        )
+        if (ok and not zero)
+        else (),
         model=rec.model,
         buffered=rec.buffered,
         throttle_ns=rec.throttle_ns,

@@ -327,7 +327,8 @@ def why(
         time_ms: Counter[str] = Counter()
         ex: dict[str, list[int]] = {}
         censored = 0
-        for d in measured:
+        mine = [d for d in measured if t.applies(d.get("model"))]  # a target of one model of a mix: its requests
+        for d in mine:
             got = attribute(d, t, base, origin)
             if got is None:
                 continue
@@ -342,7 +343,7 @@ def why(
         total = sum(time_ms.values())
         misses = sum(causes.values())
         ranked = causes.most_common()
-        judged = len(measured) - censored
+        judged = len(mine) - censored
         text = f"{misses} of {judged} missed {t.label}"
         if ranked:
             text += ": " + ", ".join(f"{n} {_words(c)}" for c, n in ranked)

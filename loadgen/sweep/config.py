@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ class SweepConfig:
     max_reruns: int = MAX_RERUNS
     unloaded_requests: int = 5  # the unloaded check before the search (loadgen.sweep.unloaded); 0: none
     max_probe_duration_s: float | None = None  # one probe's time cap (None: MAX_PROBE_FACTOR x probe_duration_s)
+    min_model_share: float = 1.0  # --model mix: the smallest model's share of the requests (needed_requests)
 
     @property
     def probe_cap_given(self) -> bool:
@@ -63,8 +65,10 @@ class SweepConfig:
         return MAX_PROBE_FACTOR * self.probe_duration_s
 
     def needed_requests(self) -> int:
+        """The fewest requests a probe can PASS on (the strictest percentile at the confidence); with a model mix,
+        sized for its smallest model (each model is judged on its own requests: ``min_model_share``)."""
         pcts = [t.percentile for t in self.slos if judged_per_request(t)] or [50.0]
-        return max(min_requests(p, self.confidence) for p in pcts)
+        return math.ceil(max(min_requests(p, self.confidence) for p in pcts) / self.min_model_share)
 
     def warmup_s(self) -> float:
         if self.probe_warmup_s is not None:

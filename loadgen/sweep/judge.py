@@ -96,7 +96,7 @@ class ProbeJudge:
         censored = False
         for i, tj in enumerate(self.targets):
             t = tj.target
-            if not judged_per_request(t):
+            if not judged_per_request(t) or not t.applies(s.model):  # (a target of another model of a mix)
                 continue
             if s.error_kind == "cancelled":  # slo.cancelled_state: a miss, conforming, or censored
                 state = s.cancelled_states[i] if i < len(s.cancelled_states) else CANCELLED_UNKNOWN
@@ -140,7 +140,9 @@ class ProbeJudge:
             t = tj.target
             if t.metric in ("itl", "tpot", "tbt_deadline"):
                 continue
-            k = tj.k + sum(1 for r in inflight if r.phase == "measure" and inflight_over(t, r, now))
+            k = tj.k + sum(
+                1 for r in inflight if r.phase == "measure" and t.applies(r.model) and inflight_over(t, r, now)
+            )
             if k >= self.fail_k[t.label]:
                 return True
         return False

@@ -130,7 +130,7 @@ def test_the_aggregator_keeps_each_requests_send_lag_beside_its_values() -> None
     slo = SLOTarget("ttft", 50.0, 100 * MS)
     # p50 of (80, 99, 103, 120, +inf) = 103 ms: not met; request 2's 5 ms lag taken out -> 99.5 with e 0.5
     agg = _aggregator([0, 0, 5, 0, 1], [80, 99, 103, 120, 0], [slo])
-    assert list(agg.slo_lags.values() / MS) == [0, 0, 5, 0, 1]
+    assert list(agg.slo_lags[slo.label].values() / MS) == [0, 0, 5, 0, 1]
     assert not agg.slo_flip(0.5, from_schedule=True)["stands"]
     # latency from the send: the lag is not in the value, so nothing is taken out
     assert agg.slo_flip(0.5, from_schedule=False)["stands"]
