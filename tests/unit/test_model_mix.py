@@ -34,7 +34,7 @@ def test_parse_and_pick() -> None:
     for bad in ("a=0,b=1", "a=1,a=2", "a=x,b"):
         with pytest.raises(ConfigError, match="--model"):
             parse_model_mix(bad)
-    picks = [mix.pick(i) for i in range(10_000)]  # type: ignore[union-attr]  # a mix
+    picks = [mix.pick(i) for i in range(10_000)]
     assert 0.68 < picks.count("a") / 10_000 < 0.72
     assert picks == [ModelMix(("a", "b"), (0.7, 0.3), 5).pick(i) for i in range(10_000)]  # the same on a rerun
     wl = Workload(WorkloadOptions(input_tokens=8, output_tokens=2, model_mix=mix, salt="s"))
