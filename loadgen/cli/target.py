@@ -292,6 +292,8 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
     )
     if provider != "anthropic":
         options["preflight"] = not kw["no_preflight"]
+    if kw.get("images") and provider != "anthropic":
+        options["probe_image"] = True  # --images: the pre-flight carries one (a text-only model refuses before load)
     if mix and provider != "anthropic":  # --model a=0.7,b=0.3: each names its own; the pre-flight uses the first
         options["mix_models"] = mix
     if kw.get("session_header"):  # issue 17: session affinity for routers, on each session turn

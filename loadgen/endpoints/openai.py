@@ -50,6 +50,12 @@ from loadgen.endpoints.responses_stream import ResponsesStreamParser, apply_resp
 from loadgen.endpoints.side import SideAnswer, SideFailure, side_request
 
 OPTIONAL_FIELDS = ("continuous_usage_stats", "include_usage", "ignore_eos", "min_tokens")
+PROBE_IMAGE = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAA00lEQVR4AQHIADf/API28iTfq22J5JW6gSPXOsDNGOwI"
+    "9qTnJADSb6zSrrDa8qlyzT+gL9RPSHB43kUfX2wAJG3uRTNR5NPKOspBTEbBaCr60aQCLLKMAGIC8xUyHQ4HNTKX3S485sCknH/WmsLDiQBImUrROk"
+    "xpVArV4nOodtbJRRm5HyQtnk0ALgzaHwxwGHQLghb6gY5QIl21IGKlaTJnAFUlZOeEpBU07P2TgJL3JkPzFhMFMeYXwABFl+APTd7IR3b8jH/HeTV8"
+    "TabvHdeXEfu7X10/2nfr+wAAAABJRU5ErkJggg=="
+)  # an 8x8 PNG: the pre-flight's image with --images
 __all__ = ["ERROR_BODY_LIMIT", "OpenAIConfig", "OpenAIEndpoint", "OpenAIStreamParser", "apply_stream_event"]
 
 
@@ -93,6 +99,7 @@ class OpenAIConfig:
     max_rpm: float | None = None  # the client's own cap on requests per minute
     max_tpm: float | None = None  # ... and on tokens (prompt + max_tokens) per minute
     mix_models: tuple[str, ...] = ()  # --model a=0.7,b=0.3: every model of the mix, checked against /v1/models
+    probe_image: bool = False  # --images: the pre-flight carries an image (a text-only model refuses before load)
 
 
 def _split_base(url: str) -> tuple[str, str]:
@@ -305,7 +312,11 @@ class OpenAIEndpoint(HTTPSendMixin):
         and the server's message: no load is sent to an endpoint that refuses it.
         """
         drop_order = ["continuous_usage_stats", "ignore_eos", "min_tokens", "include_usage"]
-        spec = RequestSpec(index=-1, prompt="Hello", requested_output_tokens=2)
+        msgs = None
+        if self.config.probe_image:  # --images: a model that takes no image says so now, not on every request
+            msgs = ({"role": "user", "content": [{"type": "text", "text": "Hello"},
+                                                 {"type": "image_url", "image_url": {"url": PROBE_IMAGE}}]},)  # fmt: skip
+        spec = RequestSpec(index=-1, prompt="Hello", requested_output_tokens=2, messages=msgs)
         for _ in range(len(drop_order) + 1):
             body = self.build_body(spec)
             status, text = await self._probe(body)

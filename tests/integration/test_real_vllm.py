@@ -145,6 +145,26 @@ def test_cli_run(vllm: ServerProcess, tmp_path: Path, api: str) -> None:
     assert "tiny" in ep["served_models"] and ep["max_model_len"] == 1024
 
 
+def test_responses_api_served_and_images_refused_before_load(vllm: ServerProcess, tmp_path: Path) -> None:
+    """What the CPU vLLM does with the workloads issue's request shapes (issue 36), stated from a run:
+    it serves ``/v1/responses`` (a run reads its typed event stream: every request ok, the output counted from
+    ``response.completed``'s usage, a TTFT from the first text delta), and it refuses images for the tiny
+    text-only model: with ``--images`` the pre-flight carries one, so the refusal is one line before any load
+    (before, every request failed: ``HTTP 400: tiny is not a multimodal model``)."""
+    out = tmp_path / "responses"
+    p = cli_run("run", "--endpoint", vllm.base_url, "--api", "responses", "--model", "tiny", "--rate", "4",
+                "--requests", "6", "--input-tokens", "16", "--output-tokens", "4", out=out, timeout=300)  # fmt: skip
+    res = json.loads((out / "result.json").read_text())
+    assert res["counts"]["completed"] == 6 and res["counts"]["failed"] == 0, p.stderr[-2000:]
+    assert res["tokens"]["output"] == 6 * 4 and res["tokens"]["output_estimated_requests"] == 0
+    assert res["latency_ms"]["ttft"]["count"] == 6
+    p = cli_run("run", "--endpoint", vllm.base_url, "--api", "chat", "--model", "tiny", "--images", "1,64x64",
+                "--rate", "4", "--requests", "6", "--input-tokens", "16", "--output-tokens", "4",
+                out=tmp_path / "images", timeout=300)  # fmt: skip
+    assert p.returncode == 2 and "not a multimodal model" in p.stderr and "before any load" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "images" / "result.json").exists()
+
+
 def run_observed_sweep(srv: ServerProcess, out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A short sweep through the library, with the server observed around every probe.
 
