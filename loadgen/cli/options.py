@@ -479,8 +479,8 @@ def workload_options(f: F) -> F:
         ),
         click.option(
             "--images",
-            help="Chat requests carry N generated images of W x H pixels each (N or N,WxH; default 512x512), "
-            "every one distinct, as base64 PNG data URLs.",
+            help="Chat requests carry N generated images of W x H pixels each (N or N,WxH; default 512x512), every "
+            "one distinct, as base64 PNG data URLs; N,WxH,url[=ADDR]: as URLs the server fetches from this client.",
         ),
         click.option(
             "--trace",

@@ -126,7 +126,7 @@ def starved_refusal(w: Wakeup, slos: Sequence[SLOTarget]) -> str | None:
     if not w.p99_ms > bound:
         return None
     return (
-        f"client starved: its own wake-up lateness {w.phase} was p99 {w.p99_ms:.1f} ms (max {w.max_ms:.1f} ms; "
+        f"client starved: its own wake-up lateness {w.phase} was p99 {round(w.p99_ms, 3):.1f} ms (max {w.max_ms:.1f} ms; "
         f"{w.samples} sleeps of {w.period_ms:g} ms over {w.duration_s:.1f} s), above the {bound:g} ms the SLO "
         f"tolerates ({rule}), so its timing error could flip the verdicts near the answer; cause: "
         f"{cause_words(w.cpu)}; remedy: {REMEDY}; no probe was run"

@@ -23,6 +23,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 
@@ -42,6 +43,7 @@ class ImageSpec:
     count: int
     width: int = 512
     height: int = 512
+    url_host: str | None = None  # url mode: the address the server fetches the images from (image_server)
 
     def describe(self, png_bytes: int) -> dict[str, Any]:
         """The result's ``config.workload.images`` (``png_bytes``: one image's size, as made)."""
@@ -50,7 +52,8 @@ class ImageSpec:
             "width": self.width,
             "height": self.height,
             "format": "png",
-            "encoding": "base64 data URL",
+            "encoding": "base64 data URL" if self.url_host is None else "URL (served by the client's image server)",
+            "url_host": self.url_host,
             "bytes_each": png_bytes,
             "data_url_bytes_each": 4 * -(-png_bytes // 3) + len(DATA_URL_PREFIX),
             "distinct": "every image (its first row stamped with the request, the position and the salt)",
@@ -58,17 +61,18 @@ class ImageSpec:
 
 
 def parse_images(text: str) -> ImageSpec:
-    """``2`` or ``2,1024x768`` -> :class:`ImageSpec`; ConfigError naming the part."""
-    m = re.fullmatch(r"\s*([0-9]+)\s*(?:,\s*([0-9]+)\s*[xX]\s*([0-9]+))?\s*", text or "")
+    """``2``, ``2,1024x768``, ``2,1024x768,url`` or ``...,url=ADDR`` -> :class:`ImageSpec`; ConfigError naming the part."""
+    m = re.fullmatch(r"\s*([0-9]+)\s*(?:,\s*([0-9]+)\s*[xX]\s*([0-9]+))?\s*(?:,\s*url(?:=(\S+))?)?\s*", text or "")
     if not m:
-        raise ConfigError(f"--images {text!r}: expected N or N,WxH (e.g. 1 or 2,1024x768)")
+        raise ConfigError(f"--images {text!r}: expected N, N,WxH or N,WxH,url[=ADDR] (e.g. 1 or 2,1024x768,url)")
+    url = "url" in (text or "").split(",")[-1]
     n = int(m.group(1))
     w, h = (int(m.group(2)), int(m.group(3))) if m.group(2) else (512, 512)
     if not 1 <= n <= MAX_IMAGES:
         raise ConfigError(f"--images {text!r}: the count must be 1 to {MAX_IMAGES}")
     if not (1 <= w <= MAX_SIDE and 1 <= h <= MAX_SIDE):
         raise ConfigError(f"--images {text!r}: each side must be 1 to {MAX_SIDE} pixels")
-    return ImageSpec(n, w, h)
+    return ImageSpec(n, w, h, (m.group(4) or "127.0.0.1") if url else None)
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
@@ -78,9 +82,11 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 class ImageMaker:
     """Distinct PNG data URLs of one size, from one noise picture made at construction."""
 
-    def __init__(self, spec: ImageSpec, salt: str, seed: int = 0) -> None:
+    def __init__(self, spec: ImageSpec, salt: str, seed: int = 0, base_url: str | None = None) -> None:
         self.spec = spec
         self.salt = salt.encode()
+        self.base_url = base_url  # url mode: the image server's (loadgen.serve.image_server)
+        self._path_salt = quote(salt, safe="")
         rng = np.random.default_rng(seed)
         rows = np.zeros((spec.height, spec.width * 3 + 1), dtype=np.uint8)  # filter byte 0 a row
         rows[:, 1:] = rng.integers(0, 256, size=(spec.height, spec.width * 3), dtype=np.uint8)
@@ -106,6 +112,12 @@ class ImageMaker:
     def data_url(self, index: int, k: int) -> str:
         return DATA_URL_PREFIX + base64.b64encode(self.png(index, k)).decode("ascii")
 
+    def url(self, index: int, k: int) -> str:
+        """Image ``k`` of request ``index`` as the request carries it: its data URL, or its URL on the image server."""
+        if self.base_url is None:
+            return self.data_url(index, k)
+        return f"{self.base_url}/i/{self._path_salt}/{index}/{k}.png"
+
 
 def with_images(messages: tuple[dict[str, Any], ...], maker: ImageMaker, index: int) -> tuple[dict[str, Any], ...]:
     """The chat ``messages`` with the request's images added to its last user message (after its text)."""
@@ -117,7 +129,7 @@ def with_images(messages: tuple[dict[str, Any], ...], maker: ImageMaker, index: 
                 list(text) if isinstance(text, list) else [{"type": "text", "text": text or ""}]
             )
             for k in range(maker.spec.count):
-                parts.append({"type": "image_url", "image_url": {"url": maker.data_url(index, k)}})
+                parts.append({"type": "image_url", "image_url": {"url": maker.url(index, k)}})
             m["content"] = parts
             break
     return tuple(out)

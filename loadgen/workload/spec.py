@@ -150,7 +150,12 @@ class Workload:
         if opts.images is not None:
             if opts.api != "chat":
                 raise ConfigError("--images goes into chat messages: give --api chat (or responses)")
-            self._images = ImageMaker(opts.images, self.salt, opts.seed)
+            base = None
+            if opts.images.url_host is not None:  # url mode: a helper process of this client serves them
+                from loadgen.serve.image_server import shared_server
+
+                base = shared_server(opts.images, opts.seed, opts.images.url_host)
+            self._images = ImageMaker(opts.images, self.salt, opts.seed, base)
 
     # -- one request ---------------------------------------------------------------------
 
