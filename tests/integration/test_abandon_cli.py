@@ -28,6 +28,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
+@pytest.mark.timing  # a VALID run, walk-aways at their times: the serial phase
 @pytest.mark.parametrize("after", ["15tok", "120ms"])
 def test_walk_aways_are_counted_apart_and_the_server_stops(tmp_path: Path, after: str) -> None:
     truth_path = tmp_path / "truth.jsonl"

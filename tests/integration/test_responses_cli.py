@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tests.fixtures.scripted_server import ScriptedServer
 
@@ -52,6 +53,7 @@ def _run(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
                           env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
 
 
+@pytest.mark.timing  # TTFT and ITL against the server's flush times: the serial phase
 def test_stream_ttft_and_itl_from_the_event_types(tmp_path: Path) -> None:
     srv = ScriptedServer([_stream_script() for _ in range(22)]).start_in_thread()  # 20 + the pre-flight
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from loadgen.sim.launch import SimProcess
 
@@ -32,6 +33,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
+@pytest.mark.timing  # each stage VALID at its own offered rate: the serial phase
 def test_open_loop_stages_each_window_against_the_schedule(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with SimProcess(["--ttft-ms", "5", "--itl-ms", "1", "--itl-per-seq-ms", "0", "--slots", "64"]) as sim:
