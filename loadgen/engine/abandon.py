@@ -24,11 +24,9 @@ from loadgen.core.clock import now_ns
 from loadgen.core.errors import ConfigError
 from loadgen.core.types import RequestRecord
 from loadgen.core.units import parse_duration_ns
+from loadgen.workload.models import index_unit
 
 __all__ = ["Abandon", "arm", "parse_abandon", "settle"]
-
-_MIX = 0x9E3779B97F4A7C15  # the golden-ratio multiplier: consecutive indexes land far apart
-_MASK = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -42,11 +40,7 @@ class Abandon:
 
     def chosen(self, index: int) -> bool:
         """Whether request ``index`` is one that walks away (a hash of the index and seed below the share)."""
-        h = ((index + 1) * _MIX + self.seed * 0xBF58476D1CE4E5B9) & _MASK
-        h ^= h >> 31
-        h = (h * 0x94D049BB133111EB) & _MASK
-        h ^= h >> 29
-        return h / 2**64 < self.share
+        return index_unit(index, self.seed) < self.share
 
     @property
     def label(self) -> str:

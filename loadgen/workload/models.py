@@ -15,11 +15,22 @@ from typing import Any
 
 from loadgen.core.errors import ConfigError
 
-__all__ = ["ModelMix", "parse_model_mix"]
+__all__ = ["ModelMix", "index_unit", "parse_model_mix"]
 
-_MIX = 0x9E3779B97F4A7C15
+_MIX = 0x9E3779B97F4A7C15  # the golden-ratio multiplier: consecutive indexes land far apart
 _MASK = (1 << 64) - 1
 MAX_MODELS = 64
+
+
+def index_unit(index: int, seed: int) -> float:
+    """A uniform number in [0, 1) of request ``index`` and ``seed`` (a splitmix64 finaliser): the same on a
+    rerun, independent between neighbouring indexes. Chooses a request's model (here) and its walk-away
+    (:mod:`loadgen.engine.abandon`)."""
+    h = ((index + 1) * _MIX + seed * 0xBF58476D1CE4E5B9) & _MASK
+    h ^= h >> 31
+    h = (h * 0x94D049BB133111EB) & _MASK
+    h ^= h >> 29
+    return h / 2**64
 
 
 @dataclass(frozen=True)
@@ -32,11 +43,7 @@ class ModelMix:
 
     def pick(self, index: int) -> str:
         """The model of request ``index`` (a hash of the index and seed against the cumulative weights)."""
-        h = ((index + 1) * _MIX + (self.seed + 0x51) * 0xBF58476D1CE4E5B9) & _MASK
-        h ^= h >> 31
-        h = (h * 0x94D049BB133111EB) & _MASK
-        h ^= h >> 29
-        u = h / 2**64
+        u = index_unit(index, self.seed + 0x51)  # (another stream than --abandon's)
         acc = 0.0
         for name, w in zip(self.names, self.weights):
             acc += w
