@@ -50,8 +50,15 @@ def test_gpu_bench_cpu_form(tmp_path: Path) -> None:
     # loadgen's CPU defaults let the CPU build start and answer (no engine memory or dtype options given)
     kv = [] if os.environ.get("VLLM_CPU_KVCACHE_SPACE") else ["VLLM_CPU_KVCACHE_SPACE=1"]  # the user's own wins
     assert server["dtype"] == "float32" and server["cpu_defaults"] == ["--dtype", "float32", *kv], server
-    passed = [p["offered_rps"] for p in sweep["probes"] if p["verdict"] == "pass"]
-    assert sweep["answer"]["max_rate_rps"] == (max(passed) if passed else None)
+    # the latest verdict at a rate stands (a certifying probe judges its requests with the probe it continues);
+    # where the highest standing PASS stayed a point estimate, the answer may be the certified one below it, said
+    latest = {p["offered_rps"]: p for p in sweep["probes"] if p.get("concurrency") is None}
+    passed = [r for r, p in latest.items() if p["verdict"] == "pass"]
+    certified = [r for r, p in latest.items() if p["verdict"] == "pass" and not p["low_confidence"]]
+    a = sweep["answer"]
+    assert a["max_rate_rps"] == (max(passed) if passed else None) or (
+        a["max_rate_rps"] == max(certified, default=None) and a.get("point_estimate_pass_above_rps") == max(passed)
+    ), (a, sweep["probes"])
     for q in sweep["probes"]:
         if q["verdict"] == "pass":  # random weights, ignore_eos: every output exactly the 8 tokens asked
             res = json.loads((out / "sweep" / q["dir"] / "result.json").read_text())
