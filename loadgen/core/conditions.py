@@ -15,7 +15,8 @@ from loadgen.core.affinity import current_cpus
 from loadgen.version import __version__
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``, else None."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
@@ -41,7 +42,7 @@ def client_conditions() -> dict[str, Any]:
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": current_cpus(),  # the CPUs the client may run on (--cpus)
         "libraries": {"aiohttp": version("aiohttp"), "numpy": version("numpy")},

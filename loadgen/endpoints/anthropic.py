@@ -32,7 +32,6 @@ import orjson
 from loadgen.core.clock import now_ns
 from loadgen.core.errors import EndpointUnreachable, ProtocolError
 from loadgen.core.redact import Redactor, redact_headers, split_url_secrets
-from loadgen.core.sse import SSEDecoder
 from loadgen.core.types import RequestRecord, RequestSpec, TokenEvent
 from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
 from loadgen.endpoints.http import HTTPSendMixin, drain_after_end, fail, settle
@@ -40,6 +39,7 @@ from loadgen.endpoints.pool import network_baseline
 from loadgen.endpoints.quota import ClientRateCap
 from loadgen.endpoints.reads import DEFAULT_IDLE_TIMEOUT_S, MODELS_BODY_LIMIT, idle_guard, read_bounded
 from loadgen.endpoints.side import SideFailure, side_request
+from loadgen.endpoints.stream_reader import StreamReader
 from loadgen.endpoints.toolcalls import (
     add_anthropic_input,
     anthropic_messages,
@@ -95,7 +95,7 @@ def messages_url(base_url: str) -> tuple[str, str]:
     return root, root + "/messages" + (f"?{parts.query}" if parts.query else "")
 
 
-class AnthropicStreamParser:
+class AnthropicStreamParser(StreamReader):
     """Sans-IO reader of a Messages API stream into a record: bytes and arrival times in.
 
     ``feed(chunk, t_ns)`` takes one read and returns True once ``message_stop`` or an
@@ -108,14 +108,8 @@ class AnthropicStreamParser:
     ``buffered`` (both by :func:`loadgen.endpoints.http.settle`).
     """
 
-    __slots__ = ("record", "redact", "dec", "done", "failed")
-
-    def __init__(self, record: RequestRecord, *, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024) -> None:
-        self.record = record
-        self.redact = redact
-        self.dec = SSEDecoder(max_event_bytes)
-        self.done = False
-        self.failed = False
+    __slots__ = ()
+    END_EVENT = "message_stop"
 
     def feed(self, chunk: bytes, t_ns: int) -> bool:
         for ev in self.dec.feed(chunk):
@@ -199,17 +193,6 @@ class AnthropicStreamParser:
         if read or "cache_read_input_tokens" in usage:
             self.record.cached_prompt_tokens = read
 
-    def finish(self, t_ns: int) -> None:
-        rec = self.record
-        if self.failed:
-            return
-        if not self.done:
-            self.dec.close()
-            rec.end_ns = t_ns
-            fail(rec, "incomplete_stream", "stream closed before message_stop")
-            return
-        settle(rec)
-
 
 def _error_text(err: Any, redact: Redactor) -> str:
     if isinstance(err, dict):
@@ -286,11 +269,6 @@ class AnthropicEndpoint(HTTPSendMixin):
             if not self.served_models:
                 raise EndpointUnreachable(f"{self.url_for_record}: no model given (--model) and /v1/models lists none")
             self.config.model = self.served_models[0]
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     def describe(self) -> dict[str, Any]:
         cfg = self.config

@@ -451,6 +451,14 @@ class HTTPSendMixin(EndpointBase):
     readers ``_read_stream`` / ``_read_body``.
     """
 
+    _session: aiohttp.ClientSession | None
+
+    async def close(self) -> None:
+        """Close the HTTP session and its pooled connections; a second call does nothing."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
     def accepts_send_gate(self) -> bool:
         """Whether ``send(..., gate=)`` may prepare a request ahead of its scheduled time: with
         pooled connections only (``connection_reuse="none"`` means every request pays its

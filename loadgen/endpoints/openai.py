@@ -212,11 +212,6 @@ class OpenAIEndpoint(HTTPSendMixin):
             total_s=total_s or min(cfg.connect_timeout_s + 5.0, cfg.timeout_s), limit=limit,
         )  # fmt: skip
 
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
     def describe(self) -> dict[str, Any]:
         cfg = self.config
         out: dict[str, Any] = {

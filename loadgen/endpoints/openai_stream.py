@@ -19,9 +19,9 @@ except ImportError:  # pragma: no cover - without the extra, orjson reads it (sa
 
 from loadgen.core.errors import ProtocolError
 from loadgen.core.redact import Redactor
-from loadgen.core.sse import SSEDecoder
 from loadgen.core.types import RequestRecord, TokenEvent
 from loadgen.endpoints.http import fail, settle
+from loadgen.endpoints.stream_reader import MAX_EVENT_BYTES, StreamReader, take_token_details
 from loadgen.endpoints.toolcalls import add_openai_delta, openai_message_calls
 
 __all__ = ["MAX_USAGE_TOKENS", "OpenAIStreamParser", "apply_body", "apply_stream_event"]
@@ -122,7 +122,7 @@ def apply_stream_event(
     return None
 
 
-class OpenAIStreamParser:
+class OpenAIStreamParser(StreamReader):
     """Sans-IO reader of an OpenAI-style SSE stream into a record: bytes and arrival times in.
 
     ``feed(chunk, t_ns)`` takes one read (stamped with its arrival) and returns True
@@ -135,17 +135,14 @@ class OpenAIStreamParser:
     are not measurable (both by :func:`~loadgen.endpoints.http.settle`).
     """
 
-    __slots__ = ("record", "chat", "redact", "dec", "done", "failed", "_plain", "_max")
+    __slots__ = ("chat", "_plain", "_max")
+    END_EVENT = "[DONE] or finish_reason"
 
     def __init__(
-        self, record: RequestRecord, *, chat: bool, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024
+        self, record: RequestRecord, *, chat: bool, redact: Redactor, max_event_bytes: int = MAX_EVENT_BYTES
     ) -> None:
-        self.record = record
+        super().__init__(record, redact=redact, max_event_bytes=max_event_bytes)
         self.chat = chat
-        self.redact = redact
-        self.dec = SSEDecoder(max_event_bytes)
-        self.done = False
-        self.failed = False
         self._plain = True  # the decoder holds nothing (never fed, or clean after its last feed)
         self._max = max_event_bytes
 
@@ -206,17 +203,9 @@ class OpenAIStreamParser:
                 break
         return self.done or self.failed
 
-    def finish(self, t_ns: int) -> None:
-        rec = self.record
-        if self.failed:
-            return
-        if not self.done:
-            self.dec.close()
-            rec.end_ns = t_ns
-            if rec.finish_reason is None or self.dec.pending:
-                _fail(rec, "incomplete_stream", "stream closed before [DONE] or finish_reason")
-                return
-        settle(rec)
+    def clean_eof(self) -> bool:
+        """EOF after a ``finish_reason`` with no partial event pending is a clean end (no ``[DONE]``)."""
+        return self.record.finish_reason is not None and not self.dec.pending
 
 
 _fail = fail
@@ -432,12 +421,7 @@ def _take_usage(record: RequestRecord, usage: Any) -> None:
     pt = usage.get("prompt_tokens")
     if isinstance(pt, int):
         record.prompt_tokens = pt
-    det = usage.get("completion_tokens_details")
-    if isinstance(det, dict) and isinstance(det.get("reasoning_tokens"), int):
-        record.reasoning_tokens = det["reasoning_tokens"]
-    pdet = usage.get("prompt_tokens_details")
-    if isinstance(pdet, dict) and isinstance(pdet.get("cached_tokens"), int):
-        record.cached_prompt_tokens = pdet["cached_tokens"]
+    take_token_details(record, usage, "completion_tokens_details", "prompt_tokens_details")
 
 
 def _error_text(err: Any, redact: Redactor) -> str:

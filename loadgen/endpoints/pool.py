@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import socket
 import ssl
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -146,7 +147,9 @@ class SidePhase:
         self.phase = "connect"
 
 
-async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
+async def _on_headers_sent(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceRequestHeadersSentParams
+) -> None:
     rec = ctx.trace_request_ctx
     if isinstance(rec, RequestRecord):
         if rec.sent_ns is None:
@@ -155,7 +158,9 @@ async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
         rec.phase = "headers"
 
 
-async def _on_chunk_sent(session: Any, ctx: Any, params: Any) -> None:
+async def _on_chunk_sent(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceRequestChunkSentParams
+) -> None:
     """``sent_ns`` is when the request's bytes are handed to the socket: aiohttp buffers the
     headers (``_on_headers_sent`` stamps that, the time for a request without a body) and
     writes them with the body's first chunk from a task of its own, which in a burst runs
@@ -166,11 +171,15 @@ async def _on_chunk_sent(session: Any, ctx: Any, params: Any) -> None:
         rec.sent_ns = now_ns()
 
 
-async def _on_conn_start(session: Any, ctx: Any, params: Any) -> None:
+async def _on_conn_start(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceConnectionCreateStartParams
+) -> None:
     ctx.conn_start_ns = now_ns()
 
 
-async def _on_conn_end(session: Any, ctx: Any, params: Any) -> None:
+async def _on_conn_end(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceConnectionCreateEndParams
+) -> None:
     rec = ctx.trace_request_ctx
     start = getattr(ctx, "conn_start_ns", None)
     if _first_attempt(rec) and start is not None:
@@ -180,20 +189,26 @@ async def _on_conn_end(session: Any, ctx: Any, params: Any) -> None:
         rec.connection_reused = False
 
 
-async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
+async def _on_reuse(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceConnectionReuseconnParams
+) -> None:
     rec = ctx.trace_request_ctx
     if _first_attempt(rec):
         rec.connection_reused = True
 
 
-async def _on_queued(session: Any, ctx: Any, params: Any) -> None:
+async def _on_queued(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceConnectionQueuedStartParams
+) -> None:
     rec = ctx.trace_request_ctx
     if isinstance(rec, RequestRecord):
         rec.pool_queued = True
         ctx.queued_start_ns = now_ns()
 
 
-async def _on_queued_end(session: Any, ctx: Any, params: Any) -> None:
+async def _on_queued_end(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceConnectionQueuedEndParams
+) -> None:
     """The wait for a pooled connection (all ``pool_limit`` held by requests in flight at the server)
     is the client's own cap, like ``--max-concurrency``: added to ``throttle_ns``, not to its lag."""
     rec = ctx.trace_request_ctx
@@ -203,18 +218,24 @@ async def _on_queued_end(session: Any, ctx: Any, params: Any) -> None:
         rec.throttle_ns += max(0, end - max(start, rec.scheduled_ns))
 
 
-async def _on_dns_start(session: Any, ctx: Any, params: Any) -> None:
+async def _on_dns_start(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceDnsResolveHostStartParams
+) -> None:
     ctx.dns_start_ns = now_ns()
 
 
-async def _on_dns_end(session: Any, ctx: Any, params: Any) -> None:
+async def _on_dns_end(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceDnsResolveHostEndParams
+) -> None:
     rec = ctx.trace_request_ctx
     start = getattr(ctx, "dns_start_ns", None)
     if _first_attempt(rec) and start is not None:
         rec.dns_ns = now_ns() - start
 
 
-async def _on_dns_hit(session: Any, ctx: Any, params: Any) -> None:
+async def _on_dns_hit(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceDnsCacheHitParams
+) -> None:
     rec = ctx.trace_request_ctx
     if _first_attempt(rec) and rec.dns_ns is None:
         rec.dns_ns = 0

@@ -29,9 +29,9 @@ import orjson
 
 from loadgen.core.errors import ProtocolError
 from loadgen.core.redact import Redactor
-from loadgen.core.sse import SSEDecoder
 from loadgen.core.types import RequestRecord, TokenEvent
 from loadgen.endpoints.http import fail, settle
+from loadgen.endpoints.stream_reader import MAX_EVENT_BYTES, StreamReader, take_token_details
 from loadgen.endpoints.toolcalls import MAX_CALLS, make_call
 
 __all__ = ["ResponsesStreamParser", "apply_responses_body", "responses_body", "responses_input", "responses_tools"]
@@ -121,12 +121,7 @@ def _take_usage(rec: RequestRecord, usage: Any) -> None:
         rec.completion_tokens = out
     if isinstance(inp, int) and inp >= 0:
         rec.prompt_tokens = inp
-    det = usage.get("output_tokens_details")
-    if isinstance(det, dict) and isinstance(det.get("reasoning_tokens"), int):
-        rec.reasoning_tokens = det["reasoning_tokens"]
-    det = usage.get("input_tokens_details")
-    if isinstance(det, dict) and isinstance(det.get("cached_tokens"), int):
-        rec.cached_prompt_tokens = det["cached_tokens"]
+    take_token_details(rec, usage, "output_tokens_details", "input_tokens_details")
 
 
 def _error_text(obj: dict[str, Any], redact: Redactor) -> str:
@@ -172,19 +167,16 @@ class _Calls:
             call["function"]["arguments"] += delta
 
 
-class ResponsesStreamParser:
+class ResponsesStreamParser(StreamReader):
     """Sans-IO reader of a Responses event stream into a record (the module docstring's rules), with the
     interface of :class:`~loadgen.endpoints.openai_stream.OpenAIStreamParser`: ``feed(chunk, t_ns)`` True
     once the stream ended or failed, ``finish(t_ns)`` at the end of the body."""
 
-    __slots__ = ("record", "redact", "dec", "done", "failed", "calls")
+    __slots__ = ("calls",)
+    END_EVENT = "response.completed"
 
-    def __init__(self, record: RequestRecord, *, redact: Redactor, max_event_bytes: int = 16 * 1024 * 1024) -> None:
-        self.record = record
-        self.redact = redact
-        self.dec = SSEDecoder(max_event_bytes)
-        self.done = False
-        self.failed = False
+    def __init__(self, record: RequestRecord, *, redact: Redactor, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        super().__init__(record, redact=redact, max_event_bytes=max_event_bytes)
         self.calls = _Calls(record)
 
     def feed(self, chunk: bytes, t_ns: int) -> bool:
@@ -232,17 +224,6 @@ class ResponsesStreamParser:
             self.failed = True
             return True
         return False
-
-    def finish(self, t_ns: int) -> None:
-        rec = self.record
-        if self.failed:
-            return
-        if not self.done:
-            self.dec.close()
-            rec.end_ns = t_ns
-            fail(rec, "incomplete_stream", "stream closed before response.completed")
-            return
-        settle(rec)
 
 
 def apply_responses_body(record: RequestRecord, obj: Any, *, redact: Redactor) -> None:

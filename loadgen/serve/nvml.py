@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any
 
+from loadgen.core.conditions import cpu_model
+
 __all__ = ["NVML", "NVMLUnavailable", "EnergyMeter", "accelerator_info", "gpus_for_pids"]
 
 NVML_SUCCESS = 0
@@ -175,19 +177,6 @@ def _error_string(lib: Any, rc: int) -> str:
     return f"NVML error {rc}"
 
 
-def _cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or None
-
-
 def accelerator_info(nvml: NVML | None = None) -> dict[str, Any]:
     """What the server runs on: NVIDIA GPUs via NVML (name, UUID, memory, driver, count),
     else the CPU model with the reason NVML was not used."""
@@ -198,7 +187,7 @@ def accelerator_info(nvml: NVML | None = None) -> dict[str, Any]:
     except NVMLUnavailable as exc:
         return {
             "kind": "cpu",
-            "cpu_model": _cpu_model(),
+            "cpu_model": cpu_model(),
             "cpu_count": os.cpu_count(),
             "gpu": f"none: {exc}",
         }
@@ -225,10 +214,10 @@ def accelerator_info(nvml: NVML | None = None) -> dict[str, Any]:
             "count": n,
             "driver": nvml.driver_version(),
             "devices": devices,
-            "cpu_model": _cpu_model(),
+            "cpu_model": cpu_model(),
         }
     except NVMLUnavailable as exc:
-        return {"kind": "cpu", "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "gpu": f"none: {exc}"}
+        return {"kind": "cpu", "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "gpu": f"none: {exc}"}
     finally:
         if own and nvml is not None:
             nvml.close()

@@ -96,13 +96,7 @@ def group_alive(pgid: int) -> bool:
     members = group_members(pgid)
     if members is not None:
         return any(state != "Z" for _, state in members)
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return _group_exists(pgid)
 
 
 def _pdeathsig() -> None:  # runs in the child between fork and exec (main thread only)
@@ -309,6 +303,7 @@ class ServerProcess:
 
 
 def _group_exists(pgid: int) -> bool:
+    """True while process group ``pgid`` has any member, zombies included (``killpg(pgid, 0)``)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

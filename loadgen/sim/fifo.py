@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable
 
-from loadgen.sim.model import BatchModel, SimParams, TokenEmission, _Seq
+from loadgen.sim.model import BatchModel, SimParams, _EventMachine, _Seq
 
 __all__ = ["FifoModel", "new_model"]
 
@@ -40,7 +40,7 @@ class _Busy:
         self.next_ns = next_ns
 
 
-class FifoModel:
+class FifoModel(_EventMachine):
     """``slots`` deterministic servers behind one FIFO queue (see the module docstring)."""
 
     def __init__(self, params: SimParams) -> None:
@@ -58,52 +58,23 @@ class FifoModel:
 
     def arrive(self, t_ns: int, req_id: Hashable, input_tokens: int, output_tokens: int) -> None:
         """Queue a request arriving at ``t_ns``; it starts at once on a free server."""
-        if output_tokens < 1:
-            raise ValueError(f"output_tokens must be >= 1, got {output_tokens}")
-        if input_tokens < 0:
-            raise ValueError(f"input_tokens must be >= 0, got {input_tokens}")
-        if req_id in self._by_id:
-            raise ValueError(f"request id {req_id!r} is already in the model")
-        self._check_time(t_ns)
-        self._run_until(t_ns, inclusive=True)
-        seq = _Seq(req_id, input_tokens, output_tokens)
-        self._by_id[req_id] = seq
+        seq = self._new_seq(t_ns, req_id, input_tokens, output_tokens, inclusive=True)
         self._waiting.append(seq)
         self._fill(t_ns)
 
-    def cancel(self, req_id: Hashable) -> bool:
-        """Remove a request (client gone); a running one frees its server at once."""
-        seq = self._by_id.pop(req_id, None)
-        if seq is None:
-            return False
+    def _drop_running(self, seq: _Seq) -> bool:
+        """A running request frees its server at once (the next waiting one starts on it)."""
         for i, busy in enumerate(self._servers):
             if busy is not None and busy.seq is seq:
                 self._servers[i] = None
                 self._fill(self._now_ns or 0)
                 return True
-        try:
-            self._waiting.remove(seq)
-        except ValueError:
-            pass
-        return True
+        return False
 
     def next_event_ns(self) -> int | None:
         """The next token's time (absolute ns), or None when every server is idle."""
         times = [b.next_ns for b in self._servers if b is not None]
         return min(times) if times else None
-
-    def advance(self, t_ns: int) -> list[TokenEmission]:
-        """Emit every token due at or before ``t_ns``, in time order."""
-        self._check_time(t_ns)
-        self._run_until(t_ns, inclusive=True)
-        out = [TokenEmission(r, t, i, f) for (r, t, i, f) in self._pending]
-        self._pending.clear()
-        return out
-
-    @property
-    def queued(self) -> int:
-        """Requests waiting for a server."""
-        return len(self._waiting)
 
     @property
     def running(self) -> int:
@@ -111,11 +82,6 @@ class FifoModel:
         return sum(b is not None for b in self._servers)
 
     # -- internals ------------------------------------------------------------
-
-    def _check_time(self, t_ns: int) -> None:
-        if self._now_ns is not None and t_ns < self._now_ns:
-            raise ValueError(f"time went backwards: {t_ns} < {self._now_ns}")
-        self._now_ns = t_ns
 
     def _fill(self, t_ns: int) -> None:
         """Start waiting requests on free servers at ``t_ns`` (FIFO, lowest server first)."""

@@ -126,7 +126,70 @@ class _Seq:
         self.emitted = 0
 
 
-class BatchModel:
+class _EventMachine:
+    """What both engines (:class:`BatchModel`, :class:`~loadgen.sim.fifo.FifoModel`) share: requests
+    by id, the waiting queue, time that never goes backwards, emissions kept until :meth:`advance`.
+    A subclass runs its own time (``_run_until``) and frees a running request (``_drop_running``)."""
+
+    _waiting: deque[_Seq]
+    _by_id: dict[Hashable, _Seq]
+    _now_ns: int | None
+    _pending: list[tuple[Hashable, int, int, bool]]  # raw emissions (req_id, t_ns, token_index, finished)
+
+    def _new_seq(self, t_ns: int, req_id: Hashable, input_tokens: int, output_tokens: int, *, inclusive: bool) -> _Seq:
+        """A request arriving at ``t_ns``, checked and registered, after the model ran up to ``t_ns``."""
+        if output_tokens < 1:
+            raise ValueError(f"output_tokens must be >= 1, got {output_tokens}")
+        if input_tokens < 0:
+            raise ValueError(f"input_tokens must be >= 0, got {input_tokens}")
+        if req_id in self._by_id:
+            raise ValueError(f"request id {req_id!r} is already in the model")
+        self._check_time(t_ns)
+        self._run_until(t_ns, inclusive=inclusive)
+        seq = _Seq(req_id, input_tokens, output_tokens)
+        self._by_id[req_id] = seq
+        return seq
+
+    def cancel(self, req_id: Hashable) -> bool:
+        """Remove a request (client gone, aborted stream); return whether it was there. A queued
+        request leaves the queue; a running one frees its place at once."""
+        seq = self._by_id.pop(req_id, None)
+        if seq is None:
+            return False
+        if self._drop_running(seq):
+            return True
+        try:
+            self._waiting.remove(seq)
+        except ValueError:
+            pass
+        return True
+
+    def advance(self, t_ns: int) -> list[TokenEmission]:
+        """Emit everything due at or before ``t_ns``, in time order."""
+        self._check_time(t_ns)
+        self._run_until(t_ns, inclusive=True)
+        out = [TokenEmission(r, t, i, f) for (r, t, i, f) in self._pending]
+        self._pending.clear()
+        return out
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a place (a slot, a server)."""
+        return len(self._waiting)
+
+    def _check_time(self, t_ns: int) -> None:
+        if self._now_ns is not None and t_ns < self._now_ns:
+            raise ValueError(f"time went backwards: {t_ns} < {self._now_ns}")
+        self._now_ns = t_ns
+
+    def _run_until(self, t_ns: int, *, inclusive: bool) -> None:
+        raise NotImplementedError
+
+    def _drop_running(self, seq: _Seq) -> bool:
+        raise NotImplementedError
+
+
+class BatchModel(_EventMachine):
     """The continuous-batching engine as a deterministic event machine.
 
     Times must never go backwards across calls. Typical real-time use::
@@ -164,16 +227,7 @@ class BatchModel:
         emissions are returned by the next :meth:`advance`); an iteration ending
         exactly at ``t_ns`` admits this request at its boundary.
         """
-        if output_tokens < 1:
-            raise ValueError(f"output_tokens must be >= 1, got {output_tokens}")
-        if input_tokens < 0:
-            raise ValueError(f"input_tokens must be >= 0, got {input_tokens}")
-        if req_id in self._by_id:
-            raise ValueError(f"request id {req_id!r} is already in the model")
-        self._check_time(t_ns)
-        self._run_until(t_ns, inclusive=False)
-        seq = _Seq(req_id, input_tokens, output_tokens)
-        self._by_id[req_id] = seq
+        seq = self._new_seq(t_ns, req_id, input_tokens, output_tokens, inclusive=False)
         if self._iter_end_ns is None:
             self._waiting.append(seq)
             self._start_iteration(t_ns)
@@ -189,24 +243,13 @@ class BatchModel:
         else:
             self._waiting.append(seq)
 
-    def cancel(self, req_id: Hashable) -> bool:
-        """Remove a request (client gone, aborted stream); return whether it was there.
-
-        A queued request leaves the queue; a running one frees its slot at once
-        (the current iteration keeps its already-computed duration).
-        """
-        seq = self._by_id.pop(req_id, None)
-        if seq is None:
-            return False
+    def _drop_running(self, seq: _Seq) -> bool:
+        """A running request leaves the batch (the current iteration keeps its already-computed duration)."""
         for group in (self._decoding, self._admitted):
             if seq in group:
                 group.remove(seq)
                 return True
-        try:
-            self._waiting.remove(seq)
-        except ValueError:
-            pass
-        return True
+        return False
 
     def next_event_ns(self) -> int | None:
         """End of the current iteration (absolute ns), or None when idle."""
@@ -218,16 +261,7 @@ class BatchModel:
         Emissions come in time order; within one iteration, decoding sequences
         first (batch order), then newly admitted ones (FIFO).
         """
-        self._check_time(t_ns)
-        self._run_until(t_ns, inclusive=True)
-        out = [TokenEmission(r, t, i, f) for (r, t, i, f) in self._pending]
-        self._pending.clear()
-        return out
-
-    @property
-    def queued(self) -> int:
-        """Requests waiting for a slot."""
-        return len(self._waiting)
+        return super().advance(t_ns)
 
     @property
     def running(self) -> int:
@@ -235,11 +269,6 @@ class BatchModel:
         return len(self._decoding) + len(self._admitted)
 
     # -- internals ----------------------------------------------------------
-
-    def _check_time(self, t_ns: int) -> None:
-        if self._now_ns is not None and t_ns < self._now_ns:
-            raise ValueError(f"time went backwards: {t_ns} < {self._now_ns}")
-        self._now_ns = t_ns
 
     def _start_iteration(self, start_ns: int) -> None:
         """Admit waiting requests into free slots and schedule the iteration end."""
