@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -9,7 +10,25 @@ import click
 from loadgen.cli.options import make_out_dir
 from loadgen.engine.recordlog import default_out_dir
 
-__all__ = ["compare_cmd"]
+__all__ = ["compare_cmd", "export_cmd", "export_option", "write_exports"]
+
+EXPORT_FORMATS = ("llmd-br",)
+
+export_option = click.option(
+    "--export", "exports", multiple=True, type=click.Choice(EXPORT_FORMATS),
+    help="Also write the results in this standard format (repeatable); llmd-br: the llm-d Benchmark Report v0.2.1, "
+    "one per run or probe, beside its result.json (loadgen export writes it later).",
+)  # fmt: skip
+
+
+def write_exports(formats: tuple[str, ...] | list[str], out_dir: Path, say: Callable[[str], None]) -> None:
+    """Write each ``--export`` format of the run or sweep in ``out_dir`` (after its result files)."""
+    if "llmd-br" in formats:
+        from loadgen.report.llmd import export_dir
+
+        paths = export_dir(out_dir)
+        say(f"llm-d Benchmark Report v0.2.1: {len(paths)} file(s), {paths[0].name} in {out_dir}" if paths else
+            "llm-d Benchmark Report: no result.json to export")  # fmt: skip
 
 
 @click.command("compare")
@@ -25,15 +44,17 @@ def compare_cmd(
     results: tuple[str, ...], labels: tuple[str, ...], force: bool, checks: tuple[str, ...], out_dir: str | None
 ) -> None:
     """Scorecard of several sweeps or runs, ranked only where the comparison is fair."""
-    from loadgen.report.compare import fmt_cell, load_system, scorecard, write_outputs
+    from loadgen.report.compare import fmt_cell, scorecard, write_outputs
+    from loadgen.report.peers import load_any
 
     if labels and len(labels) != len(results):
         raise click.UsageError(f"--label given {len(labels)} times for {len(results)} results")
     if checks and len(checks) != len(results):
         raise click.UsageError(f"--check given {len(checks)} times for {len(results)} results")
     # a LoadgenError of a result file is a usage error (loadgen.cli maps it)
-    systems = [load_system(r, labels[i] if labels else None, checks[i] if checks and checks[i] != "-" else None)
-               for i, r in enumerate(results)]  # fmt: skip
+    # a peer's result file (vllm bench serve, GuideLLM, AIPerf: loadgen.report.peers) or loadgen's own
+    systems = [s for i, r in enumerate(results)
+               for s in load_any(r, labels[i] if labels else None, checks[i] if checks and checks[i] != "-" else None)]  # fmt: skip
     card = scorecard(systems, force=force)
     out = Path(out_dir) if out_dir else default_out_dir("compare")
     make_out_dir(out)  # one usage line for an --out that cannot be made or written
@@ -61,5 +82,20 @@ def compare_cmd(
         console.print("[yellow]not comparable:[/] " + "; ".join(card["reasons"]))
         console.print(f"ranking {card['ranking']}")
     for w in card["warnings"]:
-        console.print(f"[yellow]drift:[/] {w}")
+        console.print(f"[yellow]note:[/] {w}")
     console.print(f"scorecard.json, scorecard.csv, scorecard.html in {out}")
+
+
+@click.command("export")
+@click.argument("results", nargs=-1, required=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["llmd-br"]), default="llmd-br", show_default=True,
+    help="llmd-br: the llm-d Benchmark Report v0.2.1, one per run (a sweep: one per probe), beside its result.json.",
+)  # fmt: skip
+def export_cmd(results: tuple[str, ...], fmt: str) -> None:
+    """Write a run's or a sweep's results in a standard report format (loadgen.report.llmd)."""
+    from loadgen.report.llmd import export_dir
+
+    for r in results:
+        for path in export_dir(Path(r)):
+            click.echo(f"wrote {path}")

@@ -76,6 +76,8 @@ ROWS = (
     ("tpot_p99_ms", "TPOT p99 (ms)", "low"),
     ("itl_p50_ms", "ITL p50 (ms)", "low"),
     ("itl_p99_ms", "ITL p99 (ms)", "low"),
+    ("inter_chunk_p50_ms", "inter-chunk gap p50 (ms)", "low"),
+    ("inter_chunk_p99_ms", "inter-chunk gap p99 (ms)", "low"),
     ("e2e_p50_ms", "E2E p50 (ms)", "low"),
     ("e2e_p99_ms", "E2E p99 (ms)", "low"),
     ("error_rate", "error rate", "low"),
@@ -115,11 +117,16 @@ TP_KEYS = {
 }
 NOT_THROUGHPUT_RUN = "not a max-throughput run"
 
-UNPACED_ITL_ROWS = ("itl_p50_ms", "itl_p99_ms")  # a 0 here is not a best (see scorecard)
+UNPACED_ITL_ROWS = (
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "inter_chunk_p50_ms",
+    "inter_chunk_p99_ms",
+)  # a 0 here is not a best (see scorecard)
 
 MUST_MATCH = (
     "model", "api", "stream", "input_tokens", "output_tokens", "slo", "arrival", "latency_origin", "schema",
-    "max_throughput",
+    "max_throughput", "tool", "rate_window",
 )  # fmt: skip
 
 
@@ -145,6 +152,8 @@ class System:
     answer_concurrency: int | None = None  # a concurrency sweep's answer
     answer_verdict: str | None = None  # sweep.json answer.verdict_text when it is a point estimate
     interrupted: bool = False  # the run or sweep was stopped by the user (its "interrupted")
+    tool: str = "loadgen"  # the tool that measured it (a peer's file: loadgen.report.peers)
+    definitions: list[str] = field(default_factory=list)  # where its figures' definitions differ from loadgen's
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -245,7 +254,7 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
         v["output_tps_per_accelerator"] = None
         v["cost_per_million_output_tokens_usd"] = None
         slo = sorted(x.get("target") for x in (res.get("slo") or {}).get("targets", []))
-    for m in ("ttft", "tpot", "itl", "e2e"):
+    for m in ("ttft", "tpot", "itl", "inter_chunk", "e2e"):
         v[f"{m}_p50_ms"] = _lat(res, m, "p50")
         v[f"{m}_p99_ms"] = _lat(res, m, "p99")
     counts = res.get("counts") or {}
@@ -290,6 +299,8 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
         "slo": slo,
         "arrival": cfg.get("arrival"),
         "latency_origin": cfg.get("latency_origin") or cond.get("latency_origin"),
+        "rate_window": "measurement window",
+        "tool": "loadgen",
         "schema": doc.get("schema_version"),
         "server_version": ep.get("server_version"),
         "loadgen_version": cond.get("loadgen_version") or doc.get("loadgen_version"),
@@ -372,6 +383,7 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
         if ranked and better and len(nums) >= 2 and len(set(nums.values())) > 1:  # a tie for all: no best
             best = (max if better == "high" else min)(nums, key=nums.get)  # type: ignore[arg-type]  # dict.get as the key function
         rows.append({"key": key, "label": label, "values": vals, "best": best})
+    warnings += [f"{s.label} ({s.tool}): {d}" for s in systems for d in s.definitions]
     warnings += [
         f"{s.label} drifts over its run: {s.drift['reason']}" for s in systems if s.drift.get("verdict") == "drifting"
     ]
@@ -393,6 +405,8 @@ def scorecard(systems: list[System], force: bool = False) -> dict[str, Any]:
             {
                 "label": s.label,
                 "kind": s.kind,
+                "tool": s.tool,
+                "definitions": s.definitions,
                 "source": s.source,
                 "links": s.links,
                 "conditions": s.conditions,
