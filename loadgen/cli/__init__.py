@@ -24,7 +24,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.check import check_command
-from loadgen.cli.compare import compare_cmd
+from loadgen.cli.compare import compare_cmd, export_cmd
 from loadgen.cli.helpfmt import SectionedCommand, fill_missing_help
 from loadgen.cli.locust import LocustOutcome, locust_command
 from loadgen.cli.plan import capacity_group, plan_cmd
@@ -210,6 +210,7 @@ def _mapped(
 main.add_command(_mapped(run_cmd, run_exit_code))
 main.add_command(_mapped(sweep_cmd, sweep_exit_code))
 main.add_command(_mapped(compare_cmd, _no_verdict, input_errors_are_usage=True))
+main.add_command(_mapped(export_cmd, _no_verdict, input_errors_are_usage=True))
 main.add_command(_mapped(check_command, check_exit_code, input_errors_are_usage=True))
 main.add_command(_mapped(locust_command, locust_exit_code))
 for _serve_cmd in serve_group.commands.values():

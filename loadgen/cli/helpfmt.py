@@ -61,7 +61,7 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
     })),
     ("Output", frozenset({"out_dir", "save_text", "no_token_lists", "label", "config_file", "help",
                           "progress", "quiet", "metrics_port", "metrics_host", "metrics_token_env", "otlp_endpoint",
-                          "otlp_interval"})),
+                          "otlp_interval", "exports"})),
 )  # fmt: skip
 """Help sections in print order, each with the parameter names (click's ``param.name``) it holds."""
 

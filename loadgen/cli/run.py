@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 
+from loadgen.cli.compare import export_option, write_exports
 from loadgen.cli.config import build_load_config, config_record, prices, run_estimate
 from loadgen.cli.live import LiveView, live_enabled, live_options, server_observer, telemetry_from_options, with_dcgm
 from loadgen.cli.options import (
@@ -43,6 +44,7 @@ __all__ = ["run_cmd"]
 @run_only_options
 @workload_options
 @live_options
+@export_option
 def run_cmd(**kw: Any) -> MeasuredRun | None:
     """One sustained run (open loop with --rate, closed loop with --concurrency)."""
     from loadgen.report.console import output_console
@@ -165,6 +167,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
         from loadgen.report.batch import render_batch
 
         render_batch(run.result["max_throughput"], console)
+    write_exports(kw.get("exports") or (), out_dir, lambda line: console.print(line, markup=False))
     return run
 
 

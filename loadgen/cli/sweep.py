@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 
+from loadgen.cli.compare import export_option, write_exports
 from loadgen.cli.config import base_load_config, build_sweep_config, config_record, sweep_estimate
 from loadgen.cli.live import LiveView, live_enabled, server_metrics_options, server_observer, view_options, with_dcgm
 from loadgen.cli.options import (
@@ -95,6 +96,7 @@ __all__ = ["sweep_cmd"]
 )
 @view_options
 @server_metrics_options
+@export_option
 def sweep_cmd(**kw: Any) -> SweepOutcome | ScaledOutcome:
     """Find the highest offered load that still meets the SLO."""
     from loadgen.cli.scale import scaled_sweep, sizes_of
@@ -257,6 +259,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     from loadgen.report.why import render_sweep_why
 
     render_sweep_why(out.result, console)
+    write_exports(kw.get("exports") or (), out_dir, lambda line: console.print(line, markup=False))
     return out
 
 

@@ -69,6 +69,14 @@ CPU_VLLM_ARGS = "--max-model-len 1024 --enforce-eager"  # no KV-cache size, no d
 NAMED_FILES = {
     "AzureLLMInferenceTrace_code.csv": DATA / "azure_code_2023_head2000.csv",
     "trace.jsonl": DATA / "mooncake_conversation_head400.jsonl",
+    # peers' result files (loadgen.report.peers): the real ones kept as test fixtures
+    "vllm_bench.json": REPO / "tests" / "fixtures" / "peers" / "vllm_bench_serve_0.33.0_c16.json",
+    "benchmarks.json": REPO / "tests" / "fixtures" / "peers" / "guidellm_0.8.1_c16.json",
+    "profile_export_aiperf.json": REPO
+    / "tests"
+    / "fixtures"
+    / "peers"
+    / "aiperf_0.13.0_c16_profile_export_aiperf.json",
 }
 PER_COMMAND_TIMEOUT_S = 240.0
 FREE_PORT = "FREE_PORT"  # replaced by a free port on 127.0.0.1 just before the command starts
@@ -251,7 +259,7 @@ def plan_for(cmd: ShellCommand, ctx: Context) -> Plan:
         add_missing(a, ["--out", f"out/{cmd.ident}"], rw, "one directory per command")
         plan.tolerated[1] = "INVALID"
         plan.expect.append(f"{opt(a, '--out')}/result.json")
-    elif sub == "compare":
+    elif sub in ("compare", "export"):
         plan.group = "after"
         paths = [w for w in a[2:] if not w.startswith("-") and "/" in w]
         for named, made in zip(paths, ctx.sweep_outs, strict=False):
