@@ -244,7 +244,8 @@ class RunFiles:
             result["max_throughput"] = batch_scorecard(result, agg.win.tokens, cfg, out_dir / "requests.jsonl")
         result = self.redactor.scrub(result)  # server-supplied text (/version, messages), by value
         write_json(out_dir / "result.json", result)
-        write_hlog(out_dir / "histograms.hlog", agg, outcome)
+        write_hlog(out_dir / "histograms.hlog", agg, outcome, out_dir / "requests.jsonl", cfg.latency_origin,
+                   result.get("timeseries"))  # fmt: skip
         return MeasuredRun(result, outcome, agg, out_dir)
 
 

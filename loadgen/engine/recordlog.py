@@ -253,22 +253,31 @@ def write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def write_hlog(path: Path, agg: Aggregator, outcome: RunOutcome) -> None:
-    """HdrHistogram log (V1.3 text format): one tagged interval per metric, values in µs."""
+def write_hlog(
+    path: Path,
+    agg: Aggregator,
+    outcome: RunOutcome,
+    records: Path | None = None,
+    origin: str = "scheduled",
+    timeseries: dict[str, Any] | None = None,
+) -> None:
+    """The run's HdrHistogram logs (V1.3 text, values in µs; :mod:`loadgen.engine.hlog`): ``path`` the
+    interval log of ``records`` (on ``timeseries``' intervals, or the series of ``records`` itself), and
+    ``histograms_run.hlog`` beside it, one line per metric for the whole run. Without records,
+    ``path`` holds the whole run."""
+    from loadgen.engine.hlog import write_interval_hlog, write_run_hlog
+
     start_s = outcome.t0_wall_ns / 1e9
-    end_s = start_s + max(outcome.end_ns - outcome.t0_ns, 0) / 1e9
-    lines = [
-        "#[Histogram log format version 1.3]",
-        f"#[StartTime: {start_s:.3f} (seconds since epoch)]",
-        f"#[BaseTime: {start_s:.3f} (seconds since epoch)]",
-        "#[loadgen: values in microseconds; one tagged histogram per metric]",
-        '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"',
-    ]
-    for name, h in agg.hist.items():
-        if h.hist.get_total_count() == 0:
-            continue
-        lines.append(f"Tag={name},{0.0:.3f},{end_s - start_s:.3f},{h.hist.get_max_value() / 1e6:.3f},{h.encode()}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    span_s = max(outcome.end_ns - outcome.t0_ns, 0) / 1e9
+    write_run_hlog(path.with_name("histograms_run.hlog"), agg.hist, start_s, span_s)
+    if records is None or not records.exists():
+        write_run_hlog(path, agg.hist, start_s, span_s)
+        return
+    if timeseries is None:
+        from loadgen.engine.timeseries import series
+
+        timeseries = series(records, origin)
+    write_interval_hlog(path, records, origin, start_s, timeseries)
 
 
 def new_run_id() -> str:

@@ -66,7 +66,7 @@ MIN_REQUESTS_PER_THIRD = 10
 """Fewer requests than this in a third: no drift verdict."""
 
 
-def _lines(path: Path) -> Iterator[dict[str, Any]]:
+def request_lines(path: Path) -> Iterator[dict[str, Any]]:
     with open(path, "rb") as fh:
         for raw in fh:
             if raw.strip():
@@ -76,7 +76,7 @@ def _lines(path: Path) -> Iterator[dict[str, Any]]:
                     continue  # a torn last line of an interrupted run
 
 
-def _times(d: dict[str, Any], origin: str) -> tuple[float, float] | None:
+def request_times(d: dict[str, Any], origin: str) -> tuple[float, float] | None:
     """(origin_s, end_s) of one measured request line; None when it was never sent."""
     if d.get("phase", "measure") != "measure" or d.get("sent_s") is None:
         return None
@@ -141,11 +141,11 @@ def series(
     its ``server`` block (the observed server's gauges, ``series``). Returns None when no
     measured request ended. Times in the result are seconds from the run's t0.
     """
-    src = (lambda: _lines(lines)) if isinstance(lines, Path) else (lambda it=list(lines): iter(it))
+    src = (lambda: request_lines(lines)) if isinstance(lines, Path) else (lambda it=list(lines): iter(it))
     o_lo = o_hi = e_lo = e_hi = None
     spans: dict[str, list[float]] = {}  # session id -> [first due time, last end] of its measured turns
     for d in src():
-        t = _times(d, origin)
+        t = request_times(d, origin)
         if t is None:
             continue
         o, e = t
@@ -173,7 +173,7 @@ def series(
         return min(max(int((t - start) / width), 0), intervals - 1)
 
     for d in src():
-        t = _times(d, origin)
+        t = request_times(d, origin)
         if t is None:
             continue
         o, e = t

@@ -251,7 +251,7 @@ class LocustCollector:
                 "inflight_cap_waits": sum(p["cap_waits"] for p in processes),
             }  # fmt: skip
         write_json(self.out_dir / "result.json", result)
-        write_hlog(self.out_dir / "histograms.hlog", self.agg, outcome)
+        write_hlog(self.out_dir / "histograms.hlog", self.agg, outcome, self.out_dir / "requests.jsonl", "sent")
         hists = (
             {w: self.finals[w]["hist"] for w in self.finals}
             if self.finals
