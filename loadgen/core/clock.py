@@ -11,10 +11,23 @@ Wall-clock time (``time.time_ns``) is read once per run as an anchor for
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from collections.abc import Callable
 
-now_ns = time.perf_counter_ns
+now_ns: Callable[[], int] = time.perf_counter_ns
 """Monotonic clock in integer nanoseconds (CLOCK_MONOTONIC on Linux)."""
+
+TEST_CLOCK_SHIFT_ENV = "LOADGEN_TEST_CLOCK_SHIFT_NS"
+"""Tests only: a process started with this set reads its monotonic clock moved by that many ns, as a process
+on another host (or in a time namespace) does; read once at import, so it costs nothing otherwise."""
+if os.environ.get(TEST_CLOCK_SHIFT_ENV):
+    _SHIFT_NS = int(os.environ[TEST_CLOCK_SHIFT_ENV])
+
+    def _shifted_ns() -> int:
+        return time.perf_counter_ns() + _SHIFT_NS
+
+    now_ns = _shifted_ns
 
 
 def wall_anchor() -> tuple[int, int]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import socket
 from array import array
 from pathlib import Path
 from typing import Any
@@ -79,17 +78,10 @@ def unpack_record(obj: list[Any], shift_ns: int = 0) -> RequestRecord:
 
 
 def clock_anchor() -> dict[str, Any]:
-    """This process's monotonic and wall clocks read together, with its host: sent with a worker's records."""
+    """This process's monotonic and wall clocks read together: sent with a worker's records (for the record;
+    the records are placed on the master's clock by the worker's measured offset, :mod:`loadgen.locust.clocksync`)."""
     mono, wall = wall_anchor()
-    return {"host": socket.gethostname(), "mono_ns": mono, "wall_ns": wall}
-
-
-def clock_shift(anchor: dict[str, Any]) -> int:
-    """Offset from a worker's monotonic clock to ours: 0 on the same host, else via wall clocks."""
-    if anchor["host"] == socket.gethostname():
-        return 0
-    mono, wall = wall_anchor()
-    return (anchor["wall_ns"] - anchor["mono_ns"]) - (wall - mono)
+    return {"mono_ns": mono, "wall_ns": wall}
 
 
 # --------------------------------------------------------------------------- master side
@@ -103,7 +95,15 @@ class LocustCollector:
     ``histograms.hlog`` and ``worker_histograms.json``.
     """
 
-    def __init__(self, env: Any, cfg: dict[str, Any], plan: dict[str, Any], out_dir: Path, workers: list[str]) -> None:
+    def __init__(
+        self,
+        env: Any,
+        cfg: dict[str, Any],
+        plan: dict[str, Any],
+        out_dir: Path,
+        workers: list[str],
+        clocks: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.env, self.cfg, self.plan, self.out_dir = env, cfg, plan, out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
         self.started_at = dt.datetime.now(dt.UTC)
@@ -124,6 +124,8 @@ class LocustCollector:
             self.fh, self.t0_ns, save_text=cfg["save_text"], token_lists=cfg["token_lists"], redactor=Redactor()
         )
         self.expected = list(workers)  # worker ids that were handed a shard
+        # each worker's measured clock (loadgen.locust.clocksync): its records move by offset_ns onto ours
+        self.clocks: dict[str, dict[str, Any]] = dict(clocks or {})
         self.finals: dict[str, dict[str, Any]] = {}
         self.received: dict[str, int] = {}
         self.result: dict[str, Any] | None = None
@@ -157,7 +159,7 @@ class LocustCollector:
             ss[2] = max(ss[2], rec.scheduled_ns)
 
     def add_packed(self, worker: str, data: dict[str, Any]) -> None:
-        shift = clock_shift(data["anchor"])
+        shift = int(self.clocks[worker]["offset_ns"])  # only a worker with a measured clock got a shard
         for obj in data["records"]:
             self.add(unpack_record(obj, shift), turn=packed_turn(obj))
         self.received[worker] = self.received.get(worker, 0) + len(data["records"])
@@ -229,6 +231,9 @@ class LocustCollector:
                     "id": w,
                     "records_received": self.received.get(w, 0),
                     "final_report": w in self.finals,
+                    "clock_offset_ms": self.clocks[w]["offset_ns"] / 1e6 if w in self.clocks else None,
+                    "clock_uncertainty_ms": self.clocks[w]["half_rtt_ns"] / 1e6 if w in self.clocks else None,
+                    "clock_pings": self.clocks[w].get("pings") if w in self.clocks else None,
                     "hist_counts": {k: v["count"] for k, v in self.finals[w]["hist"].items()}
                     if w in self.finals
                     else None,

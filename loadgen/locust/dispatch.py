@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import resource
-import socket
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ import gevent.event
 import gevent.lock
 from greenlet import GreenletExit
 
-from loadgen.core.clock import now_ns, wall_anchor
+from loadgen.core.clock import now_ns
 from loadgen.core.metrics import RequestMetrics, compute
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.http import fail
@@ -316,11 +315,10 @@ def gevent_sleep_until(deadline_ns: int, stop: gevent.event.Event) -> None:
 
 
 def local_t0_ns(plan: dict[str, Any]) -> int:
-    """The plan's t0 on this process's monotonic clock (the same clock on the same host)."""
-    if plan["host"] == socket.gethostname():
-        return plan["t0_mono_ns"]
-    mono, wall = wall_anchor()
-    return plan["t0_wall_ns"] - wall + mono
+    """The plan's t0 on this process's monotonic clock: the master's t0 less this worker's measured offset
+    (``clock_offset_ns``, master - worker: :mod:`loadgen.locust.clocksync`); the local mode's own clock as is."""
+    offset = plan.get("clock_offset_ns")
+    return int(plan["t0_mono_ns"]) - (int(offset) if offset is not None else 0)
 
 
 def fire_request_events(env: Any, rec: RequestRecord, m: RequestMetrics, name: str) -> None:

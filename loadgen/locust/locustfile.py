@@ -22,6 +22,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from loadgen.core.clock import now_ns
 from loadgen.core.errors import ConfigError
 from loadgen.locust import channel, form
+from loadgen.locust.clocksync import ClockProbe, clock_refusal
 from loadgen.locust.collect import LocustCollector
 from loadgen.locust.dispatch import LoadProcess
 from loadgen.locust.state import (
@@ -77,7 +78,10 @@ def _on_init(environment: Any, **_: Any) -> None:
         runner.register_message("loadgen_stop", _on_stop_message)
         runner.register_message("loadgen_challenge", _on_challenge_message)
         runner.register_message("loadgen_refused", _on_refused_message)
+        S.probe = ClockProbe(runner)
+        runner.register_message("loadgen_pong", _on_pong_message)
         runner.send_message("loadgen_hello", None)  # handlers ready: a master with a token challenges now
+        gevent.spawn(S.probe.run)  # this worker's clock offset to the master (loadgen.locust.clocksync)
         return
     S.role = "master" if isinstance(runner, MasterRunner) else "local"
     S.config = config_from_env()
@@ -86,6 +90,8 @@ def _on_init(environment: Any, **_: Any) -> None:
         runner.register_message("loadgen_final", _on_final_message)
         runner.register_message("loadgen_auth", _on_auth_message)
         runner.register_message("loadgen_hello", _on_hello_message)
+        runner.register_message("loadgen_ping", _on_ping_message)
+        runner.register_message("loadgen_clock", _on_clock_message)
     if environment.web_ui is not None:
         install_web_ui(environment)
     refresh_loop_clock()
@@ -116,13 +122,14 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         return
     _settle_challenges(runner)
     active = [c.id for c in runner.clients.values() if c.state in ("ready", "running", "spawning")]
-    workers = sorted((w for w in active if _trusted(w)), key=runner.get_worker_index)
+    workers = _with_clocks(runner, sorted((w for w in active if _trusted(w)), key=runner.get_worker_index))
     plan = new_plan(cfg, lead)
-    S.collector = LocustCollector(environment, cfg, plan, out_dir(cfg), workers)
+    S.collector = LocustCollector(environment, cfg, plan, out_dir(cfg), workers, {w: S.clocks[w] for w in workers})
     public = channel.public_config(plan["config"])  # no secret travels to a worker (loadgen.locust.channel)
     for k, wid in enumerate(workers):
-        runner.send_message("loadgen_start", {**plan, "config": public, "shard": k, "shards": len(workers)},
-                            client_id=wid)  # fmt: skip
+        shard = {**plan, "config": public, "shard": k, "shards": len(workers),
+                 "clock_offset_ns": S.clocks[wid]["offset_ns"]}  # fmt: skip
+        runner.send_message("loadgen_start", shard, client_id=wid)
     refresh_loop_clock()
 
 
@@ -218,6 +225,39 @@ def _settle_challenges(runner: Any, wait_s: float = 3.0) -> None:
         gevent.sleep(0.05)
     for cid in list(S.pending):
         _refuse(runner, cid, "it did not answer the token challenge")
+
+
+def _with_clocks(runner: Any, workers: list[str], wait_s: float = 5.0) -> list[str]:
+    """The workers whose clock offset is measured within the bound (waiting, cooperatively, for those still
+    pinging); each other one is refused in one line and gets no shard (loadgen.locust.clocksync)."""
+    deadline = now_ns() + int(wait_s * 1e9)
+    while any(w not in S.clocks and w in runner.clients for w in workers) and now_ns() < deadline:
+        gevent.sleep(0.05)
+    kept = []
+    for w in workers:
+        why = clock_refusal(S.clocks.get(w))
+        if why is None:
+            kept.append(w)
+        else:
+            _refuse(runner, w, why)
+    return kept
+
+
+def _on_ping_message(environment: Any, msg: Any, **_: Any) -> None:
+    t2 = now_ns()  # the master's clock when the ping arrived
+    environment.runner.send_message("loadgen_pong", {"seq": msg.data["seq"], "t2": t2}, client_id=msg.node_id)
+
+
+def _on_pong_message(environment: Any, msg: Any, **_: Any) -> None:
+    if S.probe is not None:
+        S.probe.on_pong(msg.data)
+
+
+def _on_clock_message(environment: Any, msg: Any, **_: Any) -> None:
+    if msg.data is not None:
+        S.clocks[msg.node_id] = msg.data
+        log.info("loadgen: worker %s clock offset %+.3f ms (within %.3f ms, %d pings)", msg.node_id,
+                 msg.data["offset_ns"] / 1e6, msg.data["half_rtt_ns"] / 1e6, msg.data["pings"])  # fmt: skip
 
 
 def _refuse(runner: Any, client_id: str, why: str) -> None:

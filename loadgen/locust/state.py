@@ -12,13 +12,13 @@ from __future__ import annotations
 import gc
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
 import gevent
 
 from loadgen.core.clock import wall_anchor
+from loadgen.locust.clocksync import ClockProbe
 from loadgen.locust.collect import LocustCollector
 from loadgen.locust.dispatch import LoadProcess
 from loadgen.workload.prompts import new_salt
@@ -43,6 +43,8 @@ class ProcessState:
     pending: set[str] = set()  # master with a token: workers connected that have not proven it yet
     nonces: dict[str, str] = {}  # master: worker id -> the challenge it has not answered yet
     trusted: set[str] = set()  # master with a token: the workers that answered their challenge
+    clocks: dict[str, dict[str, Any]] = {}  # master: worker id -> its measured clock (loadgen.locust.clocksync)
+    probe: ClockProbe | None = None  # worker: its pings of the master
 
 
 S = ProcessState()
@@ -70,7 +72,7 @@ def new_plan(cfg: dict[str, Any], lead_ns: int) -> dict[str, Any]:
     t0 = mono + (lead_ns if cfg["mode"] == "open" else 0)
     return {
         "config": cfg, "run_id": os.urandom(6).hex(), "salt": salt, "shard": 0, "shards": 1,
-        "t0_mono_ns": t0, "t0_wall_ns": wall + (t0 - mono), "host": socket.gethostname(),
+        "t0_mono_ns": t0, "t0_wall_ns": wall + (t0 - mono),
     }  # fmt: skip
 
 

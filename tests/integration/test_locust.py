@@ -261,6 +261,64 @@ def test_master_and_two_workers_merge_exactly(tmp_path: Path) -> None:
     assert all(lat[k] == merged_itl[k] for k in ("count", "p50", "p90", "p99", "p999", "max")), (lat, merged_itl)
 
 
+SHIFT_NS = 100_000 * 10**9  # a worker whose monotonic clock reads 100,000 s ahead (another host, a time namespace)
+
+
+def test_a_worker_with_a_moved_clock_is_placed_by_its_measured_offset(tmp_path: Path) -> None:
+    """Open loop over master + 2 workers, one with its monotonic clock moved +100,000 s (issue 34, item 1):
+    each worker's offset to the master is measured over the master channel (not read from its host name),
+    so both keep the schedule and every record lands on the master's clock: counts equal the truth log,
+    the run spans its 6 s, TTFT p50 / p99 within 2 ms of the server's."""
+    port = free_port()
+    out = tmp_path / "dist"
+    truth_path = tmp_path / "truth.jsonl"
+    with SimProcess(["--ttft-ms", "20", "--itl-ms", "2", "--truth-log", str(truth_path)]) as sim:
+        assert sim.url is not None
+        master = Child(
+            ["--endpoint", sim.url, "--output-tokens", "8", "--out", str(out), "--headless", "--master",
+             "--rate", "10", "--arrival", "constant", "-u", "0", "--stop-timeout", "5",
+             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "2",
+             "--expect-workers-max-wait", "40", "-t", "6s"], tmp_path / "master.log",
+        )  # fmt: skip
+        workers = [
+            Child(
+                ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+                tmp_path / f"worker{i}.log",
+                env={"LOADGEN_TEST_CLOCK_SHIFT_NS": str(SHIFT_NS)} if i == 1 else None,
+            )  # fmt: skip
+            for i in range(2)
+        ]
+        try:
+            assert master.wait(90) in (0, 1), master.tail()
+            for w in workers:
+                w.wait(30)
+        finally:
+            for ch in (master, *workers):
+                ch.kill()
+    res = json.loads((out / "result.json").read_text())
+    truth = [t for t in read_jsonl(truth_path) if t["request_id"]]
+    recs = read_jsonl(out / "requests.jsonl")
+    c = res["counts"]
+    assert c["requests"] == len(recs) == len(truth) and c["failed"] == 0 and c["unsent"] == 0, c
+    assert all(w["records_received"] > 0 for w in res["locust"]["workers"])
+    assert res["duration_s"] < 15, res["duration_s"]  # 6 s of load: not 100,000 s
+    assert max(r["scheduled_s"] for r in recs) < 7 and min(r["scheduled_s"] for r in recs) >= 0
+    lags = [r["schedule_lag_ms"] for r in recs if r["schedule_lag_ms"] is not None]
+    assert max(lags) < 1000, max(lags)  # the moved worker sent on the schedule, not 100,000 s "late"
+    offsets = sorted(w["clock_offset_ms"] for w in res["locust"]["workers"])
+    assert len(offsets) == 2 and abs(offsets[0] + SHIFT_NS / 1e6) <= 1.0 and abs(offsets[1]) <= 1.0, offsets
+    assert all(w["clock_uncertainty_ms"] <= 1.0 and w["clock_pings"] >= 10 for w in res["locust"]["workers"])
+    ttft, _ = truth_stats(truth)
+    assert abs(res["latency_ms"]["ttft"]["p50"] - float(np.percentile(ttft, 50))) <= TOL_MS, res["latency_ms"]["ttft"]
+    # request by request, each worker's: the client's TTFT (from the request's due time on the master's clock)
+    # against the server's; a worker placed wrongly would be off by its whole offset (p99 of ~60 requests is
+    # their slowest one, an OS stall's: not asserted)
+    by_index = {int(t["request_id"].rsplit("-", 1)[1]): t for t in truth}
+    off = [r["ttft_ms"] - (by_index[r["index"]]["first_token_ns"] - by_index[r["index"]]["arrival_ns"]) / 1e6
+           for r in recs]  # fmt: skip
+    assert abs(float(np.median(off))) <= TOL_MS and sum(abs(x) <= TOL_MS for x in off) >= 0.75 * len(off), sorted(off)
+
+
 # --------------------------------------------------------------------------- 4. open vs closed loop
 
 

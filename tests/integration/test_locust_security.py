@@ -71,6 +71,9 @@ class Rogue(threading.Thread):
 
         send("client_ready", importlib.metadata.version("locust"))
         send("loadgen_hello", None)  # as a loadgen worker does: a master with a token challenges it
+        # and its clock offset, as a worker reports it after its pings (loadgen.locust.clocksync): without one
+        # the master gives it no shard
+        send("loadgen_clock", {"offset_ns": 0, "half_rtt_ns": 100_000, "pings": 10})
         deadline, beat = time.monotonic() + 60, 0.0
         try:
             while time.monotonic() < deadline and not self.done.is_set():
