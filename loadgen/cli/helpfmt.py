@@ -57,7 +57,7 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
     })),
     ("Sweep search", frozenset({
         "probe_duration", "probe_warmup", "confidence", "precision", "repeats", "max_rate", "min_rate", "start_rate",
-        "calibration", "calibration_concurrency", "max_extensions", "max_probe_duration", "concurrency_levels",
+        "calibration", "calibration_concurrency", "max_extensions", "max_probe_duration", "concurrency_levels", "resume",
     })),
     ("Output", frozenset({"out_dir", "save_text", "no_token_lists", "label", "config_file", "help",
                           "progress", "quiet", "metrics_port", "metrics_host", "metrics_token_env", "otlp_endpoint",

@@ -39,13 +39,15 @@ __all__ = [
     "USED_CONFIG_NAME",
     "config_file_option",
     "label_option",
+    "load_resume",
+    "resume_clashes",
     "merge_file_headers",
     "toml_value",
     "write_used_config",
 ]
 
 USED_CONFIG_NAME = "config.used.toml"
-_NOT_WRITTEN = frozenset({"config_file", "out_dir", "dry_run"})
+_NOT_WRITTEN = frozenset({"config_file", "out_dir", "dry_run", "resume"})
 
 
 def _key(text: str) -> str:
@@ -182,6 +184,38 @@ def merge_file_headers(ctx: click.Context, param: click.Parameter, value: tuple[
         return value
     names = {h.partition(":")[0].strip().lower() for h in value}
     return (*(h for h in from_file if h.partition(":")[0].strip().lower() not in names), *value)
+
+
+RESUME_KEEPS = frozenset({"resume", "out_dir", "config_file", "quiet", "progress", "headers", "exports"})
+"""Options a ``sweep --resume`` may give again on the command line with another value (what it shows, where it
+writes, the secret headers config.used.toml leaves out); any other option given must match the recorded one."""
+
+
+def load_resume(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The eager ``--resume DIR`` callback: the interrupted sweep's ``config.used.toml`` becomes the command's
+    defaults (as ``--config``) and its output directory ``DIR``."""
+    if value is None:
+        return None
+    used = Path(value) / USED_CONFIG_NAME
+    if not used.is_file():
+        raise click.UsageError(f"--resume {value}: no {USED_CONFIG_NAME} there: not a sweep directory loadgen wrote")
+    _load(ctx, param, str(used))
+    ctx.default_map = {**(ctx.default_map or {}), "out_dir": value}
+    return value
+
+
+def resume_clashes(ctx: click.Context, kw: dict[str, Any]) -> list[str]:
+    """The options given on the command line of a ``sweep --resume`` whose values differ from the recorded ones."""
+    recorded = ctx.default_map or {}
+    out = []
+    for name, value in kw.items():
+        if name in RESUME_KEEPS or ctx.get_parameter_source(name) != click.core.ParameterSource.COMMANDLINE:
+            continue
+        was = recorded.get(name)
+        same = (list(value) if isinstance(value, tuple) else value) == (list(was) if isinstance(was, tuple) else was)
+        if not same and str(value) != str(was):
+            out.append(f"--{name.replace('_', '-')} {value!r} (recorded: {was!r})")
+    return out
 
 
 def config_file_option(f: Any) -> Any:

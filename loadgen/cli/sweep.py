@@ -25,6 +25,7 @@ from loadgen.cli.options import (
     use_uvloop,
     workload_options,
 )
+from loadgen.cli.runfile import load_resume, resume_clashes, write_used_config
 from loadgen.cli.session_options import session_source
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
 from loadgen.cli.url_options import URL, url_secrets
@@ -34,6 +35,7 @@ from loadgen.engine.recordlog import default_out_dir
 if TYPE_CHECKING:
     from loadgen.cli.scale import ScaledOutcome
     from loadgen.sweep import SweepOutcome
+    from loadgen.sweep.resume import Replay
 
 __all__ = ["sweep_cmd"]
 
@@ -97,12 +99,19 @@ __all__ = ["sweep_cmd"]
 @view_options
 @server_metrics_options
 @export_option
+@click.option(
+    "--resume", "resume", type=click.Path(file_okay=False, exists=True), is_eager=True, callback=load_resume,
+    help="Go on with the interrupted sweep in this directory: its options (config.used.toml), its finished "
+    "probes read, not run again, the rest run and written there.",
+)  # fmt: skip
 def sweep_cmd(**kw: Any) -> SweepOutcome | ScaledOutcome:
     """Find the highest offered load that still meets the SLO."""
     from loadgen.cli.scale import scaled_sweep, sizes_of
     from loadgen.report.console import output_console
 
     sizes = sizes_of(kw)  # a brace list in --serve-args / --sim-args: one sweep per size (loadgen.cli.scale)
+    if sizes and kw.get("resume"):
+        raise click.UsageError("--resume goes on with one sweep: give the directory of one size's sweep")
     with TailSignals() as tail:
         console, err = output_console(), Console(stderr=True, soft_wrap=True)
         if sizes:
@@ -157,6 +166,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     from loadgen.report.sweep_report import render_sweep, write_report
     from loadgen.sweep import Sweep
 
+    replay = _replay(kw)  # --resume DIR: read before this sweep writes its progress there again
     scfg = build_sweep_config(kw)
     # issue 17: the session-capacity search (loadgen.sweep.session_search); the probes' prices
     base = base_load_config(kw, sessions=session_source(kw), prices=scfg.prices)
@@ -170,6 +180,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
     make_out_dir(out_dir)
+    write_used_config(kw, out_dir)  # now, not only at the end: a killed sweep can be resumed (--resume)
     cert = client_selftest(out_dir, err) if kw.get("selftest") else None
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
     with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err) as target:
@@ -209,6 +220,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
                     progress=progress,
                     server_observer=observer,
                     cluster=cluster,
+                    replay=replay,
                 )
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.add_signal_handler(sig, sweep.interrupt)
@@ -227,6 +239,8 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
                     cond["cluster"] = cluster.last_conditions  # the last probe's; each probe's result.json has its own
                 out.result["conditions"] = cond
                 out.result["config"] = config_record(kw, target.url, target.embedded)
+                if replay is not None:  # where the resumed sweep's probes came from (loadgen.sweep.resume)
+                    out.result["resumed"] = replay.describe()
                 return out
             finally:
                 for sig in (signal.SIGINT, signal.SIGTERM):
@@ -261,6 +275,24 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     render_sweep_why(out.result, console)
     write_exports(kw.get("exports") or (), out_dir, lambda line: console.print(line, markup=False))
     return out
+
+
+def _replay(kw: dict[str, Any]) -> Replay | None:
+    """``--resume DIR``: what the interrupted sweep there finished, after its options are checked against the
+    recorded ones (a resumed sweep keeps its configuration; a clash is one usage line)."""
+    if not kw.get("resume"):
+        return None
+    from loadgen.sweep.resume import Replay
+
+    if kw.get("config_file"):
+        raise click.UsageError("--resume reads the interrupted sweep's own config.used.toml: give no --config")
+    clash = resume_clashes(click.get_current_context(), kw)
+    if clash:
+        raise click.UsageError(
+            f"--resume {kw['resume']}: a resumed sweep keeps the options it was started with; these differ: "
+            + "; ".join(clash)
+        )
+    return Replay(Path(kw["resume"]))
 
 
 def client_selftest(out_dir: Path, err: Console) -> dict[str, Any]:

@@ -6,12 +6,15 @@ Read by :mod:`loadgen.sweep.search` when it writes the answer (``sweep.json`` ``
 
 from __future__ import annotations
 
+from typing import Any
+
 from loadgen.sweep.probe import Probe
 
 __all__ = [
     "INTERVAL_WIDTH_MAX",
     "INTERVAL_WIDTH_PER_PRECISION",
     "certified_interval",
+    "interactivity_rows",
     "interval_settled",
     "interval_width",
     "non_monotonic",
@@ -68,3 +71,28 @@ def interval_settled(probes: list[Probe], precision: float) -> bool:
     if lo is None or hi is None:
         return False
     return (hi - lo) / ((hi + lo) / 2) <= interval_width(precision)
+
+
+def interactivity_rows(probes: list[Probe], accelerators: int | None) -> list[dict[str, Any]]:
+    """A concurrency sweep's interactivity curve: per probe, per-user output tok/s (1000 / its TPOT p50) against
+    total output tok/s (and per accelerator); no point where no steady load was measured, never (0, 0)."""
+    rows = []
+    for p in probes:
+        tpot = p.tpot_p50_ms  # in memory (Probe), never re-read from the probe's result.json
+        per_user = (1000.0 / tpot) if tpot else None
+        total = p.output_tps
+        if p.stopped_early or p.verdict in ("invalid", "rate_limited", "interrupted"):
+            per_user = total = None
+        rows.append(
+            {
+                "concurrency": p.concurrency,
+                "stopped_early": p.stopped_early,
+                "verdict_text": p.verdict_text,
+                "sent_rps": p.sent_rps,
+                "per_user_output_tps": per_user,
+                "output_tps": total,
+                "output_tps_per_accelerator": (total / accelerators) if (total is not None and accelerators) else None,
+                "meets_slo": p.verdict == "pass",
+            }
+        )
+    return rows

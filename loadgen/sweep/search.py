@@ -44,17 +44,25 @@ from typing import Any
 from loadgen.core.clock import now_ns
 from loadgen.core.metrics import RequestMetrics
 from loadgen.core.pricing import answer_cost
+from loadgen.core.pricing import hourly_cost_per_million_tokens_usd as cost_per_million
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runner import Runner
 from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
-from loadgen.sweep.answer import certified_interval, interval_settled, interval_width, non_monotonic
+from loadgen.sweep.answer import (
+    certified_interval,
+    interactivity_rows,
+    interval_settled,
+    interval_width,
+    non_monotonic,
+)
 from loadgen.sweep.certify import certify_answer
 from loadgen.sweep.client_error import steady_error
 from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
 from loadgen.sweep.plan import Plan, calibration_little_rps
 from loadgen.sweep.probe import Probe, run_probe
+from loadgen.sweep.resume import Progress, Replay
 from loadgen.sweep.session_search import calibration_sps, measure_load, session_turns
 from loadgen.sweep.starved import StarvedCheck
 from loadgen.sweep.unloaded import unloaded_check
@@ -87,7 +95,10 @@ class Sweep:
         on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
         server_observer: Any = None,
         cluster: Any = None,
+        replay: Replay | None = None,
     ) -> None:
+        self.replay = replay  # --resume: what an interrupted sweep finished (loadgen.sweep.resume)
+        self.record = Progress(out_dir)  # each finished probe, as it finishes
         self.server_observer = server_observer
         self.cluster = cluster  # a connected loadgen.spread.cluster.Cluster: probes run on its actors
         self.endpoint = endpoint
@@ -116,6 +127,11 @@ class Sweep:
         return (now_ns() - self.started_ns) / 1e9
 
     async def _probe(self, rate: float, concurrency: int | None = None, resume: Probe | None = None) -> Probe:
+        done = self.replay.next(rate, concurrency, resume is not None) if self.replay is not None else None
+        if done is not None:  # --resume: this probe finished before the interrupt; read, not run again
+            self._add(done, rate, concurrency)
+            self.progress(f"probe {len(self.probes)}: read from {self.replay.src} (not run again): {done.verdict_text}")  # type: ignore[union-attr]  # a probe read means a replay
+            return done
         idx = len(self.probes) + 1
         name = f"probe-{idx:02d}-" + (f"c{concurrency}" if concurrency else f"{rate:.3f}rps")
         unit = "sessions/s" if self.base.sessions is not None else "req/s"  # issue 17: a session sweep
@@ -145,12 +161,17 @@ class Sweep:
         )
         p.continues = self.probes.index(resume) + 1 if resume is not None else None
         p.prefix_cache_reset = reset
-        self.probes.append(p)
-        if concurrency is None and p.verdict in ("pass", "fail") and not p.stopped_early:
-            self.plan.observe(rate, p.e2e_p99_ms / 1e3 if p.e2e_p99_ms is not None else None)
+        self._add(p, rate, concurrency)
         sent = f"; sent {p.sent_rps:.2f} req/s" if (concurrency and p.sent_rps is not None) else ""
         self.progress(f"probe {idx}: {label}: {p.verdict_text}{sent}; " + "; ".join(p.reasons))
         return p
+
+    def _add(self, p: Probe, rate: float, concurrency: int | None) -> None:
+        """A finished probe: kept, written to ``probes.jsonl`` (loadgen.sweep.resume), its E2E to the plan."""
+        self.probes.append(p)
+        self.record.probe(p)
+        if concurrency is None and p.verdict in ("pass", "fail") and not p.stopped_early:
+            self.plan.observe(rate, p.e2e_p99_ms / 1e3 if p.e2e_p99_ms is not None else None)
 
     def tau_at(self, rate: float) -> float:
         """The largest dependence between requests (tau, :mod:`loadgen.sweep.evidence`) any earlier open-loop probe
@@ -171,20 +192,24 @@ class Sweep:
         if self.scfg.unloaded_requests <= 0:
             return False
         n = self.scfg.unloaded_requests
-        self.progress(f"unloaded check: {n} requests one at a time ...")
-        self.unloaded = await self.starved.during(  # the client's wake-up lateness meanwhile
-            unloaded_check(
-                self.endpoint,
-                self.base,
-                self.scfg,
-                self.out_dir,
-                config_record=self.config_record,
-                redactor=self.redactor,
-                runner_hook=self._set_runner,
+        if self.replay is not None and self.replay.state.get("unloaded"):
+            self.unloaded = self.replay.state["unloaded"]  # --resume: read, not run again
+        else:
+            self.progress(f"unloaded check: {n} requests one at a time ...")
+            self.unloaded = await self.starved.during(  # the client's wake-up lateness meanwhile
+                unloaded_check(
+                    self.endpoint,
+                    self.base,
+                    self.scfg,
+                    self.out_dir,
+                    config_record=self.config_record,
+                    redactor=self.redactor,
+                    runner_hook=self._set_runner,
+                )
             )
-        )
-        if self.starved.refusal is not None:
-            return True
+            if self.starved.refusal is not None:
+                return True
+            self.record.state({"unloaded": self.unloaded})
         u = self.unloaded
         if u["e2e_p50_ms"] is not None:
             self.plan.e2e_p50_s = u["e2e_p50_ms"] / 1e3
@@ -281,6 +306,11 @@ class Sweep:
         """Closed-loop burst to estimate capacity (completed req/s)."""
         if self.scfg.calibration_s <= 0:
             return None
+        done = self.replay.state.get("calibration") if self.replay is not None else None
+        if done is not None:  # --resume: read, not run again
+            self.calibration = {k: v for k, v in done.items() if k != "plan"}
+            self.plan.e2e_p99_s, self.plan.e2e_p50_s, self.plan.cal_rps = done["plan"]
+            return calibration_sps(self.base, done["request_rps"])
         self.progress(
             f"calibration: {self.scfg.calibration_concurrency} concurrent users for {self.scfg.calibration_s:g} s ..."
         )
@@ -320,6 +350,8 @@ class Sweep:
             "little_request_rps": little_rps,
             "dir": "calibration",
         }
+        plan = [self.plan.e2e_p99_s, self.plan.e2e_p50_s, self.plan.cal_rps]
+        self.record.state({"unloaded": self.unloaded, "calibration": {**self.calibration, "plan": plan}})
         self.progress(f"calibration: about {x or 0:.2f} req/s completed")
         return calibration_sps(self.base, x)  # sessions/s in a session sweep (loadgen.sweep.session_search)
 
@@ -448,32 +480,8 @@ class Sweep:
         best = max(passing, key=lambda p: p.concurrency or 0) if passing else None
         limited = "rate_limit" if self.rate_limited_at else ("client" if self.untested_users else None)
         out = self._outcome(None, None, limited, best_probe=best)
-        out.result["interactivity"] = self._interactivity()
+        out.result["interactivity"] = interactivity_rows(self.probes, self.scfg.accelerators)
         return out
-
-    def _interactivity(self) -> list[dict[str, Any]]:
-        rows = []
-        for p in self.probes:
-            tpot = p.tpot_p50_ms  # in memory (Probe), never re-read from the probe's result.json
-            per_user = (1000.0 / tpot) if tpot else None
-            total = p.output_tps
-            if p.stopped_early or p.verdict in ("invalid", "rate_limited", "interrupted"):
-                per_user = total = None  # no steady load was measured: no point on the curve, never (0, 0)
-            rows.append(
-                {
-                    "concurrency": p.concurrency,
-                    "stopped_early": p.stopped_early,
-                    "verdict_text": p.verdict_text,
-                    "sent_rps": p.sent_rps,
-                    "per_user_output_tps": per_user,
-                    "output_tps": total,
-                    "output_tps_per_accelerator": (total / self.scfg.accelerators)
-                    if (total is not None and self.scfg.accelerators)
-                    else None,
-                    "meets_slo": p.verdict == "pass",
-                }
-            )
-        return rows
 
     def _outcome(
         self, last_pass: float | None, first_fail: float | None, limited_by: str | None, best_probe: Probe | None = None
@@ -590,10 +598,3 @@ def resets_prefix_cache(observer: Any) -> bool:
     """Whether a probe resets the server's prefix cache first: only a server loadgen started (``--serve``), never
     one it only reads (``--server-metrics URL``: someone else's server, issue 33)."""
     return observer is not None and getattr(observer, "server", None) is not None
-
-
-def cost_per_million(cost_per_hour_usd: float | None, tokens_per_s: float | None) -> float | None:
-    """USD per million tokens at a sustained rate: cost_per_hour / (tokens_per_s * 3600) * 1e6."""
-    if not cost_per_hour_usd or not tokens_per_s:
-        return None
-    return cost_per_hour_usd / (tokens_per_s * 3600.0) * 1e6
