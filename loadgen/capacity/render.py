@@ -23,7 +23,7 @@ _CSS = ("body{font-family:system-ui,sans-serif;margin:1.5em;max-width:70em}table
         ".note{color:#8a5a00}.ok{color:#1b5e20}.bad{color:#b71c1c}")  # fmt: skip
 
 
-def _f(v: Any, nd: int = 2) -> str:
+def _f(v: object, nd: int = 2) -> str:
     if v is None:
         return "–"
     if isinstance(v, float):

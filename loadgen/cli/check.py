@@ -20,11 +20,11 @@ from loadgen.engine.recordlog import default_out_dir
 __all__ = ["check_command"]
 
 
-def _pct(v: Any) -> str:
+def _pct(v: object) -> str:
     return "n/a" if v is None else f"{v:.1%}"
 
 
-def _num(v: Any) -> str:
+def _num(v: object) -> str:
     return "n/a" if v is None else f"{v:.2f}"
 
 

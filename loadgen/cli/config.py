@@ -257,7 +257,7 @@ def prices(kw: dict[str, Any]) -> TokenPrices | None:
         )
 
 
-def _length_or_none(value: Any) -> int | None:
+def _length_or_none(value: object) -> int | None:
     text = str(value)
     return int(text) if text.isdigit() else None
 

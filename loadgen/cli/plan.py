@@ -49,7 +49,7 @@ def _rps(v: float | None) -> str:
     return "–" if v is None else f"{v:,.2f}"
 
 
-def _usd(v: Any, nd: int = 2) -> str:
+def _usd(v: object, nd: int = 2) -> str:
     return "–" if v is None else f"${v:,.{nd}f}"
 
 

@@ -238,7 +238,7 @@ def label_option(f: Any) -> Any:
     )(f)
 
 
-def toml_value(v: Any) -> str:
+def toml_value(v: object) -> str:
     """One TOML value: strings quoted (JSON escapes are TOML's), lists inline, inf/nan as TOML writes them."""
     if isinstance(v, bool):
         return "true" if v else "false"

@@ -79,7 +79,7 @@ def local_secrets() -> dict[str, Any]:
     return json.loads(text) if text else {}
 
 
-def _holds_placeholder(obj: Any) -> bool:
+def _holds_placeholder(obj: object) -> bool:
     if isinstance(obj, dict):
         return any(_holds_placeholder(v) for v in obj.values())
     if isinstance(obj, list):

@@ -65,12 +65,12 @@ class LLMUser(User):
 
 
 @events.init_command_line_parser.add_listener
-def _on_parser(parser: Any, **_: Any) -> None:
+def _on_parser(parser: Any, **_: object) -> None:
     form.add_arguments(parser, optional_config())  # the start form's loadgen fields, defaulting to the CLI's
 
 
 @events.init.add_listener
-def _on_init(environment: Any, **_: Any) -> None:
+def _on_init(environment: Any, **_: object) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         S.role = "worker"
@@ -98,12 +98,12 @@ def _on_init(environment: Any, **_: Any) -> None:
 
 
 @events.quitting.add_listener
-def _on_quitting(environment: Any, **_: Any) -> None:
+def _on_quitting(environment: Any, **_: object) -> None:
     S.quitting = True
 
 
 @events.test_start.add_listener
-def _on_test_start(environment: Any, **_: Any) -> None:
+def _on_test_start(environment: Any, **_: object) -> None:
     if S.role == "worker":
         return  # the shard came with loadgen_start, just before the spawn message
     gc_quiet(True)
@@ -145,7 +145,7 @@ def _sessions_stay(base: dict[str, Any], applied: dict[str, Any]) -> dict[str, A
 
 
 @events.test_stopping.add_listener
-def _on_test_stopping(environment: Any, **_: Any) -> None:
+def _on_test_stopping(environment: Any, **_: object) -> None:
     if S.role != "worker" and S.collector is not None and S.collector.result is None:
         S.draining_since_ns, S.stop_timeout_s = now_ns(), environment.stop_timeout
     if S.role == "master":
@@ -158,7 +158,7 @@ def _on_test_stopping(environment: Any, **_: Any) -> None:
 
 
 @events.test_stop.add_listener
-def _on_test_stop(environment: Any, **_: Any) -> None:
+def _on_test_stop(environment: Any, **_: object) -> None:
     proc, S.process = S.process, None
     if S.role == "worker":
         if proc is not None:
@@ -180,7 +180,7 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
     log.info("loadgen: %s, result written to %s", "VALID" if v["valid"] else "INVALID", col.out_dir / "result.json")
 
 
-def _on_start_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_start_message(environment: Any, msg: Any, **_: object) -> None:
     if S.process is not None:
         S.process.stop(0)
     try:  # the master sent no secret: this worker's own fill the placeholders
@@ -202,12 +202,12 @@ def _on_start_message(environment: Any, msg: Any, **_: Any) -> None:
 
 
 @events.worker_connect.add_listener
-def _on_worker_connect(client_id: str, **_: Any) -> None:
+def _on_worker_connect(client_id: str, **_: object) -> None:
     if os.environ.get(channel.MASTER_TOKEN_ENV) and client_id not in S.trusted:
         S.pending.add(client_id)  # its loadgen_hello asks for the challenge once its handlers are registered
 
 
-def _on_hello_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_hello_message(environment: Any, msg: Any, **_: object) -> None:
     if os.environ.get(channel.MASTER_TOKEN_ENV) and msg.node_id not in S.trusted:
         S.pending.add(msg.node_id)
         S.nonces[msg.node_id] = nonce = os.urandom(16).hex()
@@ -243,17 +243,17 @@ def _with_clocks(runner: Any, workers: list[str], wait_s: float = 5.0) -> list[s
     return kept
 
 
-def _on_ping_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_ping_message(environment: Any, msg: Any, **_: object) -> None:
     t2 = now_ns()  # the master's clock when the ping arrived
     environment.runner.send_message("loadgen_pong", {"seq": msg.data["seq"], "t2": t2}, client_id=msg.node_id)
 
 
-def _on_pong_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_pong_message(environment: Any, msg: Any, **_: object) -> None:
     if S.probe is not None:
         S.probe.on_pong(msg.data)
 
 
-def _on_clock_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_clock_message(environment: Any, msg: Any, **_: object) -> None:
     if msg.data is not None:
         S.clocks[msg.node_id] = msg.data
         log.info("loadgen: worker %s clock offset %+.3f ms (within %.3f ms, %d pings)", msg.node_id,
@@ -269,7 +269,7 @@ def _refuse(runner: Any, client_id: str, why: str) -> None:
         runner.handle_message(client_id, Message("client_stopped", None, client_id))
 
 
-def _on_auth_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_auth_message(environment: Any, msg: Any, **_: object) -> None:
     token, nonce = os.environ.get(channel.MASTER_TOKEN_ENV), S.nonces.pop(msg.node_id, None)
     if token and nonce and channel.verify(token, nonce, msg.node_id, (msg.data or {}).get("answer")):
         S.trusted.add(msg.node_id)
@@ -278,14 +278,14 @@ def _on_auth_message(environment: Any, msg: Any, **_: Any) -> None:
         _refuse(environment.runner, msg.node_id, "wrong or missing --master-token-env token")
 
 
-def _on_challenge_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_challenge_message(environment: Any, msg: Any, **_: object) -> None:
     token = os.environ.get(channel.MASTER_TOKEN_ENV)
     runner = environment.runner
     mac = channel.answer(token, str(msg.data["nonce"]), runner.client_id) if token else None
     runner.send_message("loadgen_auth", {"answer": mac})
 
 
-def _on_refused_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_refused_message(environment: Any, msg: Any, **_: object) -> None:
     why = (msg.data or {}).get("reason", "")
     _worker_quits(environment, f"loadgen: the master refused this worker: {why} (give --master-token-env)")
 
@@ -296,7 +296,7 @@ def _worker_quits(environment: Any, line: str) -> None:
     gevent.spawn(environment.runner.quit)
 
 
-def _on_stop_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_stop_message(environment: Any, msg: Any, **_: object) -> None:
     if S.process is not None:
         environment.runner.stop()  # test_stopping -> drain -> users stopped -> test_stop -> final report
     if S.process is not None:  # stop() found nothing running (no users spawned): drain and report anyway
@@ -304,11 +304,11 @@ def _on_stop_message(environment: Any, msg: Any, **_: Any) -> None:
         _on_test_stop(environment)
 
 
-def _on_records_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_records_message(environment: Any, msg: Any, **_: object) -> None:
     if S.collector is not None and msg.node_id in S.collector.expected:  # only from workers handed a shard
         S.collector.add_packed(msg.node_id, msg.data)
 
 
-def _on_final_message(environment: Any, msg: Any, **_: Any) -> None:
+def _on_final_message(environment: Any, msg: Any, **_: object) -> None:
     if S.collector is not None and msg.node_id in S.collector.expected:
         S.collector.finals[msg.node_id] = msg.data

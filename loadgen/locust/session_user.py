@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from greenlet import GreenletExit
 
@@ -51,13 +51,18 @@ from loadgen.workload.session_model import Session, SessionHistory
 from loadgen.workload.session_sources import SessionSource, parse_session_source
 from loadgen.workload.spec import WorkloadOptions
 
+if TYPE_CHECKING:
+    from loadgen.workload.tokenizer import Tokenizer
+
 __all__ = ["SYNTHETIC_SESSIONS", "SessionFeed", "TurnSender", "run_session", "sessions_plan"]
 
 SYNTHETIC_SESSIONS = 1000
 """Synthetic sessions planned per round (then reused under new ids, as a file's sessions are)."""
 
 
-def sessions_plan(cfg: dict[str, Any], salt: str, tokenizer: Any = None) -> tuple[SessionSource, SessionPlan, dict]:
+def sessions_plan(
+    cfg: dict[str, Any], salt: str, tokenizer: Tokenizer | None = None
+) -> tuple[SessionSource, SessionPlan, dict]:
     """The ``--sessions`` source of a Locust configuration, its plan (closed loop) and facts about the source.
 
     Raises ConfigError / InputFileError for a bad source (file, line and field named)."""
@@ -73,7 +78,7 @@ def sessions_plan(cfg: dict[str, Any], salt: str, tokenizer: Any = None) -> tupl
 class SessionFeed:
     """This process's sessions, one per call of :meth:`take`: the plan's ``shard + shards * m``-th."""
 
-    def __init__(self, cfg: dict[str, Any], salt: str, tokenizer: Any, shard: int, shards: int) -> None:
+    def __init__(self, cfg: dict[str, Any], salt: str, tokenizer: Tokenizer | None, shard: int, shards: int) -> None:
         self.src, self.plan, self.facts = sessions_plan(cfg, salt, tokenizer)
         if not self.plan.sessions:
             raise ConfigError("--sessions: the source holds no session")

@@ -14,7 +14,7 @@ __all__ = ["NOT_MEASURED", "batch_lines", "render_batch"]
 NOT_MEASURED = "not measured"
 
 
-def _n(v: Any, fmt: str = ",.1f", unit: str = "") -> str:
+def _n(v: object, fmt: str = ",.1f", unit: str = "") -> str:
     return NOT_MEASURED if v is None else f"{v:{fmt}}{unit}"
 
 

@@ -46,7 +46,7 @@ figure{margin:1em 0} figure svg{max-width:100%;height:auto} figcaption{color:#55
 """
 
 
-def fmt_cell(v: Any, key: str = "") -> str:
+def fmt_cell(v: object, key: str = "") -> str:
     """A cell's text; changes, agreements and rates of a row ``key`` as percentages."""
     if isinstance(v, (int, float)) and not isinstance(v, bool) and key.endswith(_PERCENT_KEYS):
         return f"{v:+.1%}" if key.endswith("_change") else f"{v:.1%}"
@@ -180,7 +180,7 @@ def _interactivity(plt: Any, card: dict[str, Any]) -> str:
     return pareto_figure(plt, card)
 
 
-def _cell(v: Any, key: str, best: bool) -> str:
+def _cell(v: object, key: str, best: bool) -> str:
     cls = " class='best'" if best else (" class='nm'" if v == NOT_MEASURED else "")
     return f"<td{cls}>{html.escape(fmt_cell(v, key))}</td>"
 

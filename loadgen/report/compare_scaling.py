@@ -64,7 +64,7 @@ def scaling_section(systems: list[Any]) -> dict[str, Any] | None:
     return doc
 
 
-def _num(v: Any, pct: bool = False) -> str:
+def _num(v: object, pct: bool = False) -> str:
     if v is None:
         return "–"
     return f"{v:.1%}" if pct else f"{v:,.2f}"

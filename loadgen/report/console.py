@@ -43,7 +43,7 @@ _LABELS = {
 }
 
 
-def _f(v: Any, digits: int = 2) -> str:
+def _f(v: object, digits: int = 2) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):

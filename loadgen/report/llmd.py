@@ -49,7 +49,7 @@ LATENCY = (  # (report key, result.json latency_ms key, units)
 )
 
 
-def _stats(block: Any, units: str) -> dict[str, Any] | None:
+def _stats(block: object, units: str) -> dict[str, Any] | None:
     """A report ``Statistics`` (units and mean required) from a loadgen latency block, or None."""
     if not isinstance(block, dict) or not isinstance(block.get("mean"), int | float):
         return None
@@ -62,11 +62,11 @@ def _stats(block: Any, units: str) -> dict[str, Any] | None:
     return out
 
 
-def _rate(v: Any, units: str) -> dict[str, Any] | None:
+def _rate(v: object, units: str) -> dict[str, Any] | None:
     return {"units": units, "mean": float(v)} if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def _length(spec: Any) -> dict[str, Any] | None:
+def _length(spec: object) -> dict[str, Any] | None:
     """A ``SequenceLength`` from a length option as the run recorded it ("256", "lognormal:...")."""
     if spec is None:
         return None

@@ -49,7 +49,7 @@ DISPATCH = "from the tool's own dispatch of each request (after its concurrency 
 WHOLE_RUN = "over the whole run, ramp and drain included"
 
 
-def detect(doc: Any) -> str | None:
+def detect(doc: object) -> str | None:
     """The peer format of a parsed JSON document, or None (a loadgen file, or nothing known)."""
     if not isinstance(doc, dict):
         return None
@@ -66,11 +66,11 @@ def detect(doc: Any) -> str | None:
     return None
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def _ms(v: Any, scale: float = 1.0) -> Any:
+def _ms(v: object, scale: float = 1.0) -> float | str:
     x = _num(v)
     return NOT_MEASURED if x is None else x * scale
 
@@ -134,7 +134,7 @@ def _vllm_bench(doc: dict[str, Any], path: Path, label: str) -> list[System]:
     return [_finish(s, cond, v)]
 
 
-def _mean_of(total: Any, n: float) -> int | None:
+def _mean_of(total: object, n: float) -> int | None:
     t = _num(total)
     return round(t / n) if t is not None and n else None
 
@@ -148,7 +148,7 @@ def _aiperf(doc: dict[str, Any], path: Path, label: str) -> list[System]:
         f"output tok/s {WHOLE_RUN}",
     ]
 
-    def stat(name: str, key: str) -> Any:
+    def stat(name: str, key: str) -> float | str:
         blk = doc.get(name)
         return _ms(blk.get(key)) if isinstance(blk, dict) else NOT_MEASURED
 
@@ -199,7 +199,7 @@ def _guidellm(doc: dict[str, Any], path: Path, label: str) -> list[System]:
         ]
         m = b.get("metrics") or {}
 
-        def pct(name: str, p: str, scale: float = 1.0, m: dict[str, Any] = m) -> Any:
+        def pct(name: str, p: str, scale: float = 1.0, m: dict[str, Any] = m) -> float | str:
             blk = ((m.get(name) or {}).get("successful") or {}) if isinstance(m.get(name), dict) else {}
             return _ms((blk.get("percentiles") or {}).get(p), scale)
 

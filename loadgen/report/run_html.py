@@ -120,7 +120,7 @@ def combined_figure_svg(ts: dict[str, Any]) -> str | None:
     return svg
 
 
-def _fmt(v: Any, nd: int = 1) -> str:
+def _fmt(v: object, nd: int = 1) -> str:
     return "-" if not isinstance(v, int | float) else f"{v:,.{nd}f}"
 
 

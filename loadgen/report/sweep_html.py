@@ -41,7 +41,7 @@ figure svg{max-width:100%;height:auto}
 """
 
 
-def _n(v: Any, d: int = 2) -> str:
+def _n(v: object, d: int = 2) -> str:
     return "-" if v is None else f"{v:,.{d}f}"
 
 

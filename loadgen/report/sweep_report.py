@@ -195,7 +195,7 @@ def target_lines(res: dict[str, Any]) -> list[str]:
     return out
 
 
-def _n(v: Any, d: int = 2) -> str:
+def _n(v: object, d: int = 2) -> str:
     return "-" if v is None else f"{v:,.{d}f}"
 
 

@@ -13,7 +13,7 @@ a warning line for each kind (:func:`check_sessions` gives them before the run, 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from loadgen.workload.session_checks import cap_waits, idle_cap_s
 from loadgen.workload.session_model import Session, SessionPrompter
 from loadgen.workload.session_sources import SessionSource, load_sessions
 
+if TYPE_CHECKING:
+    from loadgen.workload.tokenizer import Tokenizer
+
 __all__ = ["CLOSED_LOOP_SESSIONS", "MAX_SESSIONS", "check_sessions", "plan_sessions", "shard_sessions"]
 
 MAX_SESSIONS = 1_000_000
@@ -32,7 +35,9 @@ CLOSED_LOOP_SESSIONS = 10_000
 """Sessions made ready for a closed-loop run bounded by ``--duration`` only."""
 
 
-def plan_sessions(cfg: LoadConfig, src: SessionSource, tokenizer: Any = None) -> tuple[SessionPlan, dict[str, Any]]:
+def plan_sessions(
+    cfg: LoadConfig, src: SessionSource, tokenizer: Tokenizer | None = None
+) -> tuple[SessionPlan, dict[str, Any]]:
     """The session plan of ``cfg`` (module doc: which sessions, when) and facts about the source."""
     warm = cfg.warmup_requests
     n: int | None = None

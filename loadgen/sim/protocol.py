@@ -297,12 +297,12 @@ def error_body(message: str, type_: str, param: str | None = None, code: Any = N
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
 
 
-def sse_event(obj: Any) -> bytes:
+def sse_event(obj: object) -> bytes:
     """One SSE ``data:`` event carrying ``obj`` as JSON."""
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-def dumps_str(obj: Any) -> str:
+def dumps_str(obj: object) -> str:
     """JSON text, for aiohttp's ``json_response(dumps=...)``."""
     return orjson.dumps(obj).decode()
 

@@ -197,5 +197,5 @@ def interrupted_answer(res: dict[str, Any]) -> str:
     return s
 
 
-def _n(v: Any, d: int = 2) -> str:
+def _n(v: object, d: int = 2) -> str:
     return "-" if v is None else f"{v:,.{d}f}"

@@ -20,7 +20,7 @@ from loadgen.workload.traces import read_trace
 __all__ = ["format_stats", "trace_group"]
 
 
-def _num(v: Any, unit: str = "", digits: int = 3) -> str:
+def _num(v: object, unit: str = "", digits: int = 3) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, float):

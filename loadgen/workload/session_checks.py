@@ -111,7 +111,7 @@ def json_row(raw: bytes, path: str, line: int) -> Any:
         ) from None
 
 
-def check_int(v: Any, path: str, line: int, fld: str, minimum: int, maximum: int = MAX_LENGTH_TOKENS) -> int:
+def check_int(v: object, path: str, line: int, fld: str, minimum: int, maximum: int = MAX_LENGTH_TOKENS) -> int:
     """An integer count from minimum to maximum (an integral float is taken); else InputFileError."""
     if v is None:
         raise InputFileError(path, line, fld, "missing value")
@@ -124,7 +124,7 @@ def check_int(v: Any, path: str, line: int, fld: str, minimum: int, maximum: int
     return int(v)
 
 
-def check_secs(v: Any, path: str, line: int, fld: str, maximum: float, key: str = "max_delay") -> float:
+def check_secs(v: object, path: str, line: int, fld: str, maximum: float, key: str = "max_delay") -> float:
     """A time in seconds (None: 0): a finite number from 0 to ``maximum``; else InputFileError.
 
     ``key``: the source key that moves ``maximum`` (named in the message; empty: none)."""

@@ -215,7 +215,7 @@ def read_weka(path: str, max_delay: float) -> tuple[list[Session], int]:
     return sessions, skipped
 
 
-def _ts_s(v: Any, path: str, line: int, fld: str) -> float:
+def _ts_s(v: object, path: str, line: int, fld: str) -> float:
     if not isinstance(v, str):
         raise InputFileError(path, line, fld, "missing or not a timestamp string")
     try:

@@ -34,13 +34,16 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from loadgen.core.clock import now_ns
 from loadgen.core.types import RequestSpec
 from loadgen.workload.prompts import corpus_words
+
+if TYPE_CHECKING:
+    from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = ["RecordedCall", "Session", "SessionHistory", "SessionPrompter", "Turn"]
 
@@ -114,7 +117,7 @@ class SessionPrompter:
         self,
         *,
         api: str = "chat",
-        tokenizer: Any = None,
+        tokenizer: Tokenizer | None = None,
         salt: str = "",
         salt_sessions: bool = True,
         seed: int = 0,

@@ -47,7 +47,7 @@ def _content_text(content: Any) -> str:
     raise ValueError("message content must be a string, a list of parts or null")
 
 
-def _token_text(value: Any) -> str | None:
+def _token_text(value: object) -> str | None:
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else None

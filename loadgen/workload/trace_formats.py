@@ -83,7 +83,7 @@ def _lengths(raw_in: Any, raw_out: Any, path: str, line: int, in_field: str, out
     return n_in, n_out
 
 
-def _show(value: Any, limit: int = 40) -> str:
+def _show(value: object, limit: int = 40) -> str:
     """A short one-line rendering of a bad value for an error message."""
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
@@ -184,7 +184,7 @@ def parse_seconds_ns(text: bytes | str) -> int:
     return ns
 
 
-def _json_time_ns(value: Any, unit_ns: int, path: str, line: int, field: str) -> int:
+def _json_time_ns(value: object, unit_ns: int, path: str, line: int, field: str) -> int:
     """A JSON number of ``unit_ns`` nanoseconds (ms: 1e6) as integer ns."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         if value is None:
