@@ -20,11 +20,13 @@ from loadgen.core.errors import InputFileError
 
 __all__ = [
     "DEPRECATED_KEYS",
+    "PEER_TOOLS",
     "READS",
     "RECORDS_SCHEMA_VERSION",
     "RESULT_SCHEMA_VERSION",
     "SWEEP_SCHEMA_VERSION",
     "check_version",
+    "peer_format",
     "records_version",
 ]
 
@@ -49,6 +51,27 @@ DEPRECATED_KEYS: dict[str, dict[str, str]] = {"result": {}, "sweep": {}, "record
 _MARKS = {"result": ("counts", "latency_ms"), "sweep": ("answer", "probes")}
 
 
+PEER_TOOLS = {"vllm-bench": "vllm bench serve", "guidellm": "GuideLLM", "aiperf": "AIPerf"}
+"""The peers' result formats ``loadgen compare`` reads (:mod:`loadgen.report.peers`), by the tool's name."""
+
+
+def peer_format(doc: object) -> str | None:
+    """The peer tool whose result file ``doc`` (parsed JSON) is (a key of :data:`PEER_TOOLS`), or None."""
+    if not isinstance(doc, dict):
+        return None
+    if "aiperf_version" in doc or (isinstance(doc.get("time_to_first_token"), dict) and "request_throughput" in doc):
+        return "aiperf"
+    meta = doc.get("metadata")
+    if isinstance(doc.get("benchmarks"), list) and (
+        (isinstance(meta, dict) and "guidellm_version" in meta)
+        or any(isinstance(b, dict) and b.get("type_") == "generative_benchmark" for b in doc["benchmarks"])
+    ):
+        return "guidellm"
+    if "backend" in doc and "num_prompts" in doc and any(str(k).endswith("_ttft_ms") for k in doc):
+        return "vllm-bench"
+    return None
+
+
 def check_version(doc: Any, kind: str, path: object) -> int:
     """The schema version of ``doc``, a ``kind`` (``"result"`` or ``"sweep"``) file read from ``path``.
 
@@ -62,6 +85,13 @@ def check_version(doc: Any, kind: str, path: object) -> int:
         raise InputFileError(where, None, None, f"not a loadgen {kind}.json (not a JSON object)")
     v = doc.get("schema_version")
     if v is None:
+        peer = peer_format(doc)
+        if peer is not None:
+            raise InputFileError(
+                where, None, None,
+                f"a {PEER_TOOLS[peer]} result file, not a loadgen {kind}.json: `loadgen compare` shows it beside "
+                "loadgen's results (its own figures, each definition that differs named)",
+            )  # fmt: skip
         if not all(k in doc for k in _MARKS[kind]):
             keys = " or ".join(_MARKS[kind])
             raise InputFileError(where, None, None, f"not a loadgen {kind}.json (no schema_version, no {keys})")

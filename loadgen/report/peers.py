@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from loadgen.core.contract import peer_format
 from loadgen.core.errors import InputFileError
 from loadgen.report.compare import NOT_MEASURED, ROWS, System, load_system
 
@@ -50,20 +51,9 @@ WHOLE_RUN = "over the whole run, ramp and drain included"
 
 
 def detect(doc: object) -> str | None:
-    """The peer format of a parsed JSON document, or None (a loadgen file, or nothing known)."""
-    if not isinstance(doc, dict):
-        return None
-    if "aiperf_version" in doc or (isinstance(doc.get("time_to_first_token"), dict) and "request_throughput" in doc):
-        return "aiperf"
-    meta = doc.get("metadata")
-    if isinstance(doc.get("benchmarks"), list) and (
-        (isinstance(meta, dict) and "guidellm_version" in meta)
-        or any(isinstance(b, dict) and b.get("type_") == "generative_benchmark" for b in doc["benchmarks"])
-    ):
-        return "guidellm"
-    if "backend" in doc and "num_prompts" in doc and any(k.endswith("_ttft_ms") for k in doc):
-        return "vllm-bench"
-    return None
+    """The peer format of a parsed JSON document, or None (a loadgen file, or nothing known):
+    :func:`loadgen.core.contract.peer_format`."""
+    return peer_format(doc)
 
 
 def _num(v: object) -> float | None:

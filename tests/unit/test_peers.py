@@ -114,3 +114,12 @@ def test_a_peer_file_of_a_known_format_with_wrong_types_is_one_line(tmp_path: Pa
     with pytest.raises(InputFileError) as ei:
         peer_systems(bad)
     assert "guidellm result file" in str(ei.value) and str(bad) in str(ei.value)
+
+
+def test_capacity_and_plan_name_a_peer_file_in_one_line(tmp_path: Path) -> None:
+    """``capacity`` and ``plan`` read sweeps (the highest load meeting an SLO), which no peer file holds: the
+    refusal names the tool and where its file is read instead."""
+    r = CliRunner().invoke(main, ["capacity", "ci", str(GUIDELLM)])
+    err = [ln for ln in r.output.splitlines() if ln.startswith("Error:")]
+    assert r.exit_code == 2 and len(err) == 1, r.output
+    assert "a GuideLLM result file" in err[0] and "loadgen compare" in err[0]
