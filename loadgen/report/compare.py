@@ -297,8 +297,9 @@ def load_system(path: str, label: str | None = None, check: str | None = None) -
         "input_tokens": cfg.get("input_tokens"),
         "output_tokens": cfg.get("output_tokens"),
         "slo": slo,
-        "arrival": cfg.get("arrival"),
-        "latency_origin": cfg.get("latency_origin") or cond.get("latency_origin"),
+        # a closed-loop run records the arrival option's default too: its load is its users
+        "arrival": f"closed loop, {cfg['concurrency']} concurrent" if cfg.get("concurrency") else cfg.get("arrival"),
+        "latency_origin": cond.get("latency_origin") or cfg.get("latency_origin"),  # the run's own over the option's
         "rate_window": "measurement window",
         "tool": "loadgen",
         "schema": doc.get("schema_version"),

@@ -20,9 +20,9 @@ output tok/s                  ``output_throughput``       ``output_tokens_per_  
                               (whole run)                 second`` mean (whole run)   (whole run)
 ============================  ==========================  ==========================  ===========================
 
-Every peer measures latency from its own dispatch of a request, not from the time the request
-was due: a client that fell behind its schedule hides that lag (loadgen: from the scheduled
-time, :mod:`loadgen.core.metrics`). Their rates are over the whole run, ramp and drain included
+Every peer measures latency from its own send of a request (``latency_origin: sent``, as loadgen's
+closed loop does), not from the time the request was due: in open loop a client that fell behind its
+schedule hides that lag (loadgen: from the scheduled time, :mod:`loadgen.core.metrics`). Their rates are over the whole run, ramp and drain included
 (loadgen: the measurement window, :mod:`loadgen.core.window`). Both are conditions of the
 comparison (``latency_origin``, ``rate_window``), so the ranking is withheld against a loadgen
 run unless ``--force``. GuideLLM's ``time_per_output_token_ms`` divides the whole request by its
@@ -46,7 +46,10 @@ __all__ = ["PEER_FORMATS", "detect", "load_any", "peer_systems"]
 PEER_MAX_BYTES = 512 * 1024 * 1024
 """The largest peer file read (GuideLLM keeps every request in its file)."""
 
-DISPATCH = "from the tool's own dispatch of each request (after its concurrency gate): excludes the client's lag"
+DISPATCH = (
+    "from the tool's own send of each request (after its concurrency gate): in open loop a client behind its "
+    "schedule hides its lag (loadgen measures from the due time)"
+)
 WHOLE_RUN = "over the whole run, ramp and drain included"
 
 
@@ -78,11 +81,12 @@ def _finish(s: System, cond: dict[str, Any], values: dict[str, Any]) -> System:
         "model": cond.get("model"),
         "api": cond.get("api"),
         "stream": cond.get("stream"),
-        "input_tokens": cond.get("input_tokens"),
-        "output_tokens": cond.get("output_tokens"),
+        # as loadgen records its length options (text): 256 and "256" are the same length
+        "input_tokens": None if cond.get("input_tokens") is None else str(cond["input_tokens"]),
+        "output_tokens": None if cond.get("output_tokens") is None else str(cond["output_tokens"]),
         "slo": [],
         "arrival": cond.get("arrival"),
-        "latency_origin": "dispatch",
+        "latency_origin": "sent",  # loadgen's word for it: the same as a closed-loop loadgen run's
         "rate_window": "whole run",
         "schema": None,
         "server_version": None,
