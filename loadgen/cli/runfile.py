@@ -186,9 +186,9 @@ def merge_file_headers(ctx: click.Context, param: click.Parameter, value: tuple[
     return (*(h for h in from_file if h.partition(":")[0].strip().lower() not in names), *value)
 
 
-RESUME_KEEPS = frozenset({"resume", "out_dir", "config_file", "quiet", "progress", "headers", "exports"})
-"""Options a ``sweep --resume`` may give again on the command line with another value (what it shows, where it
-writes, the secret headers config.used.toml leaves out); any other option given must match the recorded one."""
+RESUME_KEEPS = frozenset({"resume", "config_file", "quiet", "progress", "headers", "exports"})
+"""Options a ``sweep --resume`` may give again on the command line with another value (what it shows, the
+secret headers config.used.toml leaves out); any other option given must match the recorded one (--out: DIR)."""
 
 
 def load_resume(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -207,6 +207,7 @@ def load_resume(ctx: click.Context, param: click.Parameter, value: str | None) -
 def resume_clashes(ctx: click.Context, kw: dict[str, Any]) -> list[str]:
     """The options given on the command line of a ``sweep --resume`` whose values differ from the recorded ones."""
     recorded = ctx.default_map or {}
+    flags = {p.name: p.opts[0] for p in ctx.command.params if isinstance(p, click.Option) and p.opts}
     out = []
     for name, value in kw.items():
         if name in RESUME_KEEPS or ctx.get_parameter_source(name) != click.core.ParameterSource.COMMANDLINE:
@@ -214,7 +215,7 @@ def resume_clashes(ctx: click.Context, kw: dict[str, Any]) -> list[str]:
         was = recorded.get(name)
         same = (list(value) if isinstance(value, tuple) else value) == (list(was) if isinstance(was, tuple) else was)
         if not same and str(value) != str(was):
-            out.append(f"--{name.replace('_', '-')} {value!r} (recorded: {was!r})")
+            out.append(f"{flags.get(name, '--' + name.replace('_', '-'))} {value!r} (recorded: {was!r})")
     return out
 
 

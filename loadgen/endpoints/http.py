@@ -467,7 +467,7 @@ class HTTPSendMixin(EndpointBase):
         cfg = self_.config
         return cfg.connection_reuse == "keep-alive" and self_.cap is None and not cfg.retry_429
 
-    async def send(self, spec: Any, record: Any, gate: asyncio.Event | None = None) -> None:
+    async def send(self, spec: RequestSpec, record: RequestRecord, gate: asyncio.Event | None = None) -> None:
         """Send one request and fill ``record`` (see :class:`RequestRecord`). Never raises
         except ``asyncio.CancelledError``.
 
@@ -537,7 +537,7 @@ class HTTPSendMixin(EndpointBase):
             "stale_connection_resends": getattr(self_, "stale_resends", 0),
         }
 
-    async def _attempt(self, spec: Any, record: Any, gate: asyncio.Event | None = None) -> None:
+    async def _attempt(self, spec: RequestSpec, record: RequestRecord, gate: asyncio.Event | None = None) -> None:
         """One HTTP exchange for ``spec`` (see :meth:`send`)."""
         self_: Any = self
         assert self_._session is not None, "open() first"

@@ -180,7 +180,7 @@ def _on_test_stop(environment: Any, **_: object) -> None:
     log.info("loadgen: %s, result written to %s", "VALID" if v["valid"] else "INVALID", col.out_dir / "result.json")
 
 
-def _on_start_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_start_message(environment: Any, msg: Message, **_: object) -> None:
     if S.process is not None:
         S.process.stop(0)
     try:  # the master sent no secret: this worker's own fill the placeholders
@@ -207,7 +207,7 @@ def _on_worker_connect(client_id: str, **_: object) -> None:
         S.pending.add(client_id)  # its loadgen_hello asks for the challenge once its handlers are registered
 
 
-def _on_hello_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_hello_message(environment: Any, msg: Message, **_: object) -> None:
     if os.environ.get(channel.MASTER_TOKEN_ENV) and msg.node_id not in S.trusted:
         S.pending.add(msg.node_id)
         S.nonces[msg.node_id] = nonce = os.urandom(16).hex()
@@ -243,17 +243,17 @@ def _with_clocks(runner: Any, workers: list[str], wait_s: float = 5.0) -> list[s
     return kept
 
 
-def _on_ping_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_ping_message(environment: Any, msg: Message, **_: object) -> None:
     t2 = now_ns()  # the master's clock when the ping arrived
     environment.runner.send_message("loadgen_pong", {"seq": msg.data["seq"], "t2": t2}, client_id=msg.node_id)
 
 
-def _on_pong_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_pong_message(environment: Any, msg: Message, **_: object) -> None:
     if S.probe is not None:
         S.probe.on_pong(msg.data)
 
 
-def _on_clock_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_clock_message(environment: Any, msg: Message, **_: object) -> None:
     if msg.data is not None:
         S.clocks[msg.node_id] = msg.data
         log.info("loadgen: worker %s clock offset %+.3f ms (within %.3f ms, %d pings)", msg.node_id,
@@ -269,7 +269,7 @@ def _refuse(runner: Any, client_id: str, why: str) -> None:
         runner.handle_message(client_id, Message("client_stopped", None, client_id))
 
 
-def _on_auth_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_auth_message(environment: Any, msg: Message, **_: object) -> None:
     token, nonce = os.environ.get(channel.MASTER_TOKEN_ENV), S.nonces.pop(msg.node_id, None)
     if token and nonce and channel.verify(token, nonce, msg.node_id, (msg.data or {}).get("answer")):
         S.trusted.add(msg.node_id)
@@ -278,14 +278,14 @@ def _on_auth_message(environment: Any, msg: Any, **_: object) -> None:
         _refuse(environment.runner, msg.node_id, "wrong or missing --master-token-env token")
 
 
-def _on_challenge_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_challenge_message(environment: Any, msg: Message, **_: object) -> None:
     token = os.environ.get(channel.MASTER_TOKEN_ENV)
     runner = environment.runner
     mac = channel.answer(token, str(msg.data["nonce"]), runner.client_id) if token else None
     runner.send_message("loadgen_auth", {"answer": mac})
 
 
-def _on_refused_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_refused_message(environment: Any, msg: Message, **_: object) -> None:
     why = (msg.data or {}).get("reason", "")
     _worker_quits(environment, f"loadgen: the master refused this worker: {why} (give --master-token-env)")
 
@@ -296,7 +296,7 @@ def _worker_quits(environment: Any, line: str) -> None:
     gevent.spawn(environment.runner.quit)
 
 
-def _on_stop_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_stop_message(environment: Any, msg: Message, **_: object) -> None:
     if S.process is not None:
         environment.runner.stop()  # test_stopping -> drain -> users stopped -> test_stop -> final report
     if S.process is not None:  # stop() found nothing running (no users spawned): drain and report anyway
@@ -304,11 +304,11 @@ def _on_stop_message(environment: Any, msg: Any, **_: object) -> None:
         _on_test_stop(environment)
 
 
-def _on_records_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_records_message(environment: Any, msg: Message, **_: object) -> None:
     if S.collector is not None and msg.node_id in S.collector.expected:  # only from workers handed a shard
         S.collector.add_packed(msg.node_id, msg.data)
 
 
-def _on_final_message(environment: Any, msg: Any, **_: object) -> None:
+def _on_final_message(environment: Any, msg: Message, **_: object) -> None:
     if S.collector is not None and msg.node_id in S.collector.expected:
         S.collector.finals[msg.node_id] = msg.data

@@ -44,5 +44,7 @@ def test_a_sweep_killed_after_two_probes_resumes_from_its_directory(tmp_path: Pa
     clash = cli_run("sweep", "--resume", str(out), "--precision", "20%", timeout=60)
     err = [ln for ln in clash.stderr.splitlines() if ln.startswith("Error:")]
     assert clash.returncode == 2 and len(err) == 1 and "--precision" in err[0] and "Traceback" not in clash.stderr
+    elsewhere = cli_run("sweep", "--resume", str(out), "--out", str(tmp_path / "other"), timeout=60)
+    assert elsewhere.returncode == 2 and "--out" in elsewhere.stderr and not (tmp_path / "other").exists()
     nothing = cli_run("sweep", "--resume", str(tmp_path), timeout=60)
     assert nothing.returncode == 2 and "no config.used.toml there" in nothing.stderr
