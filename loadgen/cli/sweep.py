@@ -180,7 +180,6 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
     make_out_dir(out_dir)
-    write_used_config(kw, out_dir)  # now, not only at the end: a killed sweep can be resumed (--resume)
     cert = client_selftest(out_dir, err) if kw.get("selftest") else None
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
     with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err) as target:
@@ -210,6 +209,9 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
 
             try:
                 await endpoint.open()
+                # the pre-flight passed: the options now, not only at the end, so a killed sweep can be resumed
+                # (--resume); a sweep stopped before any load still writes nothing
+                write_used_config(kw, out_dir)
                 sweep = Sweep(
                     endpoint,
                     base,
