@@ -419,11 +419,15 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 def execute(plan: Plan, ctx: Context) -> Outcome:
     """Run one planned command in ``ctx.cwd`` (a server: start, ask once, SIGINT), bounded in time."""
-    for dst, src in plan.links.items():
+    for dst, src in plan.links.items():  # commands of the "after" group run side by side: one may link first
         d = ctx.cwd / dst
+        target = (ctx.cwd / src).resolve()
         if not d.exists():
             d.parent.mkdir(parents=True, exist_ok=True)
-            d.symlink_to((ctx.cwd / src).resolve(), target_is_directory=True)
+            try:
+                d.symlink_to(target, target_is_directory=True)
+            except FileExistsError:
+                assert d.resolve() == target, (d, d.resolve(), target)  # another command linked the same output
     plan.argv = [str(free_port()) if w == FREE_PORT else w for w in plan.argv]
     assert_loopback(plan.argv)
     log = ctx.cwd / "logs" / f"{plan.cmd.ident}.log"

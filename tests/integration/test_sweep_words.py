@@ -123,6 +123,7 @@ def test_an_slo_below_the_unloaded_latency_ends_before_any_probe(tmp_path: Path)
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.alone  # the client's own limit is the subject: beside another test every rate was INVALID (037163f)
 def test_a_client_limited_rate_bounds_the_search_and_the_answer_is_a_lower_bound(tmp_path: Path) -> None:
     # no service time, one token, 4096 slots: at 8000 req/s the generator is the limit (a quiet CI machine's
     # client kept up with 4,000-4,700 req/s: 4000 passed there); the search goes on below it. The relaxed lag bounds
