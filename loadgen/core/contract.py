@@ -14,7 +14,10 @@ that is not of that kind, is refused in one line naming the file and what would 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from loadgen.core.errors import InputFileError
 
@@ -26,6 +29,7 @@ __all__ = [
     "RESULT_SCHEMA_VERSION",
     "SWEEP_SCHEMA_VERSION",
     "check_version",
+    "load_versioned",
     "peer_format",
     "records_version",
 ]
@@ -115,3 +119,17 @@ def records_version(result: dict[str, Any]) -> int:
     """The schema version of the ``requests.jsonl`` beside ``result`` (its ``result.json``)."""
     v = result.get("records_schema_version")
     return v if isinstance(v, int) and not isinstance(v, bool) else 1
+
+
+def load_versioned(path: Path, kind: str) -> dict[str, Any]:
+    """A ``kind`` file (``"result"`` or ``"sweep"``) read from ``path`` and checked (:func:`check_version`).
+
+    Raises InputFileError, one line naming ``path``: missing, not valid JSON, or not such a file."""
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise InputFileError(str(path), None, None, "no such file") from None
+    except orjson.JSONDecodeError as exc:
+        raise InputFileError(str(path), None, None, f"not valid JSON ({exc})") from None
+    check_version(doc, kind, path)
+    return doc  # check_version refused anything but an object

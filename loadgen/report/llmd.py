@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.core.contract import check_version
+from loadgen.core.contract import load_versioned
 from loadgen.core.errors import InputFileError
 from loadgen.version import __version__
 
@@ -161,33 +161,22 @@ def _cfg_id(cfg: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(keep, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
 
 
-def _read(path: Path, kind: str) -> dict[str, Any]:
-    try:
-        doc = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise InputFileError(str(path), None, None, "no such file") from None
-    except orjson.JSONDecodeError as exc:
-        raise InputFileError(str(path), None, None, f"not valid JSON ({exc})") from None
-    check_version(doc, kind, path)
-    return doc
-
-
 def export_dir(out: Path) -> list[Path]:
     """Write the report beside each ``result.json`` of a run directory, or of each probe of a sweep
     directory (its ``eid`` the sweep's, ``stage`` the probe's order). Returns the files written."""
     written: list[Path] = []
     if (out / "sweep.json").exists():
-        sweep = _read(out / "sweep.json", "sweep")
+        sweep = load_versioned(out / "sweep.json", "sweep")
         eid = hashlib.sha256(f"{sweep.get('started_at')}|{out.resolve()}".encode()).hexdigest()[:32]
         for i, p in enumerate(sweep.get("probes") or []):
             d = out / Path(str(p.get("dir") or "")).name if p.get("dir") else None
             if d is None or not (d / "result.json").exists():
                 continue
-            rep = benchmark_report(_read(d / "result.json", "result"), d, eid=eid, stage=i)
+            rep = benchmark_report(load_versioned(d / "result.json", "result"), d, eid=eid, stage=i)
             written.append(_write(d / BR_FILE, rep))
         return written
     if (out / "result.json").exists():
-        return [_write(out / BR_FILE, benchmark_report(_read(out / "result.json", "result"), out))]
+        return [_write(out / BR_FILE, benchmark_report(load_versioned(out / "result.json", "result"), out))]
     raise InputFileError(str(out), None, None, "holds neither sweep.json nor result.json")
 
 
