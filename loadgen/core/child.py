@@ -1,5 +1,6 @@
 """Helper processes of a run that cannot hurt it: the /metrics scraper (:mod:`loadgen.serve.scrape`) and the
-live exporter's page server (:mod:`loadgen.telemetry.pageserver`).
+live exporter's page server (:mod:`loadgen.telemetry.pageserver`); and :func:`die_with_parent` for the
+worker processes of ``--workers`` (:mod:`loadgen.spread.workers`).
 
 A helper must never outlive the run, hold its output pipes, take its Ctrl-C, or outrank it for a CPU.
 """
@@ -7,11 +8,14 @@ A helper must never outlive the run, hold its output pipes, take its Ctrl-C, or 
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 
-__all__ = ["quiet_child"]
+__all__ = ["die_with_parent", "quiet_child"]
 
 PR_SET_PDEATHSIG = 1
 
@@ -44,3 +48,34 @@ def quiet_child(parent: int) -> None:
         os.nice(10)  # the client's event loop first, whenever the two want the same CPU
     except OSError:
         pass
+
+
+PARENT_POLL_S = 0.25
+"""How often a worker checks that its parent is alive (where the kernel cannot tell it)."""
+
+
+def die_with_parent() -> None:
+    """End this process when its parent dies, even by ``kill -9`` (issue 20: orphaned workers kept
+    sending ~475 requests whose records were lost).
+
+    On Linux the kernel sends SIGKILL at the parent's death (``prctl(PR_SET_PDEATHSIG)``); elsewhere,
+    and as a second guard, a daemon thread polls ``os.getppid()`` every :data:`PARENT_POLL_S`
+    and exits at once when the worker has been re-parented. Either way no request leaves this
+    process more than a fraction of a second after the parent is gone: its records could not be
+    written anyway.
+    """
+    proc = multiprocessing.parent_process()
+    parent = proc.pid if proc is not None and proc.pid is not None else os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    if os.getppid() != parent:  # died before the guard was armed
+        os._exit(1)
+    threading.Thread(target=watch, name="loadgen-parent-watch", daemon=True).start()

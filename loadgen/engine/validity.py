@@ -384,6 +384,10 @@ def validity(agg: RunCounts, client: ClientStats, bounds: ValidityBounds) -> dic
             out["remedy"] = out["remedy"].replace(
                 "keep to the schedule: lower the rate", "feed the batch: lower --max-concurrency"
             )
+        if {c["name"] for c in checks if c["group"] == "generator" and not c["ok"]} == {"workers"}:
+            out["remedy"] = (
+                "a worker process or actor failed (the workers check says why): remove its cause and run again"
+            )
     return out
 
 

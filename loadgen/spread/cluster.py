@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import re
 import signal
 import socket
 import threading
@@ -101,6 +102,30 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         raise ConfigError(
             f"--cluster {address!r}: nothing listens there ({exc.strerror or exc}); is the Ray head up?"
         ) from None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+
+
+def root_cause(text: str) -> str:
+    """The line of a (Ray) error text that names its cause: the last ``SomeError: message`` line, an
+    import error first (a node without a package loadgen imports); else the text's first line.
+
+    Ray wraps an actor's own exception in its traceback (``ActorDiedError: ... RuntimeError: The actor
+    ... failed to import ... ModuleNotFoundError: No module named 'msgspec'``): cut at a length, the
+    cause never showed (issue 34)."""
+    lines = [ln.strip() for ln in _ANSI.sub("", text).splitlines() if ln.strip()]
+    causes = [m for m in (_EXC_LINE.match(ln) for ln in lines) if m]
+    for m in reversed(causes):
+        if m.group(1).endswith(("ModuleNotFoundError", "ImportError")):
+            return (
+                f"{m.group(0)} (the node's Python lacks a package loadgen imports: install loadgen's "
+                "dependencies there, README 'Many machines')"
+            )
+    if causes:
+        return causes[-1].group(0)
+    return lines[0] if lines else ""
 
 
 def _import_ray() -> Any:
@@ -450,7 +475,10 @@ class Cluster:
                     try:
                         msg = ray.get(ref, timeout=10)
                     except Exception as exc:
-                        msg = ("error", f"{type(exc).__name__}: {redactor(str(exc))[:500]}")
+                        whole = _ANSI.sub("", redactor(str(exc)))
+                        msg = ("error", root_cause(whole) or type(exc).__name__)
+                        if not failed:  # the first one whole on the console (the others name their cause)
+                            self.progress(f"cluster: worker {w} failed to start: {type(exc).__name__}:\n{whole}")
                     if msg[0] == "ready":
                         col.handle(w, msg[:2])
                         ready_msgs[w] = msg
@@ -500,10 +528,7 @@ class Cluster:
                     try:
                         msgs = ray.get(ref, timeout=10)
                     except Exception as exc:
-                        col.fail(
-                            w,
-                            f"died: {type(exc).__name__}: {redactor(str(exc)).splitlines()[0][:300] if str(exc) else ''}",
-                        )
+                        col.fail(w, f"died: {type(exc).__name__}: {root_cause(redactor(str(exc)))}")
                         failed.add(w)
                         continue
                     finished = False

@@ -40,6 +40,7 @@ from typing import IO, Any, cast
 
 import orjson
 
+from loadgen.core.child import die_with_parent
 from loadgen.core.clock import now_ns, wall_anchor
 from loadgen.core.errors import OutputError
 from loadgen.core.histograms import record_token_gaps, token_histograms
@@ -87,6 +88,14 @@ def shard_plan(plan: RunPlan, w: int, n: int) -> RunPlan:
     return replace(plan, concurrency=users, max_requests=max_req, warmup_requests=warm, index_start=w, index_stride=n)
 
 
+def shard_size(plan: RunPlan, w: int, n: int) -> int:
+    """Requests worker ``w`` of ``n`` has to send, warm-up included: its open-loop entries, or its
+    closed-loop budget (0 for a duration; session shards are counted by the workers that said ready)."""
+    if plan.mode == "open":
+        return len(plan.schedule[w::n]) if plan.schedule is not None else 0
+    return shard_plan(plan, w, n).max_requests or 0
+
+
 def auto_workers() -> int:
     """``--workers auto``: one per available core, leaving one for the parent (at least 1)."""
     try:
@@ -94,42 +103,6 @@ def auto_workers() -> int:
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
     return max(1, cores - 1)
-
-
-PARENT_POLL_S = 0.25
-"""How often a worker checks that its parent is alive (where the kernel cannot tell it)."""
-
-
-def die_with_parent() -> None:
-    """End this process when its parent dies, even by ``kill -9`` (issue 20: orphaned workers kept
-    sending ~475 requests whose records were lost).
-
-    On Linux the kernel sends SIGKILL at the parent's death (``prctl(PR_SET_PDEATHSIG)``); elsewhere,
-    and as a second guard, a daemon thread polls ``os.getppid()`` every :data:`PARENT_POLL_S`
-    and exits at once when the worker has been re-parented. Either way no request leaves this
-    process more than a fraction of a second after the parent is gone: its records could not be
-    written anyway.
-    """
-    import threading
-
-    proc = multiprocessing.parent_process()
-    parent = proc.pid if proc is not None and proc.pid is not None else os.getppid()
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_S)
-        os._exit(1)
-
-    if os.getppid() != parent:  # died before the guard was armed
-        os._exit(1)
-    threading.Thread(target=watch, name="loadgen-parent-watch", daemon=True).start()
 
 
 def _worker_main(
@@ -377,11 +350,9 @@ class Collector:
         self.failures.append(f"worker {w} {text}")
 
     def unsent_all(self, plan: RunPlan, n: int) -> None:
-        """Stopped before "go": every worker's whole shard is unsent, also a worker not yet ready (its shard
-        from the plan; a session run's shards are counted by the workers that said ready)."""
+        """Stopped before "go": every worker's whole shard is unsent, also a worker not yet ready."""
         for w in range(n):
-            if not self.expected[w] and plan.mode == "open" and plan.schedule is not None:
-                self.expected[w] = len(shard_plan(plan, w, n).schedule)
+            self.expected[w] = self.expected[w] or shard_size(plan, w, n)
 
     def handle(self, w: int, msg: tuple) -> bool:
         """Take one message from worker ``w``; True when that worker has finished (done or failed)."""
@@ -435,8 +406,9 @@ class Collector:
                     (prep := prep or Preparation(of=0)).merge(st["preparation"])
                 self.agg.merge_token_histograms(hists)
             else:
-                # whatever this worker never reported is unsent (open loop: its shard size)
-                unsent += max(self.expected[w] - self.received[w], 0)
+                # whatever this worker never reported is unsent: its shard, also one that never said ready
+                expected = self.expected[w] or shard_size(plan, w, self.n)
+                unsent += max(expected - self.received[w], 0)
         realized = realized_send_rps(as_schedule(plan.schedule), unsent) if plan.mode == "open" else None
         client = ClientStats(
             cpu_s=sum(f for f in cpu_fracs),

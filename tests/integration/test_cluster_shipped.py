@@ -4,9 +4,11 @@ loadgen is not on a public index, so ``pip install 'loadgen[cluster]'`` fails on
 The path that works with only Ray and loadgen's dependencies on the nodes: the driver connects,
 finds that the actors cannot import loadgen (or import another one) and reconnects with its own
 package as Ray ``runtime_env`` ``py_modules``. Here the Ray head runs from a virtualenv that
-sees this environment's packages (Ray, numpy, aiohttp, ...) through a plain ``.pth`` line but not
-loadgen (its editable install is not processed there, and no PYTHONPATH reaches it); the CLI
-run on it must finish with every request and say ``conditions.cluster.code: shipped ...``.
+sees only the packages of the README's node set-up (``pip install 'ray>=2.40' ...``, parsed from the
+README) and what they require, linked from this environment into a directory of their own (no
+index needed), and not loadgen; the CLI run on it must finish with every request and say
+``conditions.cluster.code: shipped ...``. (Before issue 34 the README's command lacked ``msgspec``: every
+actor failed to import and the run ended with 0 requests.)
 
 Skipped without Ray. About 30 s (a head node, two actors, a short run).
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import socket
@@ -24,9 +28,12 @@ import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install 'loadgen[cluster]' to run the --cluster tests")
 
@@ -39,13 +46,57 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _node_python(root: Path) -> str:
-    """A virtualenv whose Python imports this environment's packages but not loadgen."""
+def _readme_node_packages() -> list[str]:
+    """The packages of the README's node set-up, path (a), exactly as written there."""
+    text = (REPO / "README.md").read_text()
+    m = re.search(r"`pip install ('ray[^`]*)`", text)
+    assert m, "README: the node set-up command (pip install 'ray>=2.40' ...) is gone"
+    return shlex.split(m.group(1))
+
+
+def _closure(names: list[str]) -> dict[str, Any]:
+    """The installed distributions that ``pip install NAMES`` would bring: the names and their
+    requirements, transitively (markers evaluated here, no extras); None for one not installed."""
+    seen: dict[str, Any] = {}
+    todo = list(names)
+    while todo:
+        req = Requirement(todo.pop())
+        key = re.sub(r"[-_.]+", "-", req.name).lower()
+        if key in seen:
+            continue
+        try:
+            dist = metadata.distribution(req.name)
+        except metadata.PackageNotFoundError:
+            seen[key] = None
+            continue
+        seen[key] = dist
+        for r in dist.requires or []:
+            rq = Requirement(r)
+            if rq.marker is None or rq.marker.evaluate({"extra": ""}):
+                todo.append(r)
+    return seen
+
+
+def _node_python(root: Path, packages: list[str] | None = None) -> str:
+    """A virtualenv whose Python imports this environment's packages but not loadgen; with
+    ``packages``, only those and what they require (their files linked into a directory of their own,
+    as ``pip install PACKAGES`` on a fresh node would give, without an index)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=60)
     py = str(root / "bin" / "python")
     site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True, timeout=30).stdout.strip()  # fmt: skip
-    Path(site, "deps-only.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    deps = sysconfig.get_paths()["purelib"]
+    if packages is not None:
+        only = root / "node-site"
+        only.mkdir()
+        for key, dist in _closure(packages).items():
+            assert dist is not None, f"{key} is not installed here: the node environment cannot be built"
+            base = Path(dist.locate_file(""))
+            for top in sorted({Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}):
+                if (base / top).exists() and not (only / top).exists():
+                    os.symlink(base / top, only / top)
+        deps = str(only)
+    Path(site, "deps-only.pth").write_text(deps + "\n")
     return py
 
 
@@ -65,7 +116,7 @@ def _pids_with_arg(text: str) -> list[int]:
 def bare_head() -> Iterator[tuple[str, str]]:
     """A one-node Ray cluster on 127.0.0.1 whose Python has no loadgen; yields (address, its python)."""
     tmp = Path(tempfile.mkdtemp(prefix="lgship-", dir="/tmp"))  # short: Ray's socket paths have a length limit
-    py = _node_python(tmp / "venv")
+    py = _node_python(tmp / "venv", _readme_node_packages())  # the README's node set-up, as written
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     probe = subprocess.run([py, "-c", "import ray, numpy, aiohttp, orjson, hdrh; import loadgen"], cwd=tmp, env=env,
@@ -76,7 +127,7 @@ def bare_head() -> Iterator[tuple[str, str]]:
            "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "3",
            "--object-store-memory", str(80 * 1024 * 1024), "--include-dashboard", "false",
            "--dashboard-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port()),
-           "--ray-client-server-port", str(_free_port()), "--disable-usage-stats", "--temp-dir", str(tmp / "ray")]  # fmt: skip
+           "--disable-usage-stats", "--temp-dir", str(tmp / "ray")]  # fmt: skip
     log = open(tmp / "head.log", "wb")
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp, process_group=0)
     try:
@@ -123,7 +174,7 @@ def test_cli_run_on_nodes_without_loadgen_ships_the_drivers_package(bare_head: t
     assert p.returncode in (0, 1), p.stderr[-3000:]  # 1: INVALID on a busy machine; the run happened
     assert "shipping the driver's package" in p.stderr
     res = json.loads((out / "result.json").read_text())
-    assert res["counts"]["requests"] == 20 and res["counts"]["completed"] == 20
+    assert res["counts"]["requests"] == 20 and res["counts"]["completed"] == 20, p.stdout[-3000:] + p.stderr[-3000:]
     assert res["conditions"]["cluster"]["code"].startswith("shipped from the driver")
 
 
@@ -139,7 +190,8 @@ def test_wheel_from_the_script_installs_on_a_node_and_runs_the_drivers_code(tmp_
     assert p.returncode == 0, p.stderr
     wheel = p.stdout.strip().splitlines()[-1]
     assert Path(wheel).name.startswith("loadgen-") and not (REPO / "build").exists()
-    py = _node_python(tmp_path / "node")
+    needs = [r for r in metadata.requires("loadgen") or [] if "extra ==" not in r]  # the wheel's own dependencies
+    py = _node_python(tmp_path / "node", [*needs, "ray>=2.40"])
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
                     str(tmp_path / "node-site"), wheel], check=True, timeout=180, env=env)  # fmt: skip
     node_env = dict(env, PYTHONPATH=str(tmp_path / "node-site"))
