@@ -200,6 +200,7 @@ class RunFiles:
         given the result so far and returns its block)."""
         agg, out_dir = self.agg, self.out_dir
         agg.unsent = outcome.unsent
+        agg.lost_with_client = outcome.lost_with_client
         result = build_result(
             agg, outcome, cfg, endpoint, started_at=self.started_at,
             config_record={**(config_record or {}), "workload": workload}, fd_limit=self.fd_limit,

@@ -34,19 +34,20 @@ __all__ = [
     "records_version",
 ]
 
-RESULT_SCHEMA_VERSION = 5
+RESULT_SCHEMA_VERSION = 6
 """``result.json``: 2 adds ``records_schema_version``, ``config.header_timeout`` and, for session runs,
 ``timeseries`` and ``why``, ``server_kept_up``, the client's ``timing_error_bound_ms``, ``validity.verdict_stands``
 and ``latency_error_ms``; 3 the server figures of SGLang and TGI pages, the sessions' tool calls and turn cap,
 active sessions over time, the prefix-cache hit share and ``cache_hit_target``; 4 ``client.preparation``;
-5 the token-deadline target's ``late_tokens``, ``judged_tokens`` and ``late_token_share``, ``stages`` and ``abandon`` (docs/schemas/CHANGES.md)."""
+5 the token-deadline target's ``late_tokens``, ``judged_tokens`` and ``late_token_share``, ``stages`` and ``abandon``;
+6 ``counts.lost_with_client`` (docs/schemas/CHANGES.md)."""
 SWEEP_SCHEMA_VERSION = 4
 """``sweep.json``: 2 adds each probe's ``tpot_p50_ms``, ``by_turn``, ``prefix_cache_hit_rate`` and ``client_timing``;
 3 ``client_selftest`` (``--selftest``); 4 ``resumed`` (``--resume``)."""
 RECORDS_SCHEMA_VERSION = 3
 """``requests.jsonl``: 2 adds the error kind ``header_timeout``; 3 the error kind ``abandoned``."""
 
-READS: dict[str, tuple[int, int]] = {"result": (1, 5), "sweep": (1, 4), "records": (1, 3)}
+READS: dict[str, tuple[int, int]] = {"result": (1, 6), "sweep": (1, 4), "records": (1, 3)}
 """The versions of each kind this loadgen reads (lowest, highest)."""
 
 DEPRECATED_KEYS: dict[str, dict[str, str]] = {"result": {}, "sweep": {}, "records": {}}

@@ -20,6 +20,8 @@ they are :class:`loadgen.core.types.RequestRecord` values with ``status="error"`
 
 from __future__ import annotations
 
+import re
+
 
 class LoadgenError(Exception):
     """Root of loadgen's exception tree."""
@@ -70,3 +72,23 @@ class ProtocolError(LoadgenError):
 class Abandoned(Exception):  # a user's choice, not a fault
     """Raised by a stream reader when its request's user walks away (``--abandon SHARE,Ntok``,
     :mod:`loadgen.engine.abandon`): the read stops and the connection is dropped."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .+$")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes (a Ray error's traceback carries them)."""
+    return _ANSI.sub("", text)
+
+
+def cause_line(text: str) -> str:
+    """The line of an error text (a traceback, maybe nested) that names its cause: the last
+    ``SomeError: message`` line, an import error first; else the text's first line ("" when empty)."""
+    lines = [ln.strip() for ln in strip_ansi(text).splitlines() if ln.strip()]
+    causes = [ln for ln in lines if _EXC_LINE.match(ln)]
+    for ln in reversed(causes):
+        if ln.startswith(("ModuleNotFoundError", "ImportError")):
+            return ln
+    return causes[-1] if causes else (lines[0] if lines else "")

@@ -21,7 +21,9 @@ from __future__ import annotations
 import ctypes
 import math
 import mmap
-from collections.abc import Sequence
+from array import array
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -248,7 +250,34 @@ def token_histograms(pace: bool = False) -> dict[str, LatencyHistogram]:
     return out
 
 
-def record_token_gaps(hist: dict[str, LatencyHistogram], m: RequestMetrics) -> None:
+class GapSink(Protocol):
+    """What per-token values are recorded into: a :class:`LatencyHistogram` or a :class:`GapBuffer`."""
+
+    def record_many_ns(self, values_ns: Sequence[float] | np.ndarray, /) -> None: ...
+
+
+class GapBuffer:
+    """Per-token values (ns) kept raw until shipped: a worker's side of the driver's histograms. A worker
+    ships them with each batch of records (:meth:`take`), so every record that reached the driver has its
+    values there, also when the worker dies later (issue 34: a dead actor's delivered records were left
+    out of ITL, its histogram came only with "done")."""
+
+    __slots__ = ("values",)
+
+    def __init__(self) -> None:
+        self.values = array("d")
+
+    def record_many_ns(self, values_ns: Sequence[float] | np.ndarray, /) -> None:
+        self.values.extend(values_ns)
+
+    def take(self) -> bytes:
+        """The values buffered since the last take, as float64 bytes (``array('d').frombytes``)."""
+        out = self.values.tobytes()
+        self.values = array("d")
+        return out
+
+
+def record_token_gaps(hist: Mapping[str, GapSink], m: RequestMetrics) -> None:
     """One measured request's per-token samples (ns, :class:`loadgen.core.metrics.RequestMetrics`'
     ``itl_ns`` and ``inter_chunk_ns``) into ``hist["itl"]`` and ``hist["inter_chunk"]`` (the
     aggregator's and a worker's alike), and its tokens' paces into ``hist["tbt_pace"]`` when there is

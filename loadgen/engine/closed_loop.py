@@ -129,6 +129,11 @@ class ClosedLoopUsers(RunnerCore):
                 if plan.max_requests is not None and k >= plan.max_requests:
                     return
                 now = now_ns()
+                if self.lease_ns is not None and now >= self.lease_ns():
+                    await self._await_lease()  # a worker: no send past its lease (loadgen.spread.lease)
+                    if self._stop.is_set():
+                        return
+                    now = now_ns()
                 if end_ns is not None and now >= end_ns:
                     return
                 spec = spec_of(k)

@@ -57,6 +57,10 @@ __all__ = [
 ]
 
 LEAD_IN_NS = 100_000_000  # t0 is set this far ahead so the first deadline is not already late
+LEASE_POLL_S = 0.002
+"""How often a send held by an expired lease looks for its renewal."""
+LEASE_LOST_NS = 10_000_000_000
+"""A lease not renewed for this long: the driver has lost the worker, which stops (``loadgen.spread.lease``)."""
 NO_DEADLINE_NS = 1 << 62
 SINK_PERIOD_S = 0.002
 SINK_GUARD_NS = 1_500_000  # no sink work this close to a send deadline
@@ -101,6 +105,8 @@ class RunOutcome:
     unsent_warmup: int
     client: ClientStats
     end_ns: int
+    lost_with_client: int = 0
+    """Requests a lost worker may have sent whose records died with it (:mod:`loadgen.spread.lease`)."""
 
 
 def loop_cpu_wait_ns() -> int | None:
@@ -169,6 +175,8 @@ class RunEngine:
         self.on_preparing: Callable[[str], None] | None = None  # told once when preparation runs long (the CLI)
         self.spin_idle_ns = 0  # idle passes of the loop while a sender spun to its deadline (_spin)
         self._last_spin_ns = 0
+        # a worker's lease (loadgen.spread.lease): no send starts at or after lease_ns() (this process's clock)
+        self.lease_ns: Callable[[], int] | None = None
 
     # -- what a dispatcher provides ------------------------------------------------------------
 
@@ -193,6 +201,23 @@ class RunEngine:
             if gap < SPIN_IDLE_NS:
                 self.spin_idle_ns += gap
             self._last_spin_ns = t
+
+    async def _await_lease(self, at_ns: int = 0) -> None:
+        """Wait until the lease allows a send now, or at ``at_ns`` when later (:attr:`lease_ns`); a lease not
+        renewed for :data:`LEASE_LOST_NS` stops the run (the driver lost this worker: it sends nothing more)."""
+        lease = self.lease_ns
+        if lease is None:
+            return
+        since = now_ns()
+        while not self._stop.is_set() and max(now_ns(), at_ns) >= lease():
+            if now_ns() - since > LEASE_LOST_NS:
+                self.aborted_reason = (
+                    f"the driver renewed no lease for {LEASE_LOST_NS / 1e9:g} s (it lost this worker): "
+                    "it stopped sending"
+                )
+                self.request_stop(False)
+                return
+            await asyncio.sleep(LEASE_POLL_S)
 
     # -- before the run -----------------------------------------------------------------------
 

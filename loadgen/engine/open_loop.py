@@ -126,6 +126,8 @@ class OpenLoopDispatch(RunnerCore):
                             continue
                     prepare(nxt)
             await self._wait_until(deadline)
+            if self.lease_ns is not None and now_ns() >= self.lease_ns():
+                await self._await_lease()  # a worker: no send past its lease (loadgen.spread.lease)
             # time the --max-concurrency cap held the dispatcher since this deadline is the server's
             # backlog (in flight there), not the generator falling behind
             held = sum(b1 - max(b0, deadline) for b0, b1 in capped if b1 > deadline)

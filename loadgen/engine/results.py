@@ -112,6 +112,7 @@ class Aggregator:
         self.failed = 0
         self.zero_output = 0
         self.unsent = 0
+        self.lost_with_client = 0  # a lost worker's requests due within its lease (loadgen.spread.lease)
         self.warmup_requests = 0
         self.errors_by_kind: dict[str, int] = {}
         self.retry_after_s = log()
@@ -510,6 +511,7 @@ class Aggregator:
             "failed": self.failed,
             "zero_output": self.zero_output,
             "unsent": self.unsent,
+            **({"lost_with_client": self.lost_with_client} if self.lost_with_client else {}),
             "warmup": self.warmup_requests,
             "errors_by_kind": {k: self.errors_by_kind[k] for k in sorted(self.errors_by_kind)},
             **({"buffered": self.buffered} if self.buffered else {}),

@@ -46,7 +46,9 @@ How it fits Locust's model:
 * **Stopping** (``-t``, the stop button, Ctrl-C). Sending stops; requests in flight
   get Locust's ``--stop-timeout`` to finish, then are killed and recorded as
   ``cancelled``. Scheduled sends whose time had come are counted ``unsent``.
-* **Distributed.** Workers ship their records (every 0.5 s) and, at the end, their
+* **Distributed.** Workers ship their records (every 0.2 s, the master renewing each one's lease as it hears
+  from it: a lost worker's shard is split into lost with the client and unsent, :mod:`loadgen.spread.lease`)
+  and, at the end, their
   HDR histograms (encoded) to the master, which aggregates the records exactly as
   ``loadgen run`` does and merges the histograms (bucket counts add). The master's port
   binds 127.0.0.1 unless told otherwise (then with a shared token each worker proves);

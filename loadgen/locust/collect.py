@@ -34,10 +34,13 @@ from loadgen.engine.runner import ClientStats, RunOutcome
 from loadgen.engine.runplan import LoadConfig
 from loadgen.locust.client import client_settings
 from loadgen.locust.live import LiveSeries, summary
+from loadgen.locust.openplan import open_offsets, workload_options
 from loadgen.locust.session_user import sessions_plan
 from loadgen.measurement import build_result, raise_fd_limit
 from loadgen.sessions.measured import TurnFacts, sessions_block
 from loadgen.sessions.spread import merge_stats
+from loadgen.spread.lease import LEASE_AHEAD_NS, split_by_lease
+from loadgen.workload.spec import Workload
 
 # --------------------------------------------------------------------------- records on the wire
 
@@ -133,6 +136,8 @@ class LocustCollector:
         self._rows: tuple[int, list[dict[str, Any]]] | None = None
         self._live: tuple[int, bool, dict[str, Any]] | None = None
         self.turns = TurnFacts()  # --sessions: per-turn facts for result.json's sessions block
+        # each worker's last lease, offset from t0 (loadgen.spread.lease), renewed while it is connected
+        self.leased: dict[str, int] = {w: LEASE_AHEAD_NS for w in workers}
         # --sessions: the source and its plan (read here too, so a bad file fails the test before it sends)
         self.sessions = sessions_plan(cfg, plan["salt"]) if cfg["mode"] == "sessions" else None
 
@@ -163,6 +168,28 @@ class LocustCollector:
         for obj in data["records"]:
             self.add(unpack_record(obj, shift), turn=packed_turn(obj))
         self.received[worker] = self.received.get(worker, 0) + len(data["records"])
+        self.renew_lease(worker)
+
+    def renew_lease(self, worker: str) -> None:
+        """The master heard from ``worker`` (a batch of records, sent every ``LEASE_RENEW_S`` even when empty):
+        it may send until ``now + LEASE_AHEAD_NS`` (loadgen.spread.lease). A killed worker is heard no more, so
+        its lease runs out within ``LEASE_AHEAD_NS`` of its last batch (Locust's own liveness takes seconds)."""
+        if self.result is None and worker not in self.finals:
+            self.leased[worker] = max(self.leased[worker], max(now_ns() - self.t0_ns, 0) + LEASE_AHEAD_NS)
+            self.env.runner.send_message("loadgen_lease", {"until_ns": self.leased[worker]}, client_id=worker)
+
+    def _split_lost(self, missing: list[str]) -> tuple[int, int]:
+        """``(lost with the client, unsent)`` of the workers that sent no final report: open loop, each one's
+        shard split by its last lease (:func:`loadgen.spread.lease.split_by_lease`); else nothing known."""
+        if not missing or self.cfg["mode"] != "open":
+            return 0, 0
+        offs, _ = open_offsets(self.cfg, Workload(workload_options(self.cfg, self.plan["salt"])))
+        lost = unsent = 0
+        for w in missing:
+            k = self.expected.index(w)
+            a, b = split_by_lease(offs[k :: len(self.expected)], self.received.get(w, 0), self.leased.get(w))
+            lost, unsent = lost + a, unsent + b
+        return lost, unsent
 
     def wait_for_finals(self, timeout_s: float) -> None:
         """Block (cooperatively) until every still-connected worker has sent its final report."""
@@ -197,10 +224,11 @@ class LocustCollector:
                 client.schedule_realized_rps = (n - 1) / ((last - first) / 1e9)
         sstats = merge_stats([p["sessions"] for p in processes if p.get("sessions")]) if sessions else None
         unsent = sstats.unsent_turns if sstats is not None else sum(p["unsent"] for p in processes)
-        self.agg.unsent = unsent
+        lost, unsent_lost = self._split_lost(missing)  # a killed worker's shard: 115 of 300 unsent read 0 before
+        self.agg.unsent, self.agg.lost_with_client = unsent + unsent_lost, lost
         outcome = RunOutcome(
-            t0_ns=self.t0_ns, t0_wall_ns=self.t0_wall_ns, interrupted=interrupted, unsent=unsent,
-            unsent_warmup=0, client=client, end_ns=now_ns(),
+            t0_ns=self.t0_ns, t0_wall_ns=self.t0_wall_ns, interrupted=interrupted, unsent=unsent + unsent_lost,
+            unsent_warmup=0, client=client, end_ns=now_ns(), lost_with_client=lost,
         )  # fmt: skip
         users = max(self.env.runner.target_user_count or 0, 1)
         # sessions: latency from each turn's due time (cfg origin), as loadgen run --sessions counts it

@@ -6,7 +6,8 @@ one request at a time. Sessions (``--sessions``): each Locust user calls
 per process sleeps until ``t0 + offset`` of each entry of this process's shard
 (absolute deadlines) and spawns one greenlet per request, at most
 ``max_concurrency`` in flight. Finished records go to the local collector (single
-process) or are shipped to the master (a worker) every 0.5 s.
+process) or are shipped to the master (a worker) every 0.2 s (an empty batch too: the sign of life
+the master renews the worker's lease on, :mod:`loadgen.spread.lease`).
 """
 
 from __future__ import annotations
@@ -29,23 +30,20 @@ from loadgen.core.clock import now_ns
 from loadgen.core.metrics import RequestMetrics, compute
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.http import fail
+from loadgen.engine.lifecycle import LEASE_LOST_NS, LEASE_POLL_S
 from loadgen.engine.results import Aggregator
 from loadgen.locust.client import GeventClient, Prepared
 from loadgen.locust.collect import clock_anchor, pack_record
+from loadgen.locust.openplan import open_offsets, workload_options
 from loadgen.locust.session_user import SessionFeed, run_session
 from loadgen.sessions.turns import SessionStats
-from loadgen.workload.arrivals import arrival_offsets_ns
-from loadgen.workload.replay import loop_offsets, replay_offsets
-from loadgen.workload.spec import Workload, WorkloadOptions
+from loadgen.spread.lease import LEASE_AHEAD_NS, LEASE_RENEW_S
+from loadgen.workload.spec import Workload
 
 SPIN_NS = 1_000_000  # the last 1 ms before a deadline is spent yielding, not sleeping
 ABORT_LAG_NS = 1_000_000_000
-SHIP_INTERVAL_S = 0.5
+SHIP_INTERVAL_S = LEASE_RENEW_S  # records, and the sign of life the master renews the lease on
 LOOP_PROBE_S = 0.005
-
-
-def workload_options(cfg: dict[str, Any], salt: str) -> WorkloadOptions:
-    return WorkloadOptions(**{**cfg["workload"], "api": cfg["api"], "salt": salt})
 
 
 class LoadProcess:
@@ -77,6 +75,8 @@ class LoadProcess:
         self.stop_ns: int | None = None
         self.loop_lag_ms = array("f")
         self.t0_ns = local_t0_ns(plan)
+        # a worker's lease, offset from t0 (loadgen.spread.lease): the master renews it; no send starts past it
+        self.lease_ns: int | None = LEASE_AHEAD_NS if sink is None else None
         self.ru0 = resource.getrusage(resource.RUSAGE_SELF)
         self.w0 = now_ns()
         self.feed: SessionFeed | None = None
@@ -134,7 +134,24 @@ class LoadProcess:
         else:
             self.outbox.append(pack_record(rec, turn))
 
+    def leased(self) -> bool:
+        """Wait until this worker's lease allows a send now; False when it was not renewed for
+        ``LEASE_LOST_NS`` (the master lost this worker: it sends nothing more) or the test stops."""
+        since = now_ns()
+        while self.lease_ns is not None and now_ns() - self.t0_ns >= self.lease_ns:
+            if self.stop_event.is_set():
+                return False
+            if now_ns() - since > LEASE_LOST_NS:
+                self.aborted_reason = f"the master renewed no lease for {LEASE_LOST_NS / 1e9:g} s: it stopped sending"
+                self.stop_event.set()
+                return False
+            gevent.sleep(LEASE_POLL_S)
+        return True
+
     def closed_loop_request(self) -> None:
+        if not self.leased():
+            gevent.sleep(0.1)
+            return
         i = self.shard + self.shards * next(self.counter)
         prepared = self.client.prepare(self.workload.spec(i))
         self.request(prepared, now_ns())  # the user sends once its request is ready
@@ -165,24 +182,15 @@ class LoadProcess:
         The offsets are those of :meth:`Workload.schedule` (arrival process, or a trace's
         replay plan); specs are built one ahead of their send, not all before t0.
         """
-        cfg, wl = self.cfg, self.workload
-        o = wl.opts
-        duration = cfg["duration_s"] if cfg["requests"] is None else None
-        if wl.trace is not None:
-            target = o.trace_rate_rps if o.trace_rate_rps is not None else cfg["rate"]
-            plan = replay_offsets(wl.trace, spread=o.trace_spread, time_scale=o.trace_time_scale, rate_rps=target)
-            until = None if duration is None else round(duration * 1e9)
-            offs, rows = loop_offsets(plan, count=cfg["requests"], until_ns=until, loop=o.trace_loop)
-            n = max(len(wl.trace), 1)
+        wl = self.workload
+        offs, rows = open_offsets(self.cfg, wl)
+        if rows is not None:
+            n = max(len(wl.trace or ()), 1)
             for i in range(self.shard, len(offs), self.shards):
                 yield int(offs[i]), i, partial(wl.spec, i, int(rows[i]), i // n)
             return
-        offsets = arrival_offsets_ns(
-            cfg["arrival"], cfg["rate"], count=cfg["requests"], duration_s=duration,
-            seed=o.seed, burstiness=cfg["burstiness"],
-        )  # fmt: skip
-        for i in range(self.shard, len(offsets), self.shards):
-            yield offsets[i], i, partial(wl.spec, i)
+        for i in range(self.shard, len(offs), self.shards):
+            yield int(offs[i]), i, partial(wl.spec, i)
 
     def _dispatch(self) -> None:
         entries = self._entries()
@@ -195,7 +203,7 @@ class LoadProcess:
             off, idx, _ = item
             deadline = t0 + off
             gevent_sleep_until(deadline, self.stop_event)
-            if self.stop_event.is_set():
+            if self.stop_event.is_set() or not self.leased():
                 break
             while capped and capped[0][1] <= deadline:
                 capped.popleft()
@@ -274,9 +282,11 @@ class LoadProcess:
         }
 
     def ship(self, final: bool = False) -> None:
+        """Send the finished records to the master; also none (the master renews this worker's lease when it
+        hears from it: loadgen.spread.lease)."""
         runner = self.env.runner
-        if self.outbox:
-            batch, self.outbox = self.outbox, []
+        batch, self.outbox = self.outbox, []
+        if batch or not final:
             runner.send_message("loadgen_records", {"records": batch, "anchor": clock_anchor()})
         if final:
             runner.send_message("loadgen_final", self.report())

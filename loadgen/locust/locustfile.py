@@ -80,6 +80,7 @@ def _on_init(environment: Any, **_: object) -> None:
         runner.register_message("loadgen_refused", _on_refused_message)
         S.probe = ClockProbe(runner)
         runner.register_message("loadgen_pong", _on_pong_message)
+        runner.register_message("loadgen_lease", _on_lease_message)
         runner.send_message("loadgen_hello", None)  # handlers ready: a master with a token challenges now
         gevent.spawn(S.probe.run)  # this worker's clock offset to the master (loadgen.locust.clocksync)
         return
@@ -246,6 +247,12 @@ def _with_clocks(runner: Any, workers: list[str], wait_s: float = 5.0) -> list[s
 def _on_ping_message(environment: Any, msg: Message, **_: object) -> None:
     t2 = now_ns()  # the master's clock when the ping arrived
     environment.runner.send_message("loadgen_pong", {"seq": msg.data["seq"], "t2": t2}, client_id=msg.node_id)
+
+
+def _on_lease_message(environment: Any, msg: Message, **_: object) -> None:
+    proc = S.process  # the master renews this worker's lease (loadgen.spread.lease)
+    if proc is not None and proc.lease_ns is not None:
+        proc.lease_ns = max(proc.lease_ns, int(msg.data["until_ns"]))
 
 
 def _on_pong_message(environment: Any, msg: Message, **_: object) -> None:

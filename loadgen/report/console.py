@@ -96,6 +96,8 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
         f"[bold]{c['requests']}[/] measured requests: {c['completed']} ok, {c['failed']} failed"
         f", {c['zero_output']} zero-output, {c['unsent']} unsent"
     )
+    if c.get("lost_with_client"):  # a lost worker's requests due within its lease (loadgen.spread.lease)
+        head += f", {c['lost_with_client']} lost with the client (maybe sent)"
     if c.get("warmup"):
         head += f" (+{c['warmup']} warm-up)"
     console.print(head + f" in {result['duration_s']:.2f} s")

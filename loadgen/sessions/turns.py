@@ -284,6 +284,9 @@ class SessionRunner(RunEngine):
                 stopped = await self._sleep_or_stop(due - PRESTART_NS if gated else due, precise=not gated)
                 if not stopped and cap is not None:
                     cap_wait, stopped = await self._slot(cap, i)
+                if not stopped and self.lease_ns is not None and max(due, now_ns()) >= self.lease_ns():
+                    await self._await_lease(due)  # a worker: no send past its lease (loadgen.spread.lease)
+                    stopped = self._stop.is_set()
             except asyncio.CancelledError:  # cancelled before its send: this turn and the rest are unsent
                 self._dues.pop(i, None)
                 stats.unsent_turns += n - k

@@ -31,7 +31,10 @@ before anything is aggregated, so the run's window and rates are those of one cl
 Failures are bounded: an actor not ready after :data:`READY_TIMEOUT_S`, one that dies
 (``RayActorError``) or that does not answer a ``take()`` within :data:`STALL_TIMEOUT_S`
 is reported in ``client.worker_failures`` (the run is INVALID, ``limited_by: client``) and
-whatever it never delivered is counted as unsent. SIGINT/SIGTERM to the driver stop the
+whatever it never delivered is split by its lease (each ``take()`` renews it, :mod:`loadgen.spread.lease`):
+lost with the client when due within it (maybe sent), unsent when due after it (never sent). An actor
+cut off from the driver stops sending when its lease runs out and ends after ``LEASE_LOST_NS``: it never
+sends after the run. SIGINT/SIGTERM to the driver stop the
 actors (first: stop sending and drain; second: cancel in-flight requests).
 """
 
@@ -40,7 +43,6 @@ from __future__ import annotations
 import functools
 import os
 import queue
-import re
 import signal
 import socket
 import threading
@@ -49,10 +51,11 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from loadgen.core.clock import now_ns, wall_anchor
-from loadgen.core.errors import ConfigError
+from loadgen.core.errors import ConfigError, cause_line, strip_ansi
 from loadgen.core.redact import Redactor
 from loadgen.engine.results import Aggregator
 from loadgen.engine.runner import LEAD_IN_NS, RunOutcome, RunPlan
+from loadgen.spread.lease import LEASE_AHEAD_NS
 from loadgen.spread.workers import Collector, worker_body
 
 READY_TIMEOUT_S = 120.0
@@ -104,28 +107,16 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         ) from None
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
-
-
 def root_cause(text: str) -> str:
-    """The line of a (Ray) error text that names its cause: the last ``SomeError: message`` line, an
-    import error first (a node without a package loadgen imports); else the text's first line.
+    """:func:`loadgen.core.errors.cause_line` of a (Ray) error text; an import error says what to install.
 
     Ray wraps an actor's own exception in its traceback (``ActorDiedError: ... RuntimeError: The actor
     ... failed to import ... ModuleNotFoundError: No module named 'msgspec'``): cut at a length, the
     cause never showed (issue 34)."""
-    lines = [ln.strip() for ln in _ANSI.sub("", text).splitlines() if ln.strip()]
-    causes = [m for m in (_EXC_LINE.match(ln) for ln in lines) if m]
-    for m in reversed(causes):
-        if m.group(1).endswith(("ModuleNotFoundError", "ImportError")):
-            return (
-                f"{m.group(0)} (the node's Python lacks a package loadgen imports: install loadgen's "
-                "dependencies there, README 'Many machines')"
-            )
-    if causes:
-        return causes[-1].group(0)
-    return lines[0] if lines else ""
+    line = cause_line(text)
+    if line.startswith(("ModuleNotFoundError", "ImportError")):
+        line += " (the node's Python lacks a package loadgen imports: install loadgen's dependencies there, README 'Many machines')"
+    return line
 
 
 def _import_ray() -> Any:
@@ -153,6 +144,7 @@ class _WorkerActor:
         self._loop: Any = None
         self._thread: threading.Thread | None = None
         self._tick_since: float | None = None  # when the pending liveness callback was scheduled
+        self._lease_ns = LEASE_AHEAD_NS  # no send past it, offset from t0 (loadgen.spread.lease): go and take renew it
 
     def info(self) -> dict[str, Any]:
         import ray
@@ -217,6 +209,7 @@ class _WorkerActor:
                             self._in.get,
                             install_signal_handlers=False,
                             on_runner=on_runner,
+                            lease_offset=lambda: self._lease_ns,
                         )
                     )
             except BaseException as exc:  # reported to the driver, which counts this shard as unsent
@@ -234,10 +227,13 @@ class _WorkerActor:
         m, wall = wall_anchor()
         return (*msg, {"monotonic_ns": m, "wall_ns": wall})
 
-    def go(self, t0_ns: int) -> None:
+    def go(self, t0_ns: int, lease_ns: int = LEASE_AHEAD_NS) -> None:
+        self._lease_ns = lease_ns
         self._in.put(("go", t0_ns))
 
-    def take(self, wait_s: float) -> list[tuple]:
+    def take(self, wait_s: float, lease_ns: int | None = None) -> list[tuple]:
+        if lease_ns is not None:  # the driver hears from this actor: its lease moves on
+            self._lease_ns = max(self._lease_ns, lease_ns)
         out: list[tuple] = []
         try:
             out.append(self._out.get(timeout=wait_s))
@@ -475,7 +471,7 @@ class Cluster:
                     try:
                         msg = ray.get(ref, timeout=10)
                     except Exception as exc:
-                        whole = _ANSI.sub("", redactor(str(exc)))
+                        whole = strip_ansi(redactor(str(exc)))
                         msg = ("error", root_cause(whole) or type(exc).__name__)
                         if not failed:  # the first one whole on the console (the others name their cause)
                             self.progress(f"cluster: worker {w} failed to start: {type(exc).__name__}:\n{whole}")
@@ -516,10 +512,15 @@ class Cluster:
             for w in live:
                 t0_actor = actor_t0_ns(ready_msgs[w][2], t0_wall, skew[w])
                 col.clock_shift_ns[w] = t0_local - t0_actor  # its instants onto the driver's clock
-                actors[w].go.remote(t0_actor)
+                col.leased_ns[w] = LEASE_AHEAD_NS
+                actors[w].go.remote(t0_actor, LEASE_AHEAD_NS)
                 went.add(w)
-            # stream: one outstanding take() per actor
-            takes = {actors[w].take.remote(TAKE_WAIT_S): (w, time.monotonic()) for w in live}
+
+            def take(w: int) -> Any:  # one outstanding take() per actor, each renewing its lease
+                col.leased_ns[w] = max(col.leased_ns[w], max(now_ns() - t0_local, 0) + LEASE_AHEAD_NS)
+                return actors[w].take.remote(TAKE_WAIT_S, col.leased_ns[w])
+
+            takes = {take(w): (w, time.monotonic()) for w in live}
             while takes:
                 done, _ = ray.wait(list(takes), num_returns=1, timeout=1.0)
                 now = time.monotonic()
@@ -539,7 +540,7 @@ class Cluster:
                                 failed.add(w)
                             break
                     if not finished:
-                        takes[actors[w].take.remote(TAKE_WAIT_S)] = (w, now)
+                        takes[take(w)] = (w, now)
                 for ref, (w, since) in list(takes.items()):
                     if now - since > STALL_TIMEOUT_S:
                         del takes[ref]

@@ -10,11 +10,12 @@ is one clock for every process on a host).
 Workers stream each finished request to the parent as its ``requests.jsonl`` line
 plus a :class:`~loadgen.engine.summary.RequestSummary`; the parent writes the lines and
 aggregates the summaries, so per-request percentiles are exact, as in one process.
-Per-token metrics (ITL, inter-chunk) are recorded into HDR histograms in the
-workers and merged in the parent (exact bucket merge; values at HDR precision,
-3 significant digits). A worker that dies is reported, its unreceived requests are
-counted as unsent, and the run never hangs: the parent waits on the pipes with a
-bound and reaps every process.
+Per-token values (ITL, inter-chunk) travel raw with each batch and are recorded by the parent,
+as one process records them, so a worker that dies later loses none of what it delivered. A
+worker sends only within its lease (:mod:`loadgen.spread.lease`), renewed by the parent while it
+hears from it; one that dies is reported, what it never delivered is split into lost with the client
+(due within its lease: maybe sent) and unsent (due after it: never sent), and the run never hangs:
+the parent waits on the pipes with a bound and reaps every process.
 
 Clocks. A summary's instants (:data:`SUMMARY_INSTANTS`) are on the sending process's
 CLOCK_MONOTONIC: one clock on one host, so local workers need no mapping. Actors on other
@@ -33,6 +34,7 @@ import multiprocessing
 import os
 import signal
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
@@ -43,7 +45,7 @@ import orjson
 from loadgen.core.child import die_with_parent
 from loadgen.core.clock import now_ns, wall_anchor
 from loadgen.core.errors import OutputError
-from loadgen.core.histograms import record_token_gaps, token_histograms
+from loadgen.core.histograms import GapBuffer, record_token_gaps, token_histograms
 from loadgen.core.metrics import compute
 from loadgen.core.redact import Redactor
 from loadgen.core.schedule import as_schedule
@@ -57,6 +59,7 @@ from loadgen.engine.stamp_lateness import StampLateness
 from loadgen.engine.summary import RequestSummary, summarize
 from loadgen.sessions.planning import plan_sessions, shard_sessions
 from loadgen.sessions.turns import SessionRunner
+from loadgen.spread.lease import LEASE_AHEAD_NS, LEASE_RENEW_S, split_missing
 
 BATCH = 64
 FLUSH_S = 0.05
@@ -106,7 +109,7 @@ def auto_workers() -> int:
 
 
 def _worker_main(
-    w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, conn: Connection, body: Any = None
+    w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, conn: Connection, body: Any = None, lease: Any = None
 ) -> None:
     # terminal signals go to the parent only (it forwards them): a process group of its own, in the parent's
     # session (a new session would be a scheduling group of its own: loadgen/serve/process.py)
@@ -121,7 +124,8 @@ def _worker_main(
     import asyncio
 
     try:
-        asyncio.run((body or worker_body)(w, n, ep_cfg, redactor, load, conn.send, conn.recv))
+        offset = (lambda: int(lease.value)) if lease is not None else None  # the lease the parent renews
+        asyncio.run((body or worker_body)(w, n, ep_cfg, redactor, load, conn.send, conn.recv, lease_offset=offset))
     except Exception as exc:  # report, then die: the parent counts this worker's requests as unsent
         try:
             conn.send(("error", f"{type(exc).__name__}: {redactor(str(exc))}"))
@@ -133,9 +137,9 @@ def _worker_main(
 class RecordShipper:
     """A worker's record path: each finished request becomes its ``requests.jsonl`` line and its
     :class:`~loadgen.engine.summary.RequestSummary`, shipped to the parent in batches of :data:`BATCH`
-    (or every :data:`FLUSH_S` by :meth:`flusher`) as ``("recs", [(line, summary), ...])``; the
-    measured ok requests' per-token values go to this worker's ITL and inter-chunk histograms
-    (sent with ``done``, merged exactly by the parent). Error details pass the redactor. The same
+    (or every :data:`FLUSH_S` by :meth:`flusher`) as ``("recs", [(line, summary), ...], values)``; the
+    measured ok requests' per-token values travel raw with their batch (``values``: metric name to
+    float64 bytes, :class:`~loadgen.core.histograms.GapBuffer`), recorded by the parent. Error details pass the redactor. The same
     for request runs (:func:`worker_body`) and session runs (``loadgen.sessions.spread``)."""
 
     def __init__(
@@ -144,12 +148,14 @@ class RecordShipper:
         self.send, self.load, self.tokenizer, self.origin, self.t0, self.redactor = (
             send, load, tokenizer, origin, t0, redactor
         )  # fmt: skip
-        self.hist = token_histograms(pace=any(t.metric == "tbt_deadline" for t in load.slos))
+        pace = any(t.metric == "tbt_deadline" for t in load.slos)
+        self.gaps = {name: GapBuffer() for name in token_histograms(pace=pace)}
         self.buf: list[tuple[bytes, Any]] = []
 
     def flush(self) -> None:
+        """Ship the buffered records with their per-token values (raw, recorded by the parent)."""
         if self.buf:
-            self.send(("recs", list(self.buf)))
+            self.send(("recs", list(self.buf), {k: g.take() for k, g in self.gaps.items() if g.values}))
             self.buf.clear()
 
     def sink(self, rec: Any, turn: int | None = None) -> None:
@@ -158,7 +164,7 @@ class RecordShipper:
         m = compute(rec, self.tokenizer, self.origin)
         s = summarize(rec, m, load.slos)
         if s.phase == "measure" and s.ok and not s.zero_output:
-            record_token_gaps(self.hist, m)
+            record_token_gaps(self.gaps, m)
         d = record_line(rec, m, self.t0, save_text=load.save_text, token_lists=load.token_lists)
         if turn is not None:
             d["turn"] = turn
@@ -176,9 +182,6 @@ class RecordShipper:
             await asyncio.sleep(FLUSH_S)
             self.flush()
 
-    def histogram_states(self) -> dict[str, Any]:
-        return {k: h.to_state() for k, h in self.hist.items()}
-
 
 async def worker_body(
     w: int,
@@ -191,6 +194,7 @@ async def worker_body(
     *,
     install_signal_handlers: bool = True,
     on_runner: Callable[[Any], None] | None = None,
+    lease_offset: Callable[[], int] | None = None,
 ) -> None:
     """One worker's whole life, whatever carries its messages (a pipe here, a Ray actor's queues), for
     every kind of run: a plain plan's shard on a :class:`~loadgen.engine.runner.Runner`, or (``load.sessions``)
@@ -201,8 +205,9 @@ async def worker_body(
 
     Messages sent, in order: ``("ready", shard_size)``; then, after ``recv()`` returned
     ``("go", t0_ns)`` (t0 on *this* process's CLOCK_MONOTONIC), ``("recs", [(line, summary), ...])``
-    batches as requests finish and one ``("done", stats, histogram_states)``. Any other
-    message from ``recv()`` ends the worker before it sends anything.
+    batches as requests finish and one ``("done", stats, {})``. Any other
+    message from ``recv()`` ends the worker before it sends anything. ``lease_offset()``: the worker's
+    lease (:mod:`loadgen.spread.lease`) as an offset from t0; no send starts past it.
     """
     import asyncio
 
@@ -241,6 +246,8 @@ async def worker_body(
         t0 = msg[1]
         ship = RecordShipper(send, load, tokenizer, origin, t0, redactor)
         runner.start_at(t0)
+        if lease_offset is not None:
+            runner.lease_ns = lambda: t0 + lease_offset()
         if on_runner is not None:
             on_runner(runner)
         f = asyncio.create_task(ship.flusher())
@@ -266,7 +273,7 @@ async def worker_body(
         }
         if isinstance(runner, SessionRunner):
             stats["sessions"] = dataclasses.asdict(runner.stats)  # merged by loadgen.sessions.spread.merge_stats
-        send(("done", stats, ship.histogram_states()))
+        send(("done", stats, {}))  # (no histograms: each batch carried its requests' per-token values)
     finally:
         await ep.close()
 
@@ -333,6 +340,7 @@ class Collector:
         self.failures: list[str] = []
         self.interrupted = False
         self.clock_shift_ns: dict[int, int] = {}
+        self.leased_ns: dict[int, int] = {}  # each worker's last lease granted, offset from t0 (spread.lease)
         self.writer = RecordWriter(fh, 0, save_text=False, token_lists=False, redactor=Redactor())  # lines only
         self.write_failed = False
         self.on_write_error: Callable[[], None] | None = None
@@ -358,6 +366,8 @@ class Collector:
         """Take one message from worker ``w``; True when that worker has finished (done or failed)."""
         shift = self.clock_shift_ns.get(w, 0)
         if msg[0] == "recs":
+            for name, raw in (msg[2] if len(msg) > 2 else {}).items():  # its per-token values, as one process
+                self.agg.hist[name].record_many_ns(array("d", raw))
             for line, s in msg[1]:
                 s = summary_on_clock(s, shift)
                 self.write_line(line + b"\n")
@@ -381,7 +391,7 @@ class Collector:
         return True
 
     def outcome(self, plan: RunPlan, t0_ns: int, t0_wall_ns: int) -> RunOutcome:
-        unsent = 0
+        unsent = lost = 0
         unsent_warm = 0
         cpu_fracs: list[float] = []
         prep: Preparation | None = None
@@ -406,9 +416,12 @@ class Collector:
                     (prep := prep or Preparation(of=0)).merge(st["preparation"])
                 self.agg.merge_token_histograms(hists)
             else:
-                # whatever this worker never reported is unsent: its shard, also one that never said ready
-                expected = self.expected[w] or shard_size(plan, w, self.n)
-                unsent += max(expected - self.received[w], 0)
+                # what it never delivered (its shard, also one that never said ready): lost with the client if
+                # due within its last lease (maybe sent), else unsent (loadgen.spread.lease)
+                missing = (self.expected[w] or shard_size(plan, w, self.n)) - self.received[w]
+                lost_w, unsent_w = split_missing(plan, w, self.n, missing, self.leased_ns.get(w))
+                lost += lost_w
+                unsent += unsent_w
         realized = realized_send_rps(as_schedule(plan.schedule), unsent) if plan.mode == "open" else None
         client = ClientStats(
             cpu_s=sum(f for f in cpu_fracs),
@@ -431,6 +444,7 @@ class Collector:
             interrupted=interrupted,
             unsent=unsent,
             unsent_warmup=unsent_warm,
+            lost_with_client=lost,
             client=client,
             end_ns=end,
         )
@@ -467,6 +481,7 @@ def run_workers(
     ctx = multiprocessing.get_context("spawn")
     procs: list[Any] = []
     conns: list[Connection] = []
+    leases: list[Any] = []
     col = collector or Collector(n, agg, fh, on_record=on_record, on_summary=on_summary)
     went = False  # "go" sent: a signal before it stops the start (no worker sends anything), after it is forwarded
 
@@ -498,8 +513,9 @@ def run_workers(
             if col.interrupted:
                 break
             a, b = ctx.Pipe(duplex=True)
-            p = ctx.Process(target=_worker_main, args=(w, n, ep_cfg, redactor, load, b, body), daemon=True,
-                            name=f"loadgen-worker-{w}")  # fmt: skip
+            leases.append(ctx.Value("q", LEASE_AHEAD_NS, lock=False))  # offset from t0 (loadgen.spread.lease)
+            p = ctx.Process(target=_worker_main, args=(w, n, ep_cfg, redactor, load, b, body, leases[w]),
+                            daemon=True, name=f"loadgen-worker-{w}")  # fmt: skip
             p.start()
             b.close()
             procs.append(p)
@@ -534,11 +550,16 @@ def run_workers(
                 col.fail(w, f"not ready after {READY_TIMEOUT_S:g} s")
             live = [w for w in range(n) if w not in pending and w not in failed_start]
             for w in live:
+                col.leased_ns[w] = LEASE_AHEAD_NS
                 conns[w].send(("go", t0))
             went = True
         open_ = set(live)
         while open_:
-            ready = _ready(conns, open_, 1.0)
+            ready = _ready(conns, open_, LEASE_RENEW_S)
+            lease = max(now_ns() - t0, 0) + LEASE_AHEAD_NS  # renewed for the workers still heard from
+            for w in open_:
+                if procs[w].is_alive():
+                    leases[w].value = col.leased_ns[w] = max(lease, col.leased_ns[w])
             if not ready:
                 for w in list(open_):
                     if not procs[w].is_alive():

@@ -319,6 +319,50 @@ def test_a_worker_with_a_moved_clock_is_placed_by_its_measured_offset(tmp_path: 
     assert abs(float(np.median(off))) <= TOL_MS and sum(abs(x) <= TOL_MS for x in off) >= 0.75 * len(off), sorted(off)
 
 
+def test_a_killed_worker_has_its_losses_counted_where_they_happened(tmp_path: Path) -> None:
+    """Open loop over master + 2 workers, one killed (-9) mid-run (issue 34, item 2). Before, a killed worker
+    left ``unsent`` at 0 while 115 of 300 planned requests were never sent. Now its shard is split by the
+    last lease the master granted it: due within it and never delivered is "lost with the client" (the
+    server may have it), due after it is unsent; every planned request is counted once and what the server
+    received beyond the records is within "lost with the client"."""
+    port = free_port()
+    out = tmp_path / "dist"
+    truth_path = tmp_path / "truth.jsonl"
+    with SimProcess(["--ttft-ms", "20", "--itl-ms", "20", "--truth-log", str(truth_path)]) as sim:
+        assert sim.url is not None
+        master = Child(
+            ["--endpoint", sim.url, "--output-tokens", "8", "--out", str(out), "--headless", "--master",
+             "--rate", "20", "--requests", "160", "--arrival", "constant", "-u", "0", "--stop-timeout", "3",
+             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "2",
+             "--expect-workers-max-wait", "40", "-t", "14s"], tmp_path / "master.log",
+        )  # fmt: skip
+        workers = [
+            Child(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)], tmp_path / f"worker{i}.log")
+            for i in range(2)
+        ]
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(read_jsonl(truth_path) if truth_path.exists() else []) < 40:
+                time.sleep(0.1)  # ~2 s of load reached the server
+            workers[1].kill()
+            assert master.wait(90) in (0, 1), master.tail()
+            workers[0].wait(30)
+        finally:
+            for ch in (master, *workers):
+                ch.kill()
+    res = json.loads((out / "result.json").read_text())
+    recs = read_jsonl(out / "requests.jsonl")
+    c = res["counts"]
+    lost = c.get("lost_with_client", 0)
+    assert [w["final_report"] for w in res["locust"]["workers"]].count(False) == 1, res["locust"]["workers"]
+    assert c["requests"] == len(recs) and lost > 0 and c["unsent"] > 0, c
+    assert c["requests"] + lost + c["unsent"] == 160, c  # every planned request counted once
+    time.sleep(0.5)
+    at_server = len([t for t in read_jsonl(truth_path) if t["request_id"]])
+    assert len(recs) <= at_server <= len(recs) + lost, (at_server, c)
+    assert lost <= 10 + 10 + 6, c  # a 1 s lease at 10 req/s a worker, its 0.5 s of unshipped records, in flight
+
+
 # --------------------------------------------------------------------------- 4. open vs closed loop
 
 

@@ -110,3 +110,46 @@ def test_sigint_is_forwarded_to_workers(tmp_path: Path) -> None:
     assert res["interrupted"] is True
     assert res["counts"]["unsent"] > 0
     assert res["counts"]["requests"] == len(_lines(out / "requests.jsonl"))
+
+
+@pytest.mark.timing
+def test_a_killed_worker_has_its_losses_counted_where_they_happened(tmp_path: Path) -> None:
+    """Issue 34, item 2: kill -9 of one worker process mid-run. What the server received from it beyond its
+    records is "lost with the client" (due within its lease), never "unsent"; what was due after the lease is
+    unsent; every record it delivered is in every figure, ITL included."""
+    import psutil
+
+    truth = tmp_path / "truth.jsonl"
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "loadgen.cli", "run", "--rate", "20", "--requests", "100", "--arrival", "constant",
+           "--output-tokens", "6", "--input-tokens", "8", "--workers", "2", "--no-preflight", "--out", str(out),
+           "--sim-args", f"--slots 64 --ttft-ms 5 --itl-ms 40 --truth-log {truth}"]  # fmt: skip
+    p = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        f = out / "requests.jsonl"
+        while time.monotonic() < deadline and not (f.exists() and len(f.read_text().splitlines()) >= 20):
+            time.sleep(0.1)
+        workers = [c for c in psutil.Process(p.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+        assert len(workers) == 2, [c.cmdline() for c in psutil.Process(p.pid).children()]
+        workers[0].kill()
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, stderr[-3000:]
+    res = json.loads((out / "result.json").read_text())
+    checks = {c["name"]: c for c in res["validity"]["checks"]}
+    assert not checks["workers"]["ok"] and "died" in checks["workers"]["detail"], checks["workers"]
+    recs = _lines(out / "requests.jsonl")
+    c = res["counts"]
+    lost = c.get("lost_with_client", 0)
+    assert c["requests"] == len(recs) and lost > 0 and c["unsent"] > 0, c
+    assert c["requests"] + lost + c["unsent"] == 100  # every scheduled request accounted for, once
+    time.sleep(0.5)  # the sim flushes its last truth lines as it stops
+    at_server = len(_lines(truth))
+    # each request the server received has a record or is lost with the client: never unsent
+    assert len(recs) <= at_server <= len(recs) + lost, (at_server, c)
+    assert lost <= 10 + 6, c  # a 1 s lease at 10 req/s a worker, and its requests in flight (0.2 s each)
+    ok = [r for r in recs if r["status"] == "ok"]
+    assert res["latency_ms"]["itl"]["count"] == sum(r["output_tokens"] - 1 for r in ok)

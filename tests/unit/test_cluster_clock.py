@@ -99,7 +99,7 @@ class FakeHost:
         self.shard = shard_plan(build_plan(load, build_workload(load)), w, n).schedule
         return ("ready", len(self.shard), {"monotonic_ns": self.mono(), "wall_ns": self.clock()})
 
-    def go(self, t0_ns: int) -> None:
+    def go(self, t0_ns: int, lease_ns: int = 0) -> None:
         """The shard's requests, as the worker body reports them, on this host's clock."""
         self.t0 = t0_ns
         batch = []
@@ -112,7 +112,7 @@ class FakeHost:
             batch.append((orjson.dumps(record_line(rec, m, t0_ns)), summarize(rec, m, [])))
         self.out = [("recs", batch), ("done", _stats(sched + E2E_NS), {})]
 
-    def take(self, wait_s: float) -> list[tuple]:
+    def take(self, wait_s: float, lease_ns: int | None = None) -> list[tuple]:
         out, self.out = self.out, []
         return out
 
