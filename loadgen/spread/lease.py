@@ -50,6 +50,8 @@ def split_missing(plan: Any, w: int, n: int, missing: int, leased_ns: int | None
             return 0, missing
         shard = as_schedule(plan.schedule).offsets_ns[w::n]
         return split_by_lease(shard, len(shard) - missing, leased_ns)
+    if plan.mode != "closed":  # sessions: no schedule the driver knows
+        return 0, missing
     users = plan.concurrency // n + (1 if w < plan.concurrency % n else 0)
     lost = min(users, missing)
     return lost, missing - lost

@@ -96,6 +96,8 @@ def shard_size(plan: RunPlan, w: int, n: int) -> int:
     closed-loop budget (0 for a duration; session shards are counted by the workers that said ready)."""
     if plan.mode == "open":
         return len(plan.schedule[w::n]) if plan.schedule is not None else 0
+    if plan.mode != "closed":  # sessions: counted by the workers that said ready
+        return 0
     return shard_plan(plan, w, n).max_requests or 0
 
 

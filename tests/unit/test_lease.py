@@ -73,3 +73,5 @@ def test_a_lost_workers_shard_splits_by_its_lease() -> None:
     assert split_by_lease(shard, 12, 1_000 * MS) == (0, 8)  # more delivered than due (a later lease): no loss
     closed = build_plan(LoadConfig(concurrency=5, requests=40, input_tokens=4, output_tokens=2, salt="s"))
     assert split_missing(closed, 0, 2, 10, 1_000 * MS) == (3, 7)  # one request in flight per user of its 3
+    sessions = type("Shape", (), {"mode": "sessions", "schedule": []})()  # loadgen.sessions.spread's plan
+    assert split_missing(sessions, 0, 2, 7, 1_000 * MS) == (0, 7)

@@ -74,3 +74,4 @@ def test_a_worker_that_never_started_has_its_whole_shard_unsent(tmp_path: Path) 
     assert out.unsent + out.unsent_warmup == 21 and len(out.client.worker_failures) == 2
     closed = build_plan(LoadConfig(concurrency=3, requests=7, input_tokens=8, output_tokens=3, salt="s"))
     assert [shard_size(closed, w, 2) for w in range(2)] == [4, 3]
+    assert shard_size(type("Shape", (), {"mode": "sessions", "schedule": []})(), 0, 2) == 0  # sessions: by "ready"
