@@ -43,7 +43,7 @@ def record(url: str, requests: int, tokens: int, concurrency: int) -> list[tuple
     out: list[tuple] = []
 
     async def go() -> None:
-        ep = OpenAIEndpoint(OpenAIConfig(base_url=url, api="completions"))  # type: ignore[arg-type]  # the config's api
+        ep = OpenAIEndpoint(OpenAIConfig(base_url=url, api="completions"))
         await ep.open()
         try:
             cfg = ep.worker_config(1)
