@@ -30,10 +30,16 @@ if os.environ.get(TEST_CLOCK_SHIFT_ENV):
     now_ns = _shifted_ns
 
 
+TEST_WALL_SHIFT_ENV = "LOADGEN_TEST_WALL_SHIFT_NS"
+"""Tests only: a process started with this set reads its wall clock (in :func:`wall_anchor`) moved by that many
+ns, as a host whose NTP is off does (the multi-host test's skewed worker); read once at import."""
+_WALL_SHIFT_NS = int(os.environ.get(TEST_WALL_SHIFT_ENV) or 0)
+
+
 def wall_anchor() -> tuple[int, int]:
     """Return ``(monotonic_ns, wall_ns)`` read back to back: the run's anchor pair."""
     m0 = now_ns()
-    w = time.time_ns()
+    w = time.time_ns() + _WALL_SHIFT_NS
     m1 = now_ns()
     return (m0 + m1) // 2, w
 
