@@ -36,10 +36,16 @@ ns, as a host whose NTP is off does (the multi-host test's skewed worker); read 
 _WALL_SHIFT_NS = int(os.environ.get(TEST_WALL_SHIFT_ENV) or 0)
 
 
+def wall_ns() -> int:
+    """The wall clock (``time.time_ns``), moved by ``LOADGEN_TEST_WALL_SHIFT_NS`` in tests only: every wall
+    reading that places a run in time (anchors, a cluster's t0 and clock pings) goes through it."""
+    return time.time_ns() + _WALL_SHIFT_NS
+
+
 def wall_anchor() -> tuple[int, int]:
     """Return ``(monotonic_ns, wall_ns)`` read back to back: the run's anchor pair."""
     m0 = now_ns()
-    w = time.time_ns() + _WALL_SHIFT_NS
+    w = wall_ns()
     m1 = now_ns()
     return (m0 + m1) // 2, w
 

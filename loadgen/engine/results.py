@@ -282,11 +282,18 @@ class Aggregator:
             # time delayed the send (a prepared request connects before it)
             g = s.scheduled_ns + max(s.schedule_lag_ns - s.connect_late_ns - s.throttle_ns, 0)
             self.generator_lag.append(g - s.scheduled_ns)
-            self.generator_sends += 1
-            if self.first_generator_send_ns is None or g < self.first_generator_send_ns:
-                self.first_generator_send_ns = g
-            if self.last_generator_send_ns is None or g > self.last_generator_send_ns:
-                self.last_generator_send_ns = g
+            self._generator_send(g)
+        elif s.error_kind == "connect":
+            # refused, reset, a connect timeout: a send the server failed, never the client's shortfall (issue 34:
+            # a dead replica's refused connects read "limited by client"); its own lag is unknown, counted on time
+            self._generator_send(s.scheduled_ns)
+
+    def _generator_send(self, g: int) -> None:
+        self.generator_sends += 1
+        if self.first_generator_send_ns is None or g < self.first_generator_send_ns:
+            self.first_generator_send_ns = g
+        if self.last_generator_send_ns is None or g > self.last_generator_send_ns:
+            self.last_generator_send_ns = g
 
     def _log_end(self, s: RequestSummary) -> None:
         """Keep what the window needs of a measured request: its end, kind and tokens."""

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from loadgen.core.clock import now_ns, wall_anchor
+from loadgen.core.clock import now_ns, wall_anchor, wall_ns
 from loadgen.core.errors import ConfigError, cause_line, strip_ansi
 from loadgen.core.redact import Redactor
 from loadgen.engine.results import Aggregator
@@ -158,7 +158,7 @@ class _WorkerActor:
         }
 
     def clock(self) -> int:
-        return time.time_ns()
+        return wall_ns()
 
     def code_hash(self) -> str:
         return code_hash()
@@ -272,7 +272,7 @@ def _remote_clock_ns(ray: Any, actor: Any) -> int:
     return int(ray.get(actor.clock.remote(), timeout=10))
 
 
-def ping(clock: Callable[[], int], samples: int = PINGS, local: Callable[[], int] = time.time_ns) -> dict[str, float]:
+def ping(clock: Callable[[], int], samples: int = PINGS, local: Callable[[], int] = wall_ns) -> dict[str, float]:
     """Clock offset of a remote wall clock, NTP style; the minimum-RTT sample is kept.
 
     ``clock()`` performs one round trip and returns the remote ``time.time_ns()``; ``local`` is
@@ -456,7 +456,7 @@ class Cluster:
         skew: dict[int, dict[str, float]] = {}
         failed: set[int] = set()
         went: set[int] = set()
-        t0_wall = time.time_ns()
+        t0_wall = wall_ns()
         t0_local = now_ns()
         try:
             # prepare: every actor imports, opens its endpoint and builds its shard
@@ -507,7 +507,7 @@ class Cluster:
                 )
             max_rtt_ns = max((int(s["rtt_ms"] * 1e6) for s in skew.values()), default=0)
             anchor_m, anchor_w = wall_anchor()
-            t0_wall = time.time_ns() + max(LEAD_IN_NS, MIN_LEAD_IN_NS, 20 * max_rtt_ns)
+            t0_wall = wall_ns() + max(LEAD_IN_NS, MIN_LEAD_IN_NS, 20 * max_rtt_ns)
             t0_local = anchor_m + (t0_wall - anchor_w)
             for w in live:
                 t0_actor = actor_t0_ns(ready_msgs[w][2], t0_wall, skew[w])

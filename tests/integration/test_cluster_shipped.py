@@ -17,23 +17,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import pytest
-from packaging.requirements import Requirement
+
+from tests.fixtures.node_env import node_python, readme_node_packages
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install 'loadgen[cluster]' to run the --cluster tests")
 
@@ -44,60 +41,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _readme_node_packages() -> list[str]:
-    """The packages of the README's node set-up, path (a), exactly as written there."""
-    text = (REPO / "README.md").read_text()
-    m = re.search(r"`pip install ('ray[^`]*)`", text)
-    assert m, "README: the node set-up command (pip install 'ray>=2.40' ...) is gone"
-    return shlex.split(m.group(1))
-
-
-def _closure(names: list[str]) -> dict[str, Any]:
-    """The installed distributions that ``pip install NAMES`` would bring: the names and their
-    requirements, transitively (markers evaluated here, no extras); None for one not installed."""
-    seen: dict[str, Any] = {}
-    todo = list(names)
-    while todo:
-        req = Requirement(todo.pop())
-        key = re.sub(r"[-_.]+", "-", req.name).lower()
-        if key in seen:
-            continue
-        try:
-            dist = metadata.distribution(req.name)
-        except metadata.PackageNotFoundError:
-            seen[key] = None
-            continue
-        seen[key] = dist
-        for r in dist.requires or []:
-            rq = Requirement(r)
-            if rq.marker is None or rq.marker.evaluate({"extra": ""}):
-                todo.append(r)
-    return seen
-
-
-def _node_python(root: Path, packages: list[str] | None = None) -> str:
-    """A virtualenv whose Python imports this environment's packages but not loadgen; with
-    ``packages``, only those and what they require (their files linked into a directory of their own,
-    as ``pip install PACKAGES`` on a fresh node would give, without an index)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=60)
-    py = str(root / "bin" / "python")
-    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True, timeout=30).stdout.strip()  # fmt: skip
-    deps = sysconfig.get_paths()["purelib"]
-    if packages is not None:
-        only = root / "node-site"
-        only.mkdir()
-        for key, dist in _closure(packages).items():
-            assert dist is not None, f"{key} is not installed here: the node environment cannot be built"
-            base = Path(dist.locate_file(""))
-            for top in sorted({Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}):
-                if (base / top).exists() and not (only / top).exists():
-                    os.symlink(base / top, only / top)
-        deps = str(only)
-    Path(site, "deps-only.pth").write_text(deps + "\n")
-    return py
 
 
 def _pids_with_arg(text: str) -> list[int]:
@@ -116,7 +59,7 @@ def _pids_with_arg(text: str) -> list[int]:
 def bare_head() -> Iterator[tuple[str, str]]:
     """A one-node Ray cluster on 127.0.0.1 whose Python has no loadgen; yields (address, its python)."""
     tmp = Path(tempfile.mkdtemp(prefix="lgship-", dir="/tmp"))  # short: Ray's socket paths have a length limit
-    py = _node_python(tmp / "venv", _readme_node_packages())  # the README's node set-up, as written
+    py = node_python(tmp / "venv", readme_node_packages())  # the README's node set-up, as written
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     probe = subprocess.run([py, "-c", "import ray, numpy, aiohttp, orjson, hdrh; import loadgen"], cwd=tmp, env=env,
@@ -191,7 +134,7 @@ def test_wheel_from_the_script_installs_on_a_node_and_runs_the_drivers_code(tmp_
     wheel = p.stdout.strip().splitlines()[-1]
     assert Path(wheel).name.startswith("loadgen-") and not (REPO / "build").exists()
     needs = [r for r in metadata.requires("loadgen") or [] if "extra ==" not in r]  # the wheel's own dependencies
-    py = _node_python(tmp_path / "node", [*needs, "ray>=2.40"])
+    py = node_python(tmp_path / "node", [*needs, "ray>=2.40"])
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
                     str(tmp_path / "node-site"), wheel], check=True, timeout=180, env=env)  # fmt: skip
     node_env = dict(env, PYTHONPATH=str(tmp_path / "node-site"))

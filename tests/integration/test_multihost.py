@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -37,6 +36,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.fixtures.netns import hosts as netns_hosts
+from tests.fixtures.netns import netns_unavailable
+
 pytestmark = [pytest.mark.timing, pytest.mark.alone]  # 1 ms TTFT tolerance: an idle machine's
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,14 +46,6 @@ SHIFT_S = 100_000
 WALL_SHIFT_NS = -2_500_000_000
 TOL_MS = 1.0
 TOKEN_ENV = "LG_MULTIHOST_TOKEN"
-
-
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    if shutil.which("ip") is None:
-        return "ip (iproute2) is not installed"
-    return None
 
 
 def _time_namespace() -> str | None:
@@ -63,43 +57,16 @@ def _time_namespace() -> str | None:
     return None if probe.returncode == 0 else f"unshare --time failed: {probe.stderr.strip()}"
 
 
-def _sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=20)
-
-
 @pytest.fixture()
 def hosts() -> Iterator[dict[str, Any]]:
-    """Three namespaces on one bridge (in M); yields their names and addresses; always removed."""
-    why = _unavailable()
+    """Three namespaces on one bridge (tests/fixtures/netns.py); always removed."""
+    why = netns_unavailable()
     if why is not None:
         if os.environ.get("CI"):
             pytest.fail(f"the multi-host test cannot run in CI: {why}")
         pytest.skip(why)
-    tag = f"{os.getpid() % 10000}{random.randrange(100)}"
-    net = f"10.213.{random.randrange(1, 250)}"
-    names = {h: f"lg{h}{tag}" for h in ("m", "w0", "w1")}
-    try:
-        for ns in names.values():
-            _sh("ip", "netns", "add", ns)
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-        m = names["m"]
-        _sh("ip", "-n", m, "link", "add", "br0", "type", "bridge")
-        _sh("ip", "-n", m, "addr", "add", f"{net}.1/24", "dev", "br0")
-        _sh("ip", "-n", m, "link", "set", "br0", "up")
-        for i, h in enumerate(("w0", "w1")):
-            a, b = f"lgb{i}{tag}", f"lgh{i}{tag}"
-            _sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
-            _sh("ip", "link", "set", a, "netns", m)
-            _sh("ip", "link", "set", b, "netns", names[h])
-            _sh("ip", "-n", m, "link", "set", a, "master", "br0")
-            _sh("ip", "-n", m, "link", "set", a, "up")
-            _sh("ip", "-n", names[h], "addr", "add", f"{net}.{i + 2}/24", "dev", b)
-            _sh("ip", "-n", names[h], "link", "set", b, "up")
-        yield {"ns": names, "addr": {"m": f"{net}.1", "w0": f"{net}.2", "w1": f"{net}.3"}}
-    finally:
-        for ns in names.values():
-            subprocess.run(["ip", "netns", "pids", ns], capture_output=True)  # (none left: the test reaps them)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+    with netns_hosts(("m", "w0", "w1")) as (ns, addr):
+        yield {"ns": ns, "addr": addr}
 
 
 class Proc:
