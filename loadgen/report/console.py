@@ -110,6 +110,8 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
         )
     if c["errors_by_kind"]:
         console.print("errors by kind: " + ", ".join(f"{k}={v}" for k, v in c["errors_by_kind"].items()))
+    for line in replica_lines(result):
+        console.print(line, markup=False)
     console.print(
         f"throughput: {_f(t.get('completion_rps', t['request_rps']))} req/s completed, {_f(t['output_tps'], 1)} "
         f"output tok/s, {_f(t['total_tps'], 1)} total tok/s; sends {_f(t['achieved_send_rps'])} req/s"
@@ -190,6 +192,22 @@ def render_run(result: dict[str, Any], console: Console, out_dir: str | None = N
 
 _HEADLINES = (("TTFT", "ttft", "p50", "ttft_p50"), ("TTFT", "ttft", "p99", "ttft_p99"), ("ITL", "itl", "p99", "itl_p99"),
               ("TPOT", "tpot", "p99", None), ("E2E", "e2e", "p99", None))  # fmt: skip
+
+
+def replica_lines(result: dict[str, Any]) -> list[str]:
+    """One line per replica of a balanced run (``--endpoint`` given several times): its requests, failures and
+    ejections, and its verdict when it failed most of its share (the server's fault, never the client's)."""
+    reps = ((result.get("conditions") or {}).get("endpoint") or {}).get("balance", {}).get("replicas") or []
+    out = []
+    for r in reps:
+        n, failed, ej = r.get("requests", 0), r.get("failed", 0), r.get("ejections", 0)
+        line = f"replica {r.get('replica')} {r.get('url')}: {n} requests, {r.get('ok', 0)} ok, {failed} failed"
+        if ej:
+            line += f", ejected {ej} time{'s' if ej != 1 else ''} (failed connects; re-probed after a back-off)"
+        if n and failed / n > 0.5:
+            line += ": it failed most of its share (the server's fault, not the client's)"
+        out.append(line)
+    return out
 
 
 def latency_error_lines(result: dict[str, Any]) -> list[str]:

@@ -21,6 +21,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from loadgen.report.console import replica_lines
 from loadgen.report.plotting import figure_svg, pyplot
 
 __all__ = ["combined_figure_svg", "write_run_report"]
@@ -151,6 +152,7 @@ def write_run_report(result: dict[str, Any], out_dir: Path) -> Path | None:
         ("server observed", f"{server.get('kind')} at {server.get('metrics_url')}, {server.get('scrapes')} scrapes"
          if server else "no (--serve or --server-metrics URL puts the server's gauges on this axis)"),
     ]  # fmt: skip
+    rows += [("replica", line.removeprefix("replica ")) for line in replica_lines(result)]
     why = [wt["text"] for wt in (result.get("why") or {}).get("targets") or () if wt.get("misses")]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     why_html = "".join(f"<li>{html.escape(t)}</li>" for t in why)

@@ -43,7 +43,8 @@ def _run(a: str, b: str, out: Path, *extra: str) -> subprocess.Popen[str]:
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO), env.get("PYTHONPATH")) if x)
     cmd = [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", a, "--endpoint", b, "--rate", "20",
            "--arrival", "constant", "--input-tokens", "16", "--output-tokens", "4", "--out", str(out), *extra]  # fmt: skip
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    env["COLUMNS"] = "300"
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_lines(path: Path, n: int, p: subprocess.Popen[str]) -> None:
@@ -64,7 +65,7 @@ def test_a_killed_replica_is_ejected_and_the_client_is_not_blamed(policy: str, t
         try:
             _wait_lines(out / "requests.jsonl", 40, p)  # ~2 s of load
             os.killpg(b.proc.pid, signal.SIGKILL)  # replica B dies (its own session: pgid == pid)
-            _, err = p.communicate(timeout=90)
+            console, err = p.communicate(timeout=90)
         finally:
             if p.poll() is None:
                 p.kill()
@@ -80,6 +81,7 @@ def test_a_killed_replica_is_ejected_and_the_client_is_not_blamed(policy: str, t
     assert checks["send_rate"]["ok"], (checks["send_rate"], err[-2000:])
     replicas = res["conditions"]["endpoint"]["balance"]["replicas"]
     assert replicas[1]["ejections"] >= 1, replicas
+    assert f"replica 1 {b.url}" in console and "ejected" in console, console[-3000:]  # its line on the console
     assert sum(1 for r in recs if int(r["replica"]) == 0 and r["status"] == "ok") >= 0.45 * 160, replicas
 
 
