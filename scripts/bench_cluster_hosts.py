@@ -45,8 +45,7 @@ SIM_PORT = 18090
 
 def ray_start(py: str, *args: str) -> list[str]:
     return [py, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()", "start",
-            "--block", "--disable-usage-stats", "--include-dashboard", "false",
-            "--object-store-memory", str(80 * 1024 * 1024), *args]  # fmt: skip
+            "--block", "--disable-usage-stats", "--object-store-memory", str(80 * 1024 * 1024), *args]  # fmt: skip
 
 
 def popen(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -76,7 +75,7 @@ def run(
     cmd = ["ip", "netns", "exec", ns["m"], sys.executable, "-m", "loadgen.cli", "run", "--cluster",
            f"{addr['m']}:{RAY_PORT}", "--workers", "2", "--rate", "20", "--requests", "400", "--arrival", "constant",
            "--input-tokens", "16", "--output-tokens", "8", "--endpoint", f"http://{addr['m']}:{SIM_PORT}",
-           "--out", str(out)]  # fmt: skip
+           "--yes", "--out", str(out)]  # fmt: skip
     log = tmp / f"{name}.log"
     p = popen(cmd, log, env)
     if kill_w_after_s is not None:
@@ -131,7 +130,7 @@ def main() -> int:
             procs.append(popen(["ip", "netns", "exec", ns["m"], sys.executable, "-m", "loadgen.cli", "sim", "--host",
                                 addr["m"], "--port", str(SIM_PORT), "--ttft-ms", "20", "--itl-ms", "5", "--truth-log",
                                 str(truth)], tmp / "sim.log", dict(env, PYTHONPATH=str(REPO))))  # fmt: skip
-            procs.append(popen(["ip", "netns", "exec", ns["m"], *ray_start(node_py, "--head", "--node-ip-address",
+            procs.append(popen(["ip", "netns", "exec", ns["m"], *ray_start(node_py, "--head", "--include-dashboard", "false", "--node-ip-address",
                                 addr["m"], "--port", str(RAY_PORT), "--num-cpus", "1", "--temp-dir", str(tmp / "rm"))],
                                tmp / "head.log", env))  # fmt: skip
             wait_for("Ray runtime started", tmp / "head.log", 120)
