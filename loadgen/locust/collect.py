@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 from array import array
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import gevent
 import orjson
 
 from loadgen.core.clock import now_ns, wall_anchor
+from loadgen.core.errors import ConfigError
 from loadgen.core.histograms import LatencyHistogram
 from loadgen.core.metrics import RequestMetrics, compute
 from loadgen.core.redact import Redactor
@@ -46,6 +48,8 @@ from loadgen.workload.spec import Workload
 
 _FIELDS = [f.name for f in dataclasses.fields(RequestRecord) if f.name != "events"]
 _TIMES = ("scheduled_ns", "sent_ns", "end_ns", "response_headers_ns")
+
+log = logging.getLogger("loadgen.locust")
 
 
 def pack_record(rec: RequestRecord, turn: int | None = None) -> list[Any]:
@@ -183,7 +187,13 @@ class LocustCollector:
         shard split by its last lease (:func:`loadgen.spread.lease.split_by_lease`); else nothing known."""
         if not missing or self.cfg["mode"] != "open":
             return 0, 0
-        offs, _ = open_offsets(self.cfg, Workload(workload_options(self.cfg, self.plan["salt"])))
+        try:  # the workers' own schedule (the master holds the same configuration and salt)
+            offs, _ = open_offsets(self.cfg, Workload(workload_options(self.cfg, self.plan["salt"])))
+        except (ConfigError, OSError) as exc:  # cannot happen with the master's own files; never lose the result
+            log.warning(
+                "loadgen: the lost workers' schedule could not be rebuilt (%s): their requests are not split", exc
+            )
+            return 0, 0
         lost = unsent = 0
         for w in missing:
             k = self.expected.index(w)
