@@ -47,6 +47,7 @@ __all__ = [
     "NO_DEADLINE_NS",
     "SINK_BACKLOG_EVENTS",
     "SINK_GUARD_NS",
+    "SINK_MAX_DELAY_OPEN_S",
     "SINK_MAX_DELAY_S",
     "SINK_PERIOD_S",
     "SINK_SLICE_NS",
@@ -65,6 +66,10 @@ NO_DEADLINE_NS = 1 << 62
 SINK_PERIOD_S = 0.002
 SINK_GUARD_NS = 1_500_000  # no sink work this close to a send deadline
 SINK_MAX_DELAY_S = 0.05
+SINK_MAX_DELAY_OPEN_S = 0.002
+"""Open loop (``late_flush_all``): sends closer together than ``SINK_GUARD_NS`` leave the sink no gap, and 50 ms
+of records handed over at once (~55 at 1,000 req/s, 7.5-12 ms at p99) held the next sends. Handed over every 2 ms
+(the sink's own period; ~5 records, 1.5-2.5 ms at p99): ``scripts/bench_open_1000`` (issue 31, must-show 2)."""
 SINK_SLICE_NS = 1_000_000  # a sink pass stops after this long; the rest follows after one loop pass
 SINK_BACKLOG_EVENTS = 65_536  # token events of finished records past which a sink pass is not sliced (memory)
 LOOP_PROBE_S = 0.005
@@ -461,7 +466,8 @@ class RunEngine:
         The sink (metrics, aggregation, one flushed line per request) costs 0.1-0.2 ms a
         record; bursts of completions must not delay a send. It runs only while the next
         send is more than ``SINK_GUARD_NS`` away (never while the dispatcher is behind) and
-        stops when that guard is reached; records wait at most ``SINK_MAX_DELAY_S`` (then
+        stops when that guard is reached; records wait at most ``SINK_MAX_DELAY_S`` (open loop:
+        ``SINK_MAX_DELAY_OPEN_S``) (then
         all are handed over at once — one slice where ``late_flush_all`` is False, as for
         closed-loop users — so a crash loses at most that much). A pass lasts at most
         ``SINK_SLICE_NS``: a wave of completions (a closed loop's users, 256 tokens a record)
@@ -482,7 +488,7 @@ class RunEngine:
                 self._flush_done(until_ns=min(nxt - SINK_GUARD_NS, until))
                 sliced = bool(self._done) and now_ns() > until
                 last = now
-            elif now - last > SINK_MAX_DELAY_S * 1e9:
+            elif now - last > (SINK_MAX_DELAY_OPEN_S if self.late_flush_all else SINK_MAX_DELAY_S) * 1e9:
                 self._flush_done(until_ns=None if self.late_flush_all else now + SINK_SLICE_NS)
                 sliced = not self.late_flush_all and bool(self._done)
                 last = now
