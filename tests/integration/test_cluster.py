@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +32,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.cli_proc import cli_env, cli_run
+from tests.fixtures.ray_head import ray_head as start_ray_head
 
 pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
@@ -42,12 +40,6 @@ pytest.importorskip("ray", reason="Ray is not installed: pip install 'loadgen[cl
 
 REPO = Path(__file__).resolve().parents[2]
 SIM_ARGS = "--slots 64 --ttft-ms 5 --itl-ms 5 --itl-per-seq-ms 0.5"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
@@ -59,79 +51,9 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def ray_head() -> Iterator[str]:
-    """A one-node Ray cluster on 127.0.0.1; yields its address; always killed (process group)."""
-    port = _free_port()
-    tmp = Path(tempfile.mkdtemp(prefix="lgray-", dir="/tmp"))  # short: Ray's socket paths have a length limit
-    ray_bin = Path(sys.executable).with_name("ray")
-    cmd = [
-        str(ray_bin),
-        "start",
-        "--head",
-        "--block",
-        "--node-ip-address",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--num-cpus",
-        "4",
-        "--object-store-memory",
-        str(80 * 1024 * 1024),
-        "--include-dashboard",
-        "false",
-        "--dashboard-port",
-        str(_free_port()),
-        "--dashboard-agent-listen-port",
-        str(_free_port()),
-        "--ray-client-server-port",
-        str(_free_port()),
-        "--disable-usage-stats",
-        "--temp-dir",
-        str(tmp),
-    ]
-    log = open(tmp / "head.log", "wb")
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), process_group=0)
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if b"Ray runtime started" in (tmp / "head.log").read_bytes():
-                break
-            if p.poll() is not None:
-                pytest.fail("ray start exited: " + (tmp / "head.log").read_text()[-2000:])
-            time.sleep(0.2)
-        else:
-            pytest.fail("ray start: the head node was not up after 90 s")
-        yield f"127.0.0.1:{port}"
-    finally:
-        for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                p.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                pass
-        # Ray's worker processes run in sessions of their own: find this cluster's by its temp dir
-        for pid in _pids_with_arg(str(tmp)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _pids_with_arg(text: str) -> list[int]:
-    """Processes whose command line mentions ``text`` (this test's unique Ray temp dir)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if text.encode() in (d / "cmdline").read_bytes():
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out
+    """A one-node Ray cluster on 127.0.0.1 (tests/fixtures/ray_head.py); yields its address; always killed."""
+    with start_ray_head(sys.executable, num_cpus=4, env=_env(), client_port=True) as address:
+        yield address
 
 
 def _lines(p: Path) -> list[dict[str, Any]]:

@@ -18,12 +18,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -31,28 +28,11 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.node_env import node_python, readme_node_packages
+from tests.fixtures.ray_head import ray_head as start_ray_head
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install 'loadgen[cluster]' to run the --cluster tests")
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _pids_with_arg(text: str) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if text.encode() in (d / "cmdline").read_bytes():
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out
 
 
 @pytest.fixture()
@@ -65,39 +45,10 @@ def bare_head() -> Iterator[tuple[str, str]]:
     probe = subprocess.run([py, "-c", "import ray, numpy, aiohttp, orjson, hdrh; import loadgen"], cwd=tmp, env=env,
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert "No module named 'loadgen'" in probe.stderr, probe.stderr  # the node's Python: deps yes, loadgen no
-    port = _free_port()
-    cmd = [py, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()", "start",
-           "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "3",
-           "--object-store-memory", str(80 * 1024 * 1024), "--include-dashboard", "false",
-           "--dashboard-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port()),
-           "--disable-usage-stats", "--temp-dir", str(tmp / "ray")]  # fmt: skip
-    log = open(tmp / "head.log", "wb")
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp, process_group=0)
     try:
-        deadline = time.monotonic() + 90
-        while b"Ray runtime started" not in (tmp / "head.log").read_bytes():
-            if p.poll() is not None:
-                pytest.fail("ray start exited: " + (tmp / "head.log").read_text()[-2000:])
-            if time.monotonic() > deadline:
-                pytest.fail("ray start: the head node was not up after 90 s")
-            time.sleep(0.2)
-        yield f"127.0.0.1:{port}", py
+        with start_ray_head(py, num_cpus=3, env=env, cwd=tmp) as address:
+            yield address, py
     finally:
-        for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                p.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                pass
-        for pid in _pids_with_arg(str(tmp)):  # Ray's workers run in sessions of their own
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
