@@ -186,8 +186,13 @@ def test_master_token_refuses_a_client_without_it(tmp_path: Path) -> None:
     rogue, srv = r["rogue"], r["srv"]
     assert "loadgen_refused" in rogue.types and "loadgen_start" not in rogue.types, rogue.types
     assert "spawn" not in rogue.types, rogue.types  # no users either
-    assert r["code"] == 0, r["logs"][-3000:]  # the real worker alone: VALID
     res = json.loads((r["out"] / "result.json").read_text())
+    # the real worker alone ran the test: VALID, or INVALID only by the client's timing on a busy machine (16
+    # requests beside another test: a p99 schedule lag of 5.05 ms against 5 failed it once, session 21), never by
+    # a worker or the token
+    failed = {c["name"] for c in res["validity"]["checks"] if not c["ok"] and c["group"] == "generator"}
+    timing = {"schedule_lag_p99", "send_rate", "client_cpu", "event_loop_lag_p99", "stamp_error", "stamp_lateness_p99"}
+    assert r["code"] == 0 or (r["code"] == 1 and failed and failed <= timing), (failed, r["logs"][-3000:])
     assert len(res["locust"]["workers"]) == 1 and res["counts"]["requests"] > 0
     assert len([q for q in srv.requests if q["method"] == "POST"]) == res["counts"]["requests"]
 
