@@ -151,5 +151,5 @@ def test_a_killed_worker_has_its_losses_counted_where_they_happened(tmp_path: Pa
     # each request the server received has a record or is lost with the client: never unsent
     assert len(recs) <= at_server <= len(recs) + lost, (at_server, c)
     assert lost <= 10 + 6, c  # a 1 s lease at 10 req/s a worker, and its requests in flight (0.2 s each)
-    ok = [r for r in recs if r["status"] == "ok"]
+    ok = [r for r in recs if r["status"] == "ok" and not r.get("buffered")]  # a burst (busy CPU): no ITL sample
     assert res["latency_ms"]["itl"]["count"] == sum(r["output_tokens"] - 1 for r in ok)
