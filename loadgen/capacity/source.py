@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from loadgen.core.contract import check_version
+from loadgen.core.contract import load_versioned
 from loadgen.core.errors import InputFileError
 from loadgen.core.slo import SLOTarget, parse_slo
 
@@ -76,25 +74,11 @@ class SweepCapacity:
         return sorted(t.label for t in self.slos)
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        doc = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise InputFileError(str(path), None, None, "no such file") from None
-    except orjson.JSONDecodeError as exc:
-        raise InputFileError(str(path), None, None, f"not valid JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise InputFileError(str(path), None, None, "not a JSON object")
-    return doc
-
-
 def load_result(path: Path) -> dict[str, Any] | None:
     """A probe's ``result.json``, or None when it is not there (a sweep copied without its probes)."""
     if not path.is_file():
         return None
-    doc = _json(path)
-    check_version(doc, "result", path)  # loadgen.core.contract: a newer result.json is refused in one line
-    return doc
+    return load_versioned(path, "result")  # loadgen.core.contract: a newer result.json is refused in one line
 
 
 def _power_w(res: dict[str, Any] | None) -> float | None:
@@ -110,8 +94,7 @@ def load_sweep(path: str, label: str | None = None) -> SweepCapacity:
     """Read a sweep directory (or its ``sweep.json``). Raises InputFileError naming the file and field."""
     p = Path(path)
     f = p / "sweep.json" if p.is_dir() else p
-    doc = _json(f)
-    check_version(doc, "sweep", f)  # loadgen.core.contract: a newer sweep.json is refused in one line
+    doc = load_versioned(f, "sweep")  # loadgen.core.contract: a newer sweep.json is refused in one line
     if "answer" not in doc or "probes" not in doc:
         raise InputFileError(str(f), None, "answer", "not a sweep.json (no answer or probes): give a sweep directory")
     try:
