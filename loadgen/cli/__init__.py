@@ -67,7 +67,24 @@ EXIT_ALL_FAILED = 6  # a run whose measured requests all failed: nothing was mea
 EXIT_OUTPUT = 7  # results could not be written (a full disk): sending stopped, whole lines kept
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+class _Loadgen(click.Group):
+    """The command group; a file or directory the user may not read or write, wherever a command meets it
+    (an input named on the command line, a tokenizer directory, ``--out``), is one line naming it, never a
+    traceback (issue 29: ``stat()`` and ``open()`` raise ``PermissionError``; exit 2 as bad input)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except PermissionError as exc:
+            paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None) or "a file"
+            raise _NotPermitted(f"{paths}: {(exc.strerror or 'permission denied').lower()} (as this user)") from None
+
+
+class _NotPermitted(click.ClickException):
+    exit_code = EXIT_USAGE
+
+
+@click.group(cls=_Loadgen, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
 @click.version_option(__version__, prog_name="loadgen")
 def main() -> None:
     """Realistic load on LLM inference endpoints, with numbers you can trust."""

@@ -179,10 +179,14 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
             err.print(f"[yellow]warning:[/] {escape(line)}")
     cpus = cpus_option(kw)
     out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
+    try:  # (a default one is new) Target removes one this command made when it fails before any result
+        existed = out_dir.exists() if kw["out_dir"] else False
+    except OSError:  # a name too long, a directory not traversable: make_out_dir says so in one line
+        existed = True
     make_out_dir(out_dir)
     cert = client_selftest(out_dir, err) if kw.get("selftest") else None
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
-    with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err) as target:
+    with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err, out_existed=existed) as target:
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
         if cluster is not None and kw["workers"] == "auto":
             scfg.workers = cluster.auto_workers()

@@ -401,12 +401,20 @@ def endpoints_from_options(
 class Target:
     """The system under test for one command: an external endpoint, a launched server, or the sim."""
 
-    def __init__(self, kw: dict[str, Any], out_dir: Path, err: Console) -> None:
+    def __init__(self, kw: dict[str, Any], out_dir: Path, err: Console, *, out_existed: bool | None = None) -> None:
         self.kw, self.out_dir, self.err = kw, out_dir, err
         self.sim: Any = None
         self.server: Any = None
         self.url = ""
         self.embedded = False
+        # an --out this command made (``out_existed``: whether it was there before the command made it; by
+        # default, whether it is there now) and left without a result is removed when the command fails
+        self.out_existed = True if out_existed is None else out_existed
+        if out_existed is None:
+            try:
+                self.out_existed = out_dir.exists()
+            except OSError:  # not traversable: its usage error comes where it is made
+                pass
 
     def __enter__(self) -> Target:
         kw = self.kw
@@ -457,7 +465,7 @@ class Target:
 
         return ServerObserver.for_server(self.server, model=self.kw["model"])
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         from loadgen.cli.runfile import USED_CONFIG_NAME, write_used_config
 
         # something was written (a result, a probe): the options that made it, beside it
@@ -470,6 +478,12 @@ class Target:
                 write_used_config(self.kw, self.out_dir)
             except OSError as e:
                 self.err.print(f"[yellow]warning:[/] {self.out_dir}: config.used.toml not written: {e.strerror or e}")
+        elif not self.out_existed and exc_type is not None:  # failed before any result: no empty results/<time>
+            try:
+                (self.out_dir / USED_CONFIG_NAME).unlink(missing_ok=True)  # a sweep's, written after its pre-flight
+                self.out_dir.rmdir()
+            except OSError:
+                pass
         if self.sim is not None:
             self.sim.stop()
         if self.server is not None:

@@ -30,7 +30,8 @@ import pytest
 from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.fault_proxy import FaultServer
 
-pytestmark = pytest.mark.timeout(240)
+# one worker runs the module fixture (all cases, a few at a time): --dist loadgroup (scripts/test), not once a worker
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("bad_inputs_cli")]
 
 RUN = [
     "run",
