@@ -15,6 +15,7 @@ function here and a raised :class:`~loadgen.core.errors.LoadgenError` through :f
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
 from collections.abc import Callable
@@ -68,19 +69,25 @@ EXIT_OUTPUT = 7  # results could not be written (a full disk): sending stopped, 
 
 
 class _Loadgen(click.Group):
-    """The command group; a file or directory the user may not read or write, wherever a command meets it
-    (an input named on the command line, a tokenizer directory, ``--out``), is one line naming it, never a
-    traceback (issue 29: ``stat()`` and ``open()`` raise ``PermissionError``; exit 2 as bad input)."""
+    """The command group; a path the command cannot use, wherever it meets it (an input named on the command
+    line, a file in a directory it names such as ``--tokenizer DIR``, ``--out``): a file the user may not
+    read, a directory not traversable, a name too long, is one line naming it, never a traceback (issue 29:
+    ``stat()`` and ``open()`` raise an ``OSError`` with the path; exit 2 as bad input)."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except PermissionError as exc:
-            paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None) or "a file"
-            raise _NotPermitted(f"{paths}: {(exc.strerror or 'permission denied').lower()} (as this user)") from None
+        except OSError as exc:
+            if exc.filename is None:  # not a path's error (a socket, a full disk: their own handling)
+                raise
+            paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+            why = (exc.strerror or type(exc).__name__).lower() + (
+                " (as this user)" if exc.errno == errno.EACCES else ""
+            )
+            raise _BadPath(f"{paths}: {why}") from None
 
 
-class _NotPermitted(click.ClickException):
+class _BadPath(click.ClickException):
     exit_code = EXIT_USAGE
 
 

@@ -1,8 +1,9 @@
-"""A file or directory the user may not read is one line naming it, exit 2, never a traceback (issue 29).
+"""A path a command cannot use is one line naming it, exit 2, never a traceback (issue 29).
 
 ``stat()`` and ``open()`` raise ``PermissionError`` wherever a command meets such a path: an input named on
 the command line (``compare``, ``capacity``, ``export``, ``--trace``), a file inside a directory it names
-(``--tokenizer DIR``), a directory it cannot traverse. Before, each of these ended in a traceback. A
+(``--tokenizer DIR``), a directory it cannot traverse; a name too long (``ENAMETOOLONG``) is the same
+kind of fault. Before, each of these ended in a traceback. A
 command that fails so leaves no empty ``results/<time>`` directory behind (nor a sweep's lone
 ``config.used.toml``).
 
@@ -41,32 +42,49 @@ def paths(tmp_path: Path) -> Iterator[dict[str, Path]]:
     unreadable.write_text('{"timestamp": 0, "input_tokens": 8, "output_tokens": 4}\n')
     locked.chmod(0)
     unreadable.chmod(0)
-    yield {"locked": locked, "file": unreadable, "tmp": tmp_path}
+    long = tmp_path / ("x" * 300)  # a name over the file system's 255 bytes
+    yield {"locked": locked, "file": unreadable, "tmp": tmp_path, "long": long}
     locked.chmod(0o700)
 
 
 @pytest.mark.parametrize(
-    ("args", "named"),
+    ("args", "named", "why"),
     [
-        pytest.param(["compare", "{file}"], "{file}", id="compare-file"),
-        pytest.param(["capacity", "ci", "{locked}"], "{locked}/sweep.json", id="capacity-dir"),
-        pytest.param(["export", "--format", "llmd-br", "{locked}"], "{locked}/sweep.json", id="export-dir"),
+        pytest.param(["compare", "{file}"], "{file}", "permission denied", id="compare-file"),
+        pytest.param(["capacity", "ci", "{locked}"], "{locked}/sweep.json", "permission denied", id="capacity-dir"),
+        pytest.param(
+            ["export", "--format", "llmd-br", "{locked}"], "{locked}/sweep.json", "permission denied", id="export-dir"
+        ),
         pytest.param(
             ["run", "--rate", "5", "--requests", "2", "--trace", "{file}", "--out", "{tmp}/run"],
             "{file}",
+            "permission denied",
             id="run-trace",
         ),
         pytest.param(
             ["run", "--rate", "5", "--requests", "2", "--tokenizer", "{locked}"],
             "{locked}/tokenizer",
+            "permission denied",
             id="run-tokenizer",
         ),
         pytest.param(
-            ["sweep", "--slo-p99", "1s", "--trace", "{file}", "--out", "{tmp}/sweep"], "{file}", id="sweep-trace"
+            ["run", "--rate", "5", "--requests", "2", "--dataset", "{long}"],
+            "{long}",
+            "file name too long",
+            id="run-dataset-long",
+        ),
+        pytest.param(["capacity", "ci", "{long}"], "{long}", "file name too long", id="capacity-long"),
+        pytest.param(
+            ["sweep", "--slo-p99", "1s", "--trace", "{file}", "--out", "{tmp}/sweep"],
+            "{file}",
+            "permission denied",
+            id="sweep-trace",
         ),
     ],
 )
-def test_an_unreadable_input_is_one_line_naming_it(args: list[str], named: str, paths: dict[str, Path]) -> None:
+def test_an_unreadable_input_is_one_line_naming_it(
+    args: list[str], named: str, why: str, paths: dict[str, Path]
+) -> None:
     fill = {k: str(v) for k, v in paths.items()}
     argv = [a.format(**fill) for a in args]
     p = cli_run(*argv, timeout=60, preexec_fn=_as_a_user, cwd=paths["tmp"])
@@ -75,7 +93,7 @@ def test_an_unreadable_input_is_one_line_naming_it(args: list[str], named: str, 
     assert "Traceback" not in text, text
     errors = [line for line in text.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, text
-    assert named.format(**fill) in errors[0] and "permission denied" in errors[0], errors
+    assert named.format(**fill) in errors[0] and why in errors[0], errors
     # nothing left behind that a later look could take for a run: no --out made, no results/<time>
     assert not (paths["tmp"] / "run").exists() and not (paths["tmp"] / "sweep").exists()
     assert not any((paths["tmp"] / "results").glob("*")), list((paths["tmp"] / "results").glob("*"))
