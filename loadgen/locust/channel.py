@@ -129,6 +129,6 @@ def answer(token: str, nonce: str, worker_id: str) -> str:
     return hmac.new(token.encode(), f"{nonce}|{worker_id}".encode(), hashlib.sha256).hexdigest()
 
 
-def verify(token: str, nonce: str, worker_id: str, given: Any) -> bool:
+def verify(token: str, nonce: str, worker_id: str, given: object) -> bool:
     """True when ``given`` is :func:`answer` for this token, nonce and worker (constant-time compare)."""
     return isinstance(given, str) and hmac.compare_digest(given, answer(token, nonce, worker_id))

@@ -16,12 +16,19 @@ mode has one clock: offset 0.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import gevent
 import gevent.event
 
 from loadgen.core.clock import now_ns
+
+
+class _Sender(Protocol):
+    """The worker's ``WorkerRunner`` (only its ``send_message``)."""
+
+    def send_message(self, msg_type: str, data: dict[str, object] | None, /) -> None: ...
+
 
 __all__ = ["MAX_HALF_RTT_NS", "MAX_PINGS", "MIN_PINGS", "ClockProbe", "best_offset", "clock_refusal"]
 
@@ -58,7 +65,7 @@ class ClockProbe:
     """The worker's side: pings the master until the bound holds (at least :data:`MIN_PINGS`, at most
     :data:`MAX_PINGS`), then sends the result (``loadgen_clock``)."""
 
-    def __init__(self, runner: Any) -> None:
+    def __init__(self, runner: _Sender) -> None:
         self.runner = runner
         self.samples: list[tuple[int, int, int]] = []
         self._waiting: dict[int, gevent.event.AsyncResult] = {}

@@ -18,7 +18,7 @@ import datetime as dt
 import logging
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gevent
 import orjson
@@ -43,6 +43,10 @@ from loadgen.sessions.measured import TurnFacts, sessions_block
 from loadgen.sessions.spread import merge_stats
 from loadgen.spread.lease import LEASE_AHEAD_NS, split_by_lease
 from loadgen.workload.spec import Workload
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+    from locust.runners import MasterRunner
 
 # --------------------------------------------------------------------------- records on the wire
 
@@ -104,7 +108,7 @@ class LocustCollector:
 
     def __init__(
         self,
-        env: Any,
+        env: Environment,
         cfg: dict[str, Any],
         plan: dict[str, Any],
         out_dir: Path,
@@ -180,6 +184,7 @@ class LocustCollector:
         its lease runs out within ``LEASE_AHEAD_NS`` of its last batch (Locust's own liveness takes seconds)."""
         if self.result is None and worker not in self.finals:
             self.leased[worker] = max(self.leased[worker], max(now_ns() - self.t0_ns, 0) + LEASE_AHEAD_NS)
+            assert self.env.runner is not None
             self.env.runner.send_message("loadgen_lease", {"until_ns": self.leased[worker]}, client_id=worker)
 
     def _split_lost(self, missing: list[str]) -> tuple[int, int]:
@@ -203,7 +208,7 @@ class LocustCollector:
 
     def wait_for_finals(self, timeout_s: float) -> None:
         """Block (cooperatively) until every still-connected worker has sent its final report."""
-        runner = self.env.runner
+        runner = cast("MasterRunner", self.env.runner)  # only the master waits for finals
         deadline = now_ns() + int(timeout_s * 1e9)
         while now_ns() < deadline:
             connected = {c.id for c in runner.clients.values() if c.state != "missing"}
@@ -240,6 +245,7 @@ class LocustCollector:
             t0_ns=self.t0_ns, t0_wall_ns=self.t0_wall_ns, interrupted=interrupted, unsent=unsent + unsent_lost,
             unsent_warmup=0, client=client, end_ns=now_ns(), lost_with_client=lost,
         )  # fmt: skip
+        assert self.env.runner is not None
         users = max(self.env.runner.target_user_count or 0, 1)
         # sessions: latency from each turn's due time (cfg origin), as loadgen run --sessions counts it
         load = LoadConfig(rate_rps=cfg["rate"], concurrency=None if open_loop else users, origin=cfg["origin"])
@@ -344,7 +350,7 @@ _ROWS = (("ttft", "TTFT"), ("itl", "ITL (per token, HDR)"), ("inter_chunk", "int
 
 
 def _row(label: str, d: dict[str, Any]) -> dict[str, Any]:
-    def f(v: Any) -> str:
+    def f(v: float | None) -> str:
         return "" if v is None else f"{v:.2f}"
 
     return {
@@ -364,7 +370,8 @@ class _Described:
         return self.desc
 
 
-def _locust_stats(env: Any) -> list[dict[str, Any]]:
+def _locust_stats(env: Environment) -> list[dict[str, Any]]:
+    assert env.runner is not None
     out = []
     for (name, method), e in sorted(env.runner.stats.entries.items()):
         out.append({

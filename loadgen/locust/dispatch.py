@@ -19,7 +19,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.event
@@ -40,6 +40,9 @@ from loadgen.sessions.turns import SessionStats
 from loadgen.spread.lease import LEASE_AHEAD_NS, LEASE_RENEW_S
 from loadgen.workload.spec import Workload
 
+if TYPE_CHECKING:
+    from locust.env import Environment
+
 SPIN_NS = 1_000_000  # the last 1 ms before a deadline is spent yielding, not sleeping
 ABORT_LAG_NS = 1_000_000_000
 SHIP_INTERVAL_S = LEASE_RENEW_S  # records, and the sign of life the master renews the lease on
@@ -54,7 +57,10 @@ class LoadProcess:
     """
 
     def __init__(
-        self, env: Any, plan: dict[str, Any], sink: Callable[[RequestRecord, RequestMetrics, int | None], None] | None
+        self,
+        env: Environment,
+        plan: dict[str, Any],
+        sink: Callable[[RequestRecord, RequestMetrics, int | None], None] | None,
     ) -> None:
         cfg = self.cfg = plan["config"]
         self.env = env
@@ -285,6 +291,7 @@ class LoadProcess:
         """Send the finished records to the master; also none (the master renews this worker's lease when it
         hears from it: loadgen.spread.lease)."""
         runner = self.env.runner
+        assert runner is not None
         batch, self.outbox = self.outbox, []
         if batch or not final:
             runner.send_message("loadgen_records", {"records": batch, "anchor": clock_anchor()})
@@ -331,7 +338,7 @@ def local_t0_ns(plan: dict[str, Any]) -> int:
     return int(plan["t0_mono_ns"]) - (int(offset) if offset is not None else 0)
 
 
-def fire_request_events(env: Any, rec: RequestRecord, m: RequestMetrics, name: str) -> None:
+def fire_request_events(env: Environment, rec: RequestRecord, m: RequestMetrics, name: str) -> None:
     """Locust's row: one ``request`` event per request, type ``E2E``, its response time the E2E latency.
 
     A failure carries its error kind (Locust's failures tab counts by kind). TTFT, TPOT

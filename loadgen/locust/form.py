@@ -24,17 +24,24 @@ values. Pure: imports neither Locust nor gevent.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
 from loadgen.core.errors import ConfigError
 from loadgen.core.slo import parse_slo
 from loadgen.workload.lengths import parse_length_spec
 
+
+class _Parser(Protocol):
+    """Locust's ``LocustArgumentParser``: ``add_argument`` that also takes ``include_in_web_ui``."""
+
+    def add_argument(self, *args: str, include_in_web_ui: bool, **kwargs: object) -> object: ...
+
+
 ARRIVALS = ("poisson", "constant", "gamma")
 FIELDS = ("loadgen_rate", "loadgen_arrival", "loadgen_input_tokens", "loadgen_output_tokens", "loadgen_slo")
 
 
-def add_arguments(parser: Any, cfg: dict[str, Any] | None) -> None:
+def add_arguments(parser: _Parser, cfg: dict[str, Any] | None) -> None:
     """Add loadgen's fields to Locust's parser, defaulting to ``cfg`` (None on a worker: empty)."""
     cfg = cfg or {}
     wl = cfg.get("workload") or {}
@@ -63,7 +70,7 @@ def add_arguments(parser: Any, cfg: dict[str, Any] | None) -> None:
     )  # fmt: skip
 
 
-def values(source: Any) -> dict[str, str]:
+def values(source: object) -> dict[str, str]:
     """The five fields as strings, from ``parsed_options`` (an object) or a posted form (a mapping)."""
     get = source.get if hasattr(source, "get") else (lambda k, d=None: getattr(source, k, d))
     return {k: str(get(k, "") or "").strip() for k in FIELDS}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from locust import User, constant, events, task
@@ -38,6 +38,10 @@ from loadgen.locust.state import (
     schedule_span,
 )
 from loadgen.locust.webui import install_web_ui
+
+if TYPE_CHECKING:
+    from locust.argument_parser import LocustArgumentParser
+    from locust.env import Environment
 
 log = logging.getLogger("loadgen.locust")
 
@@ -65,12 +69,12 @@ class LLMUser(User):
 
 
 @events.init_command_line_parser.add_listener
-def _on_parser(parser: Any, **_: object) -> None:
+def _on_parser(parser: LocustArgumentParser, **_: object) -> None:
     form.add_arguments(parser, optional_config())  # the start form's loadgen fields, defaulting to the CLI's
 
 
 @events.init.add_listener
-def _on_init(environment: Any, **_: object) -> None:
+def _on_init(environment: Environment, **_: object) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         S.role = "worker"
@@ -86,7 +90,7 @@ def _on_init(environment: Any, **_: object) -> None:
         return
     S.role = "master" if isinstance(runner, MasterRunner) else "local"
     S.config = config_from_env()
-    if S.role == "master":
+    if isinstance(runner, MasterRunner):  # S.role == "master"
         runner.register_message("loadgen_records", _on_records_message)
         runner.register_message("loadgen_final", _on_final_message)
         runner.register_message("loadgen_auth", _on_auth_message)
@@ -99,12 +103,12 @@ def _on_init(environment: Any, **_: object) -> None:
 
 
 @events.quitting.add_listener
-def _on_quitting(environment: Any, **_: object) -> None:
+def _on_quitting(environment: Environment, **_: object) -> None:
     S.quitting = True
 
 
 @events.test_start.add_listener
-def _on_test_start(environment: Any, **_: object) -> None:
+def _on_test_start(environment: Environment, **_: object) -> None:
     if S.role == "worker":
         return  # the shard came with loadgen_start, just before the spawn message
     gc_quiet(True)
@@ -121,6 +125,7 @@ def _on_test_start(environment: Any, **_: object) -> None:
         S.process = LoadProcess(environment, plan, S.collector.add)
         refresh_loop_clock()
         return
+    assert isinstance(runner, MasterRunner)  # S.role == "master"
     _settle_challenges(runner)
     active = [c.id for c in runner.clients.values() if c.state in ("ready", "running", "spawning")]
     workers = _with_clocks(runner, sorted((w for w in active if _trusted(w)), key=runner.get_worker_index))
@@ -146,11 +151,12 @@ def _sessions_stay(base: dict[str, Any], applied: dict[str, Any]) -> dict[str, A
 
 
 @events.test_stopping.add_listener
-def _on_test_stopping(environment: Any, **_: object) -> None:
+def _on_test_stopping(environment: Environment, **_: object) -> None:
     if S.role != "worker" and S.collector is not None and S.collector.result is None:
         S.draining_since_ns, S.stop_timeout_s = now_ns(), environment.stop_timeout
     if S.role == "master":
         if S.collector is not None:
+            assert environment.runner is not None
             environment.runner.send_message("loadgen_stop", {})
             S.collector.wait_for_finals((environment.stop_timeout or 0) * 2 + FINAL_WAIT_EXTRA_S)
         return
@@ -159,7 +165,7 @@ def _on_test_stopping(environment: Any, **_: object) -> None:
 
 
 @events.test_stop.add_listener
-def _on_test_stop(environment: Any, **_: object) -> None:
+def _on_test_stop(environment: Environment, **_: object) -> None:
     proc, S.process = S.process, None
     if S.role == "worker":
         if proc is not None:
@@ -181,7 +187,7 @@ def _on_test_stop(environment: Any, **_: object) -> None:
     log.info("loadgen: %s, result written to %s", "VALID" if v["valid"] else "INVALID", col.out_dir / "result.json")
 
 
-def _on_start_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_start_message(environment: Environment, msg: Message, **_: object) -> None:
     if S.process is not None:
         S.process.stop(0)
     try:  # the master sent no secret: this worker's own fill the placeholders
@@ -208,7 +214,8 @@ def _on_worker_connect(client_id: str, **_: object) -> None:
         S.pending.add(client_id)  # its loadgen_hello asks for the challenge once its handlers are registered
 
 
-def _on_hello_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_hello_message(environment: Environment, msg: Message, **_: object) -> None:
+    assert isinstance(environment.runner, MasterRunner)  # registered on the master only
     if os.environ.get(channel.MASTER_TOKEN_ENV) and msg.node_id not in S.trusted:
         S.pending.add(msg.node_id)
         S.nonces[msg.node_id] = nonce = os.urandom(16).hex()
@@ -219,7 +226,7 @@ def _trusted(client_id: str) -> bool:
     return not os.environ.get(channel.MASTER_TOKEN_ENV) or client_id in S.trusted
 
 
-def _settle_challenges(runner: Any, wait_s: float = 3.0) -> None:
+def _settle_challenges(runner: MasterRunner, wait_s: float = 3.0) -> None:
     """Wait (cooperatively) for unanswered challenges, then refuse the workers that did not answer."""
     deadline = now_ns() + int(wait_s * 1e9)
     while any(c in runner.clients for c in S.pending) and now_ns() < deadline:
@@ -228,7 +235,7 @@ def _settle_challenges(runner: Any, wait_s: float = 3.0) -> None:
         _refuse(runner, cid, "it did not answer the token challenge")
 
 
-def _with_clocks(runner: Any, workers: list[str], wait_s: float = 5.0) -> list[str]:
+def _with_clocks(runner: MasterRunner, workers: list[str], wait_s: float = 5.0) -> list[str]:
     """The workers whose clock offset is measured within the bound (waiting, cooperatively, for those still
     pinging); each other one is refused in one line and gets no shard (loadgen.locust.clocksync)."""
     deadline = now_ns() + int(wait_s * 1e9)
@@ -244,30 +251,31 @@ def _with_clocks(runner: Any, workers: list[str], wait_s: float = 5.0) -> list[s
     return kept
 
 
-def _on_ping_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_ping_message(environment: Environment, msg: Message, **_: object) -> None:
+    assert isinstance(environment.runner, MasterRunner)  # registered on the master only
     t2 = now_ns()  # the master's clock when the ping arrived
     environment.runner.send_message("loadgen_pong", {"seq": msg.data["seq"], "t2": t2}, client_id=msg.node_id)
 
 
-def _on_lease_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_lease_message(environment: Environment, msg: Message, **_: object) -> None:
     proc = S.process  # the master renews this worker's lease (loadgen.spread.lease)
     if proc is not None and proc.lease_ns is not None:
         proc.lease_ns = max(proc.lease_ns, int(msg.data["until_ns"]))
 
 
-def _on_pong_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_pong_message(environment: Environment, msg: Message, **_: object) -> None:
     if S.probe is not None:
         S.probe.on_pong(msg.data)
 
 
-def _on_clock_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_clock_message(environment: Environment, msg: Message, **_: object) -> None:
     if msg.data is not None:
         S.clocks[msg.node_id] = msg.data
         log.info("loadgen: worker %s clock offset %+.3f ms (within %.3f ms, %d pings)", msg.node_id,
                  msg.data["offset_ns"] / 1e6, msg.data["half_rtt_ns"] / 1e6, msg.data["pings"])  # fmt: skip
 
 
-def _refuse(runner: Any, client_id: str, why: str) -> None:
+def _refuse(runner: MasterRunner, client_id: str, why: str) -> None:
     S.nonces.pop(client_id, None)
     S.pending.discard(client_id)
     log.warning("loadgen: worker %s refused: %s", client_id, why)
@@ -276,7 +284,8 @@ def _refuse(runner: Any, client_id: str, why: str) -> None:
         runner.handle_message(client_id, Message("client_stopped", None, client_id))
 
 
-def _on_auth_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_auth_message(environment: Environment, msg: Message, **_: object) -> None:
+    assert isinstance(environment.runner, MasterRunner)  # registered on the master only
     token, nonce = os.environ.get(channel.MASTER_TOKEN_ENV), S.nonces.pop(msg.node_id, None)
     if token and nonce and channel.verify(token, nonce, msg.node_id, (msg.data or {}).get("answer")):
         S.trusted.add(msg.node_id)
@@ -285,25 +294,28 @@ def _on_auth_message(environment: Any, msg: Message, **_: object) -> None:
         _refuse(environment.runner, msg.node_id, "wrong or missing --master-token-env token")
 
 
-def _on_challenge_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_challenge_message(environment: Environment, msg: Message, **_: object) -> None:
+    assert isinstance(environment.runner, WorkerRunner)  # registered on a worker only
     token = os.environ.get(channel.MASTER_TOKEN_ENV)
     runner = environment.runner
     mac = channel.answer(token, str(msg.data["nonce"]), runner.client_id) if token else None
     runner.send_message("loadgen_auth", {"answer": mac})
 
 
-def _on_refused_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_refused_message(environment: Environment, msg: Message, **_: object) -> None:
     why = (msg.data or {}).get("reason", "")
     _worker_quits(environment, f"loadgen: the master refused this worker: {why} (give --master-token-env)")
 
 
-def _worker_quits(environment: Any, line: str) -> None:
+def _worker_quits(environment: Environment, line: str) -> None:
+    assert environment.runner is not None
     log.error("%s", line)
     environment.process_exit_code = 2
     gevent.spawn(environment.runner.quit)
 
 
-def _on_stop_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_stop_message(environment: Environment, msg: Message, **_: object) -> None:
+    assert environment.runner is not None
     if S.process is not None:
         environment.runner.stop()  # test_stopping -> drain -> users stopped -> test_stop -> final report
     if S.process is not None:  # stop() found nothing running (no users spawned): drain and report anyway
@@ -311,11 +323,11 @@ def _on_stop_message(environment: Any, msg: Message, **_: object) -> None:
         _on_test_stop(environment)
 
 
-def _on_records_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_records_message(environment: Environment, msg: Message, **_: object) -> None:
     if S.collector is not None and msg.node_id in S.collector.expected:  # only from workers handed a shard
         S.collector.add_packed(msg.node_id, msg.data)
 
 
-def _on_final_message(environment: Any, msg: Message, **_: object) -> None:
+def _on_final_message(environment: Environment, msg: Message, **_: object) -> None:
     if S.collector is not None and msg.node_id in S.collector.expected:
         S.collector.finals[msg.node_id] = msg.data

@@ -13,7 +13,7 @@ import gc
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 
@@ -22,6 +22,9 @@ from loadgen.locust.clocksync import ClockProbe
 from loadgen.locust.collect import LocustCollector
 from loadgen.locust.dispatch import LoadProcess
 from loadgen.workload.prompts import new_salt
+
+if TYPE_CHECKING:
+    from locust.env import Environment
 
 CONFIG_ENV = "LOADGEN_LOCUST_CONFIG"
 LEAD_IN_NS = 500_000_000  # open loop: t0 this far after the start (1 s more with workers)
@@ -83,7 +86,7 @@ def out_dir(cfg: dict[str, Any]) -> Path:
     return base if S.runs == 1 else base / f"run-{S.runs}"
 
 
-def schedule_span(env: Any, cfg: dict[str, Any], lead_ns: int) -> dict[str, Any]:
+def schedule_span(env: Environment, cfg: dict[str, Any], lead_ns: int) -> dict[str, Any]:
     """Open loop without --requests/--duration: the schedule fills Locust's -t after the lead-in
     (else one hour, ended by the stop button)."""
     if cfg["mode"] == "open" and cfg["requests"] is None and cfg["duration_s"] is None:

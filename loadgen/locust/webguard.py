@@ -28,10 +28,14 @@ import ipaddress
 import json
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from flask import Response, request
+
+if TYPE_CHECKING:
+    from flask import Flask
+    from locust.web import WebUI
 
 CSRF_HEADER = "X-Loadgen-CSRF"
 CSRF_FIELD = "loadgen_csrf"
@@ -94,16 +98,17 @@ def _equal(given: str, secret: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "replace"), secret.encode())
 
 
-def _drop_wildcard_cors(app: Any) -> None:
+def _drop_wildcard_cors(app: Flask) -> None:
     funcs = app.after_request_funcs.get(None, [])
     funcs[:] = [f for f in funcs if getattr(f, "__name__", "") != "cors_after_request"]
     for name in ("handle_exception", "handle_user_exception"):
         app.__dict__.pop(name, None)  # flask-cors wrapped them on the instance: the class's methods again
 
 
-def guard_web_ui(web: Any, ui_token: str | None) -> str:
+def guard_web_ui(web: WebUI, ui_token: str | None) -> str:
     """Install the guard on Locust's ``WebUI`` ``web`` (module docstring); returns the CSRF token."""
     app = web.app
+    assert app is not None
     _drop_wildcard_cors(app)
     csrf = os.urandom(18).hex()
     tls = bool(getattr(web, "tls_cert", None) and getattr(web, "tls_key", None))
@@ -112,7 +117,7 @@ def guard_web_ui(web: Any, ui_token: str | None) -> str:
         return Response(f"loadgen: refused: {why}\n", 403, mimetype="text/plain")
 
     @app.before_request
-    def _guard() -> Any:
+    def _guard() -> Response | None:
         host = request.headers.get("Host", "")
         if not host_allowed(host, str(web.host or ""), int(web.port), tls):
             return refuse(f"Host {host!r} is not this UI's address (cross-site or DNS rebinding)")
@@ -132,7 +137,7 @@ def guard_web_ui(web: Any, ui_token: str | None) -> str:
         return None
 
     @app.after_request
-    def _head(response: Any) -> Any:
+    def _head(response: Response) -> Response:
         if response.status_code == 200 and response.mimetype == "text/html" and not response.direct_passthrough:
             html = response.get_data(as_text=True)
             if request.path.endswith("/") and "window.templateArgs" in html:  # the UI's page, not its report

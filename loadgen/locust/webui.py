@@ -16,7 +16,7 @@ import hashlib
 import hmac
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Response, jsonify, request
 
@@ -27,6 +27,9 @@ from loadgen.locust.state import S
 from loadgen.locust.tab_js import TAB_JS
 from loadgen.locust.webguard import guard_web_ui
 
+if TYPE_CHECKING:
+    from locust.env import Environment
+
 TOKEN_ENV = "LOADGEN_LOCUST_WEB_TOKEN"
 _COOKIE = "loadgen_token"
 
@@ -36,7 +39,7 @@ def current_config() -> dict[str, Any]:
     return S.collector.cfg if S.collector is not None else (S.config or {})
 
 
-def tab_state(env: Any) -> dict[str, Any]:
+def tab_state(env: Environment) -> dict[str, Any]:
     """``/loadgen``: the tab's whole content as JSON (module docstring)."""
     cfg, col = current_config(), S.collector
     users = env.runner.target_user_count if env.runner else None
@@ -73,17 +76,18 @@ def tab_state(env: Any) -> dict[str, Any]:
     return out
 
 
-def table_rows(env: Any) -> list[dict[str, Any]]:
+def table_rows(env: Environment) -> list[dict[str, Any]]:
     cfg = current_config()
     head = [{"metric": arrivals_text(cfg, env.runner.target_user_count if env.runner else None) if cfg else ""}]
     return head + (S.collector.live_rows() if S.collector is not None else [])
 
 
-def install_web_ui(env: Any) -> None:
+def install_web_ui(env: Environment) -> None:
     """Add the tab, its panel script and routes to Locust's web UI, and the start form's check;
     with ``LOADGEN_LOCUST_WEB_TOKEN`` set, require that token. First of all the guard against
     cross-site control (:mod:`loadgen.locust.webguard`: no wildcard CORS, Host, CSRF)."""
     web = env.web_ui
+    assert web is not None and web.app is not None  # called when the UI is on
     token = os.environ.get(TOKEN_ENV)
     guard_web_ui(web, token)
     web.template_args["extendedTabs"] = [{"title": "loadgen", "key": "loadgen"}]
@@ -92,7 +96,7 @@ def install_web_ui(env: Any) -> None:
     web.template_args["extendedTables"] = [{"key": "loadgen", "structure": [{"key": k, "title": t} for k, t in cols]}]
 
     @web.app.after_request
-    def _extend(response: Any) -> Any:
+    def _extend(response: Response) -> Response:
         if request.path.endswith("/stats/requests") and response.is_json:
             data = response.get_json()
             data["extended_stats"] = [{"key": "loadgen", "data": table_rows(env)}]
@@ -105,19 +109,19 @@ def install_web_ui(env: Any) -> None:
 
     @web.app.route("/loadgen")
     @web.auth_required_if_enabled
-    def _loadgen() -> Any:
+    def _loadgen() -> Response:
         return jsonify(tab_state(env))
 
     @web.app.route("/loadgen/tab.js")
     @web.auth_required_if_enabled
-    def _tab_js() -> Any:
+    def _tab_js() -> Response:
         return Response(TAB_JS, mimetype="text/javascript")
 
     if token:
         digest = hashlib.sha256(token.encode()).hexdigest()
 
         @web.app.before_request
-        def _auth() -> Any:
+        def _auth() -> Response | None:
             given = request.args.get("token") or request.headers.get("Authorization", "").removeprefix("Bearer ")
             if given and hmac.compare_digest(given.encode("utf-8", "replace"), token.encode()):
                 request.environ["loadgen.set_cookie"] = True
@@ -127,13 +131,13 @@ def install_web_ui(env: Any) -> None:
             return Response("loadgen: this Locust UI needs its token (?token=... once, or Authorization: Bearer)", 401)
 
         @web.app.after_request
-        def _cookie(response: Any) -> Any:
+        def _cookie(response: Response) -> Response:
             if request.environ.get("loadgen.set_cookie"):
                 response.set_cookie(_COOKIE, digest, httponly=True, samesite="Strict")
             return response
 
     @web.app.before_request  # after the token check (before_request functions run in order)
-    def _check_form() -> Any:
+    def _check_form() -> Response | None:
         if request.method == "POST" and request.path.endswith("/swarm"):
             problem = form.check(form.values(request.form))
             if problem is not None:
