@@ -30,6 +30,7 @@ import orjson
 from loadgen.core.redact import Redactor
 from loadgen.engine.results import Aggregator
 from loadgen.engine.run_core import RunOutcome
+from loadgen.engine.runplan import LoadConfig
 from loadgen.sessions.turns import SessionStats
 from loadgen.spread.workers import Collector, run_workers
 
@@ -66,8 +67,8 @@ class SessionCollector(Collector):
 
 def run_session_workers(
     n: int,
-    ep_cfg: Any,
-    load: Any,
+    ep_cfg: object,
+    load: LoadConfig,
     agg: Aggregator,
     fh: IO[bytes],
     redactor: Redactor,

@@ -48,15 +48,21 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from loadgen.core.clock import now_ns, wall_anchor, wall_ns
 from loadgen.core.errors import ConfigError, cause_line, strip_ansi
 from loadgen.core.redact import Redactor
 from loadgen.engine.results import Aggregator
-from loadgen.engine.runner import LEAD_IN_NS, RunOutcome, RunPlan
+from loadgen.engine.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan
+from loadgen.engine.runplan import LoadConfig
+from loadgen.sessions.turns import SessionRunner
 from loadgen.spread.lease import LEASE_AHEAD_NS
 from loadgen.spread.workers import Collector, worker_body
+
+if TYPE_CHECKING:
+    import asyncio
+    from types import ModuleType
 
 READY_TIMEOUT_S = 120.0
 """An actor that has not built its shard by then is reported and left out (placement, imports)."""
@@ -119,7 +125,7 @@ def root_cause(text: str) -> str:
     return line
 
 
-def _import_ray() -> Any:
+def _import_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
@@ -140,8 +146,8 @@ class _WorkerActor:
     def __init__(self) -> None:
         self._out: queue.Queue[tuple] = queue.Queue()
         self._in: queue.Queue[tuple] = queue.Queue()
-        self._runner: Any = None
-        self._loop: Any = None
+        self._runner: Runner | SessionRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tick_since: float | None = None  # when the pending liveness callback was scheduled
         self._lease_ns = LEASE_AHEAD_NS  # no send past it, offset from t0 (loadgen.spread.lease): go and take renew it
@@ -163,7 +169,7 @@ class _WorkerActor:
     def code_hash(self) -> str:
         return code_hash()
 
-    def prepare(self, w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, timeout_s: float) -> tuple:
+    def prepare(self, w: int, n: int, ep_cfg: object, redactor: Redactor, load: LoadConfig, timeout_s: float) -> tuple:
         if self._thread is not None:
             self._thread.join(timeout=30)  # the previous run sends "done" before it closes its endpoint
             if self._thread.is_alive():
@@ -181,7 +187,7 @@ class _WorkerActor:
             finished = finished or msg[0] in ("done", "error")
             out.put(msg)
 
-        def on_runner(r: Any) -> None:
+        def on_runner(r: Runner | SessionRunner) -> None:
             import asyncio
 
             self._runner = r
@@ -193,7 +199,7 @@ class _WorkerActor:
             try:
                 import uvloop
 
-                factory: Any = uvloop.new_event_loop
+                factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
             except ImportError:
                 factory = None
             try:
@@ -262,12 +268,12 @@ class _WorkerActor:
             loop.call_soon_threadsafe(lambda: r.request_stop(True, cancel_inflight=cancel))
 
 
-def _actor_class(ray: Any) -> Any:
+def _actor_class(ray: ModuleType) -> Any:
     # threaded actor: take/clock/stop are answered while the worker body runs in its own thread
     return ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)(_WorkerActor)
 
 
-def _remote_clock_ns(ray: Any, actor: Any) -> int:
+def _remote_clock_ns(ray: ModuleType, actor: Any) -> int:
     """One reading of an actor's wall clock (ns), within 10 s."""
     return int(ray.get(actor.clock.remote(), timeout=10))
 
@@ -357,7 +363,7 @@ class Cluster:
     def __enter__(self) -> Cluster:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def cpus(self) -> int:
@@ -420,8 +426,8 @@ class Cluster:
     def run(
         self,
         n: int,
-        ep_cfg: Any,
-        load: Any,
+        ep_cfg: object,
+        load: LoadConfig,
         plan: RunPlan,
         agg: Aggregator,
         fh: IO[bytes],
@@ -440,7 +446,7 @@ class Cluster:
         col = Collector(n, agg, fh, on_record=on_record, on_summary=on_summary)
         signals = 0
 
-        def forward(signum: int, frame: Any) -> None:
+        def forward(signum: int, frame: object) -> None:
             nonlocal signals
             signals += 1
             col.interrupted = True

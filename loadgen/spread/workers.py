@@ -35,10 +35,11 @@ import os
 import signal
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
-from typing import IO, Any, cast
+from multiprocessing.sharedctypes import Synchronized
+from typing import IO, Any, Literal, cast
 
 import orjson
 
@@ -46,15 +47,16 @@ from loadgen.core.child import die_with_parent
 from loadgen.core.clock import now_ns, wall_anchor
 from loadgen.core.errors import OutputError
 from loadgen.core.histograms import GapBuffer, record_token_gaps, token_histograms
-from loadgen.core.metrics import compute
+from loadgen.core.metrics import TokenCounter, compute
 from loadgen.core.redact import Redactor
 from loadgen.core.schedule import as_schedule
+from loadgen.core.types import RequestRecord
 from loadgen.endpoints import from_config
 from loadgen.engine.prepare import Preparation
 from loadgen.engine.recordlog import RecordWriter, record_line
 from loadgen.engine.results import Aggregator
 from loadgen.engine.runner import LEAD_IN_NS, ClientStats, Runner, RunOutcome, RunPlan, realized_send_rps
-from loadgen.engine.runplan import build_plan, build_workload
+from loadgen.engine.runplan import LoadConfig, build_plan, build_workload
 from loadgen.engine.stamp_lateness import StampLateness
 from loadgen.engine.summary import RequestSummary, summarize
 from loadgen.sessions.planning import plan_sessions, shard_sessions
@@ -111,8 +113,9 @@ def auto_workers() -> int:
 
 
 def _worker_main(
-    w: int, n: int, ep_cfg: Any, redactor: Redactor, load: Any, conn: Connection, body: Any = None, lease: Any = None
-) -> None:
+    w: int, n: int, ep_cfg: object, redactor: Redactor, load: LoadConfig, conn: Connection,
+    body: Callable[..., Coroutine[object, object, None]] | None = None, lease: Synchronized[int] | None = None,
+) -> None:  # fmt: skip
     # terminal signals go to the parent only (it forwards them): a process group of its own, in the parent's
     # session (a new session would be a scheduling group of its own: loadgen/serve/process.py)
     os.setpgid(0, 0)
@@ -145,8 +148,9 @@ class RecordShipper:
     for request runs (:func:`worker_body`) and session runs (``loadgen.sessions.spread``)."""
 
     def __init__(
-        self, send: Callable[[tuple], None], load: Any, tokenizer: Any, origin: Any, t0: int, redactor: Redactor
-    ) -> None:
+        self, send: Callable[[tuple], None], load: LoadConfig, tokenizer: TokenCounter | None,
+        origin: Literal["scheduled", "sent"], t0: int, redactor: Redactor,
+    ) -> None:  # fmt: skip
         self.send, self.load, self.tokenizer, self.origin, self.t0, self.redactor = (
             send, load, tokenizer, origin, t0, redactor
         )  # fmt: skip
@@ -160,7 +164,7 @@ class RecordShipper:
             self.send(("recs", list(self.buf), {k: g.take() for k, g in self.gaps.items() if g.values}))
             self.buf.clear()
 
-    def sink(self, rec: Any, turn: int | None = None) -> None:
+    def sink(self, rec: RequestRecord, turn: int | None = None) -> None:
         """One finished request (``turn``: its session turn, written as ``turn`` when given)."""
         load = self.load
         m = compute(rec, self.tokenizer, self.origin)
@@ -188,9 +192,9 @@ class RecordShipper:
 async def worker_body(
     w: int,
     n: int,
-    ep_cfg: Any,
+    ep_cfg: object,
     redactor: Redactor,
-    load: Any,
+    load: LoadConfig,
     send: Callable[[tuple], None],
     recv: Callable[[], tuple],
     *,
@@ -232,7 +236,7 @@ async def worker_body(
             size, origin = len(plan.schedule), load.latency_origin
         ship: RecordShipper | None = None
 
-        def sink(rec: Any, *args: Any) -> None:
+        def sink(rec: RequestRecord, *args: int | None) -> None:
             ship.sink(rec, *args)  # type: ignore[union-attr]  # set at "go", before the run starts
 
         runner: Runner | SessionRunner
@@ -459,8 +463,8 @@ def _ready(conns: list[Connection], which: set[int], timeout_s: float) -> list[C
 
 def run_workers(
     n: int,
-    ep_cfg: Any,
-    load: Any,
+    ep_cfg: object,
+    load: LoadConfig,
     plan: RunPlan,
     agg: Aggregator,
     fh: IO[bytes],
@@ -468,7 +472,7 @@ def run_workers(
     *,
     on_record: Callable[[Any, Any], None] | None = None,
     on_summary: Callable[[Any], None] | None = None,
-    body: Any = None,
+    body: Callable[..., Coroutine[object, object, None]] | None = None,
     collector: Collector | None = None,
 ) -> RunOutcome:
     """Run ``load`` over ``n`` worker processes; aggregate into ``agg``, write lines to ``fh``.
@@ -487,7 +491,7 @@ def run_workers(
     col = collector or Collector(n, agg, fh, on_record=on_record, on_summary=on_summary)
     went = False  # "go" sent: a signal before it stops the start (no worker sends anything), after it is forwarded
 
-    def forward(signum: int, frame: Any) -> None:
+    def forward(signum: int, frame: object) -> None:
         col.interrupted = True
         if not went:  # the workers are still starting: each is told to stop instead of go (below)
             return
