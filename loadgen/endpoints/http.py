@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import errno
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -41,6 +41,9 @@ from loadgen.endpoints.quota import (
     retry_after_from_headers,
 )
 from loadgen.endpoints.reads import IdleTimeout
+
+if TYPE_CHECKING:
+    from aiohttp.abc import AbstractStreamWriter
 
 _CLIENT_LIMIT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.EADDRNOTAVAIL}
 
@@ -150,13 +153,15 @@ class GatedPayload(aiohttp.BytesPayload):
     byte may have reached it: false while the gate is shut, and false when the connection was
     already closing as the gate opened (aiohttp then refuses to write)."""
 
-    def __init__(self, value: bytes, gate: asyncio.Event, record: RequestRecord | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, value: bytes, gate: asyncio.Event, record: RequestRecord | None = None, **kwargs: object
+    ) -> None:
         super().__init__(value, **kwargs)
         self._gate = gate
         self._record = record
         self.wrote = False
 
-    def _opened(self, writer: Any) -> None:
+    def _opened(self, writer: AbstractStreamWriter) -> None:
         """At the gate: write only on a live connection. A pooled connection the server has
         closed, even when the loop has not seen its FIN yet (:func:`peer_closed`), gets no byte:
         the request fails before it is sent and is prepared again on a fresh connection."""
@@ -167,12 +172,12 @@ class GatedPayload(aiohttp.BytesPayload):
             raise aiohttp.ClientConnectionResetError("the server closed this kept-alive connection before the send")
         self.wrote = True  # no await between this check and the write: nothing can close it between
 
-    async def write(self, writer: Any) -> None:
+    async def write(self, writer: AbstractStreamWriter) -> None:
         await self._gate.wait()
         self._opened(writer)
         await super().write(writer)
 
-    async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+    async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
         await self._gate.wait()
         self._opened(writer)
         await super().write_with_length(writer, content_length)
@@ -221,7 +226,7 @@ def fill_http_error(
     record.http_status = status
     record.end_ns = now_ns()
     text = body.decode("utf-8", "replace").strip().replace("\n", " ")
-    obj: Any = None
+    obj: object = None
     if error_field is not None or status == 400:
         try:
             obj = orjson.loads(body)
@@ -241,7 +246,7 @@ def fill_http_error(
     record.error_detail = redact(f"HTTP {status}: {text}")
 
 
-def _prompt_filtered(obj: Any) -> bool:
+def _prompt_filtered(obj: object) -> bool:
     """An HTTP 400 body that says a content filter refused the prompt (Azure OpenAI:
     ``{"error": {"code": "content_filter", "innererror": {"code": "ResponsibleAIPolicyViolation"}}}``)."""
     err = obj.get("error") if isinstance(obj, dict) else None

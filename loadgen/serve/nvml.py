@@ -109,45 +109,45 @@ class NVML:
         self._check(fn(ctypes.byref(n)), "nvmlDeviceGetCount")
         return int(n.value)
 
-    def handle(self, index: int) -> Any:
+    def handle(self, index: int) -> ctypes.c_void_p:
         h = ctypes.c_void_p()
         fn = getattr(self._lib, "nvmlDeviceGetHandleByIndex_v2", None) or self._lib.nvmlDeviceGetHandleByIndex
         self._check(fn(ctypes.c_uint(index), ctypes.byref(h)), f"device {index}")
         return h
 
-    def name(self, h: Any) -> str | None:
+    def name(self, h: ctypes.c_void_p) -> str | None:
         buf = ctypes.create_string_buffer(96)
         if self._lib.nvmlDeviceGetName(h, buf, ctypes.c_uint(96)) != NVML_SUCCESS:
             return None
         return buf.value.decode(errors="replace")
 
-    def uuid(self, h: Any) -> str | None:
+    def uuid(self, h: ctypes.c_void_p) -> str | None:
         buf = ctypes.create_string_buffer(96)
         if self._lib.nvmlDeviceGetUUID(h, buf, ctypes.c_uint(96)) != NVML_SUCCESS:
             return None
         return buf.value.decode(errors="replace")
 
-    def memory(self, h: Any) -> tuple[int, int] | None:
+    def memory(self, h: ctypes.c_void_p) -> tuple[int, int] | None:
         """(total, used) bytes."""
         m = _Memory()
         if self._lib.nvmlDeviceGetMemoryInfo(h, ctypes.byref(m)) != NVML_SUCCESS:
             return None
         return int(m.total), int(m.used)
 
-    def energy_mj(self, h: Any) -> int | None:
+    def energy_mj(self, h: ctypes.c_void_p) -> int | None:
         """Total energy since the driver loaded, millijoules; None where unsupported."""
         e = ctypes.c_ulonglong(0)
         if self._lib.nvmlDeviceGetTotalEnergyConsumption(h, ctypes.byref(e)) != NVML_SUCCESS:
             return None
         return int(e.value)
 
-    def power_mw(self, h: Any) -> int | None:
+    def power_mw(self, h: ctypes.c_void_p) -> int | None:
         p = ctypes.c_uint(0)
         if self._lib.nvmlDeviceGetPowerUsage(h, ctypes.byref(p)) != NVML_SUCCESS:
             return None
         return int(p.value)
 
-    def pids(self, h: Any) -> list[int] | None:
+    def pids(self, h: ctypes.c_void_p) -> list[int] | None:
         """PIDs of compute processes on the device (as the driver sees them); None when unknown."""
         for fname in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"):
             fn = getattr(self._lib, fname, None)
@@ -280,7 +280,7 @@ class EnergyMeter:
         self._nvml = nvml
         self._own = nvml is None
         self._unavailable: str | None = None
-        self._handles: list[Any] = []
+        self._handles: list[ctypes.c_void_p] = []
         self._e0: list[int | None] = []
         self._t0 = 0.0
         self._samples: list[tuple[float, float]] = []

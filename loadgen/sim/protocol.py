@@ -20,14 +20,18 @@ templated count, ``count_chat``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
 from loadgen.core.clock import now_ns
+
+if TYPE_CHECKING:
+    from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = [
     "ARRIVAL_KEY",
@@ -91,7 +95,7 @@ def sim_version() -> str:
         return "0.1.0"
 
 
-def count_prompt_tokens(prompt: Any, tokenizer: Any = None) -> int:
+def count_prompt_tokens(prompt: object, tokenizer: Tokenizer | None = None) -> int:
     """Prompt tokens of a completions ``prompt``: words of a string, length of a token-id list.
 
     With ``tokenizer`` (``--tokenizer``) a string costs ``tokenizer.count_prompt``
@@ -108,7 +112,7 @@ def count_prompt_tokens(prompt: Any, tokenizer: Any = None) -> int:
     raise ValueError("prompt must be a string or a non-empty list of token ids")
 
 
-def count_chat_tokens(messages: Any, tokenizer: Any = None) -> int:
+def count_chat_tokens(messages: object, tokenizer: Tokenizer | None = None) -> int:
     """Prompt tokens of chat ``messages``: words of all contents joined, plus 4 per message.
 
     With ``tokenizer`` (``--tokenizer``): the templated count,
@@ -173,7 +177,7 @@ class Parsed:
 
 
 def parse_request(
-    raw: bytes, api: str, *, model_name: str, strict: bool, default_max_tokens: int, tokenizer: Any = None,
+    raw: bytes, api: str, *, model_name: str, strict: bool, default_max_tokens: int, tokenizer: Tokenizer | None = None,
     units: bool = False,
 ) -> Parsed:  # fmt: skip
     """Validate a request body of ``api`` (``completions`` or ``chat``) into :class:`Parsed`.
@@ -255,7 +259,7 @@ def _message_units(m: dict[str, Any]) -> list[Any]:
     return ["<|m|>", str(m.get("role")), "<|c|>", *words, "<|e|>"]
 
 
-def prompt_units(prompt: Any, api: str, tokenizer: Any = None) -> list[Any]:
+def prompt_units(prompt: Any, api: str, tokenizer: Tokenizer | None = None) -> list[Any]:
     """The prompt's tokens as the prefix cache sees them: ``len`` equals the counted prompt tokens.
 
     Without a tokenizer: the words of a completions prompt (a token-id list as is); for chat,
@@ -277,7 +281,9 @@ def prompt_units(prompt: Any, api: str, tokenizer: Any = None) -> list[Any]:
     return prompt.split()
 
 
-def reply_units(prompt_units_: list[Any], api: str, output_tokens: int, tokenizer: Any = None) -> list[Any] | None:
+def reply_units(
+    prompt_units_: list[Any], api: str, output_tokens: int, tokenizer: Tokenizer | None = None
+) -> list[Any] | None:
     """Prompt + reply tokens as the next turn's history will hold them (None: not modelled).
 
     Without a tokenizer: chat appends the assistant message's units (``<|m|> assistant <|c|>``
@@ -292,7 +298,7 @@ def reply_units(prompt_units_: list[Any], api: str, output_tokens: int, tokenize
     return [*prompt_units_, *words]
 
 
-def error_body(message: str, type_: str, param: str | None = None, code: Any = None) -> bytes:
+def error_body(message: str, type_: str, param: str | None = None, code: str | int | None = None) -> bytes:
     """An OpenAI-style error response body."""
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
 
@@ -343,7 +349,7 @@ class ArrivalStampingServer(Server):
 
 
 @web.middleware
-async def arrival_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+async def arrival_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Move the connection's arrival stamp for this request onto the request (or stamp now)."""
     proto = request.protocol
     stamps = getattr(proto, "arrivals", None)

@@ -50,7 +50,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -78,6 +78,9 @@ from loadgen.sim.protocol import (
     sim_version,
     sse_event,
 )
+
+if TYPE_CHECKING:
+    from loadgen.workload.tokenizer import Tokenizer
 
 __all__ = ["SimServer"]
 
@@ -124,7 +127,7 @@ class SimServer:
         faults: FaultConfig | None = None,
         truth_log: str | None = None,
         seed: int = 0,
-        tokenizer: Any = None,
+        tokenizer: Tokenizer | None = None,
         prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.params = params if params is not None else SimParams()
