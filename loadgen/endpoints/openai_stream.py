@@ -27,7 +27,7 @@ from loadgen.endpoints.toolcalls import add_openai_delta, openai_message_calls
 __all__ = ["MAX_USAGE_TOKENS", "OpenAIStreamParser", "apply_body", "apply_stream_event"]
 
 
-def apply_body(record: RequestRecord, obj: Any, *, chat: bool, redact: Redactor) -> None:
+def apply_body(record: RequestRecord, obj: object, *, chat: bool, redact: Redactor) -> None:
     """Fill ``record`` from a whole (non-streamed) answer ``obj`` (parsed JSON): its text,
     finish reason and usage, or a ``stream_error`` for an error object; then settle it
     (``ok`` or ``filtered``). Raises :class:`ProtocolError` on a malformed answer."""
@@ -213,7 +213,7 @@ _fail = fail
 _OK_DELTA_KEYS = frozenset({"content", "role"})
 
 
-def _apply_plain(rec: RequestRecord, obj: Any, t_ns: int, chat: bool) -> bool:
+def _apply_plain(rec: RequestRecord, obj: object, t_ns: int, chat: bool) -> bool:
     """Apply the common chunk (a JSON object without ``error``; usage absent or the three plain
     counts; ``choices[0]`` with a string ``text``, or a ``delta`` of ``content``/``role`` only)
     as :func:`apply_stream_event` would, and return True; False, with ``rec`` untouched, for
@@ -324,7 +324,7 @@ if msgspec is not None:
     # whatever the decoder rejects goes to the general rules, which name it: besides its own errors
     # msgspec raises RecursionError on deep nesting and UnicodeDecodeError on invalid UTF-8
     _NOT_A_CHUNK: tuple[type[Exception], ...] = (Exception,)
-    _UNSET: Any = msgspec.UNSET
+    _UNSET: msgspec.UnsetType = msgspec.UNSET
 
 
 def _apply_completion_struct(rec: RequestRecord, data: bytes, t_ns: int) -> bool:
@@ -404,7 +404,7 @@ def _text_field(obj: dict[str, Any], name: str) -> str:
     return v
 
 
-def _take_usage(record: RequestRecord, usage: Any) -> None:
+def _take_usage(record: RequestRecord, usage: object) -> None:
     if type(usage) is dict and len(usage) <= 3:  # per chunk with continuous usage: {prompt, completion, total}
         ct, pt = usage.get("completion_tokens"), usage.get("prompt_tokens")
         if type(ct) is int and 0 <= ct <= MAX_USAGE_TOKENS and (pt is None or isinstance(pt, int)):
@@ -424,14 +424,14 @@ def _take_usage(record: RequestRecord, usage: Any) -> None:
     take_token_details(record, usage, "completion_tokens_details", "prompt_tokens_details")
 
 
-def _error_text(err: Any, redact: Redactor) -> str:
+def _error_text(err: object, redact: Redactor) -> str:
     """The error's message, secrets scrubbed *before* it is cut to 300 characters."""
     if isinstance(err, dict):
         return redact(str(err.get("message") or err.get("type") or err))[:300]
     return redact(str(err))[:300]
 
 
-def _tool_text(tools: Any) -> str:
+def _tool_text(tools: object) -> str:
     out = []
     if isinstance(tools, list):
         for t in tools:

@@ -16,7 +16,7 @@ import contextvars
 import socket
 import ssl
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -24,13 +24,19 @@ import aiohttp
 from loadgen.core.clock import now_ns
 from loadgen.core.types import RequestRecord
 
+if TYPE_CHECKING:
+    from aiohttp.client_proto import ResponseHandler
+    from aiohttp.client_reqrep import ConnectionKey
+    from aiohttp.connector import Connection
+    from aiohttp.tracing import Trace
+
 current_record: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
     "loadgen_current_record", default=None
 )
 """The record of the request this task is sending (read by :class:`TimedConnector`)."""
 
 
-def _first_attempt(rec: Any) -> bool:
+def _first_attempt(rec: RequestRecord | None) -> bool:
     return isinstance(rec, RequestRecord) and not rec.attempts
 
 
@@ -55,20 +61,20 @@ class TimedConnector(aiohttp.TCPConnector):
     noted for :func:`connect_error_text`, which names that phase in the error.
     """
 
-    async def _get(self, key: Any, traces: Any) -> Any:
+    async def _get(self, key: ConnectionKey, traces: list[Trace]) -> Connection | None:
         """A pooled connection, unless this task asked for a fresh one (:data:`fresh_connection`)."""
         if fresh_connection.get():
             return None
         return await super()._get(key, traces)
 
-    async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> Any:
+    async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> tuple[asyncio.Transport, ResponseHandler]:
         rec = current_record.get()
         if not args:
             return await super()._wrap_create_connection(*args, **kwargs)
         factory = args[0]
         mark: list[int] = []
 
-        def timed_factory() -> Any:
+        def timed_factory() -> ResponseHandler:
             mark.append(now_ns())
             return factory()
 
@@ -98,7 +104,7 @@ def _tls_note(kwargs: dict[str, Any]) -> str:
     return f"TLS handshake with {where} did not finish{within}"
 
 
-def peer_closed(transport: Any) -> bool:
+def peer_closed(transport: asyncio.BaseTransport | None) -> bool:
     """Whether the server already closed (or spoke on) an idle kept-alive connection whose
     close the event loop has not processed yet: a non-blocking ``MSG_PEEK`` of one byte on its
     socket (one system call; nothing is consumed). End of stream, a reset, or bytes the server

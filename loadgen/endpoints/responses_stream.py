@@ -69,7 +69,7 @@ def responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _part(p: Any) -> Any:
+def _part(p: object) -> object:
     """A chat content part as a Responses input part (text -> ``input_text``, ``image_url`` -> ``input_image``)."""
     if not isinstance(p, dict):
         return p
@@ -113,7 +113,7 @@ def responses_body(
     return body
 
 
-def _take_usage(rec: RequestRecord, usage: Any) -> None:
+def _take_usage(rec: RequestRecord, usage: object) -> None:
     if not isinstance(usage, dict):
         return
     out, inp = usage.get("output_tokens"), usage.get("input_tokens")
@@ -141,7 +141,7 @@ class _Calls:
         self.rec = rec
         self.by_item: dict[str, dict[str, Any]] = {}
 
-    def item(self, item: Any) -> None:
+    def item(self, item: object) -> None:
         if not isinstance(item, dict) or item.get("type") != "function_call":
             return
         key = str(item.get("id") or item.get("call_id") or len(self.by_item))
@@ -161,7 +161,7 @@ class _Calls:
         if isinstance(item.get("arguments"), str) and item["arguments"]:
             call["function"]["arguments"] = item["arguments"]  # the whole arguments, at .done
 
-    def args(self, item_id: Any, delta: str) -> None:
+    def args(self, item_id: object, delta: str) -> None:
         call = self.by_item.get(str(item_id))
         if call is not None:
             call["function"]["arguments"] += delta
@@ -226,7 +226,7 @@ class ResponsesStreamParser(StreamReader):
         return False
 
 
-def apply_responses_body(record: RequestRecord, obj: Any, *, redact: Redactor) -> None:
+def apply_responses_body(record: RequestRecord, obj: object, *, redact: Redactor) -> None:
     """Fill ``record`` from a whole (``--no-stream``) Responses object: its output text (reasoning first),
     function calls, usage and status, or a ``stream_error``; then settle it."""
     if not isinstance(obj, dict):

@@ -36,7 +36,7 @@ MAX_CALLS = 128
 """The most tool calls one reply keeps (a server that streams endless calls cannot grow a record without bound)."""
 
 
-def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+def _call(call_id: object, name: object, arguments: object) -> dict[str, Any]:
     return {
         "id": call_id if isinstance(call_id, str) else "",
         "type": "function",
@@ -47,16 +47,16 @@ def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     }
 
 
-def make_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+def make_call(call_id: object, name: object, arguments: object) -> dict[str, Any]:
     """One tool call in the record's chat form (strings kept, anything else empty)."""
     return _call(call_id, name, arguments)
 
 
-def _dict(v: Any) -> dict[str, Any]:
+def _dict(v: object) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
-def add_openai_delta(calls: list[dict[str, Any]] | None, items: Any) -> list[dict[str, Any]] | None:
+def add_openai_delta(calls: list[dict[str, Any]] | None, items: object) -> list[dict[str, Any]] | None:
     """``calls`` with one stream chunk's ``delta.tool_calls`` pieces joined in (by their ``index``)."""
     if not isinstance(items, list):
         return calls
