@@ -179,7 +179,7 @@ class AnthropicStreamParser(StreamReader):
         # ping, content_block_stop and event types added later carry nothing we count
         return False
 
-    def _input_usage(self, usage: Any) -> None:
+    def _input_usage(self, usage: object) -> None:
         if not isinstance(usage, dict):
             return
         base = usage.get("input_tokens")
@@ -194,7 +194,7 @@ class AnthropicStreamParser(StreamReader):
             self.record.cached_prompt_tokens = read
 
 
-def _error_text(err: Any, redact: Redactor) -> str:
+def _error_text(err: object, redact: Redactor) -> str:
     if isinstance(err, dict):
         msg = err.get("message") or err.get("type") or err
         kind = err.get("type")

@@ -212,7 +212,7 @@ def make_endpoint(
     return OpenAIEndpoint(cfg_o, redactor)
 
 
-def from_config(config: Any, redactor: Redactor | None = None) -> Endpoint:
+def from_config(config: object, redactor: Redactor | None = None) -> Endpoint:
     """An unopened endpoint from its configuration dataclass: :class:`OpenAIConfig`,
     :class:`AnthropicConfig` or :class:`~loadgen.endpoints.triton.TritonConfig`.
 

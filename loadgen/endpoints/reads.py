@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from loadgen.core.clock import now_ns
 from loadgen.core.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
@@ -114,7 +117,9 @@ class IdleGuard:
             self._handle = self._loop.call_later(self._idle_s, self._due)
         return self
 
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -251,7 +256,7 @@ class _PushReader(aiohttp.StreamReader):
         aiohttp.StreamReader.feed_eof(self)
         _SINKS[id(self)].close(None)
 
-    def set_exception(self, exc: BaseException, *cause: Any) -> None:
+    def set_exception(self, exc: BaseException, *cause: BaseException) -> None:
         _unpush(self)
         aiohttp.StreamReader.set_exception(self, exc, *cause)
         _SINKS[id(self)].close(exc)

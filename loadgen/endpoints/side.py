@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from loadgen.core.clock import now_ns
 from loadgen.core.errors import EndpointUnreachable
 from loadgen.endpoints.pool import SidePhase, connect_error_text, side_timeout
+
+if TYPE_CHECKING:
+    from multidict import CIMultiDictProxy
 
 __all__ = ["PHASE_TEXT", "SideAnswer", "SideFailure", "side_request"]
 
@@ -47,7 +50,7 @@ class SideAnswer:
     (``complete``: the whole body was read; else the connection was dropped after ``limit``)."""
 
     status: int
-    headers: Any
+    headers: CIMultiDictProxy[str]
     body: bytes
     complete: bool
 

@@ -352,7 +352,7 @@ class TritonEndpoint(TritonGRPCMixin, EndpointBase):
         prog.finish_ok(t)
 
 
-def parse_generate_event(obj: Any, cfg: TritonConfig) -> tuple[str, int | None, int | None, str | None, str | None]:
+def parse_generate_event(obj: object, cfg: TritonConfig) -> tuple[str, int | None, int | None, str | None, str | None]:
     """``(text, num_output_tokens, num_input_tokens, finish_reason, error)`` of one generate_stream event.
 
     Raises :class:`ProtocolError` when the event is not a JSON object. Tensor values
@@ -376,7 +376,7 @@ def parse_generate_event(obj: Any, cfg: TritonConfig) -> tuple[str, int | None, 
     )
 
 
-def _scalar(v: Any) -> Any:
+def _scalar(v: object) -> object:
     while isinstance(v, list):
         if not v:
             return None
@@ -396,7 +396,7 @@ def _datatype(inp: dict[str, Any] | None, default: str) -> str:
     return {"STRING": "BYTES", "INT32": "INT32", "INT64": "INT64", "UINT32": "UINT32"}.get(dt, dt or default)
 
 
-def _ready_models(idx: Any) -> list[str]:
+def _ready_models(idx: object) -> list[str]:
     if not isinstance(idx, list):
         return []
     return [m["name"] for m in idx if isinstance(m, dict) and m.get("name") and m.get("state", "READY") == "READY"]
