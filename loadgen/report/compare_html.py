@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadgen.report.compare_pareto import pareto_figure
 from loadgen.report.compare_scaling import scaling_html
@@ -27,6 +27,11 @@ from loadgen.report.plotting import (
     pyplot,
     readable_axis,
 )
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from matplotlib.figure import Figure
 
 NOT_MEASURED = "not measured"
 THROUGHPUT_FIRST_ROW = "tp_batch"  # the first row of the max-throughput section (compare.THROUGHPUT_ROWS)
@@ -84,7 +89,7 @@ def point_titles(card: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def latency_figure(plt: Any, card: dict[str, Any]) -> Any:
+def latency_figure(plt: ModuleType, card: dict[str, Any]) -> Figure | None:
     """One panel per system: its SLO metric against its own load axis, its SLO lines, probe states.
 
     Returns the figure (its axes in system order), or None when no system has a latency curve.
@@ -164,7 +169,7 @@ def latency_figure(plt: Any, card: dict[str, Any]) -> Any:
     return fig
 
 
-def _latency_panels(plt: Any, card: dict[str, Any]) -> str:
+def _latency_panels(plt: ModuleType, card: dict[str, Any]) -> str:
     fig = latency_figure(plt, card)
     if fig is None:
         return ""
@@ -175,7 +180,7 @@ def _latency_panels(plt: Any, card: dict[str, Any]) -> str:
             "</figcaption></figure>")  # fmt: skip
 
 
-def _interactivity(plt: Any, card: dict[str, Any]) -> str:
+def _interactivity(plt: ModuleType, card: dict[str, Any]) -> str:
     """The Pareto figure of the compared concurrency sweeps (:mod:`loadgen.report.compare_pareto`)."""
     return pareto_figure(plt, card)
 

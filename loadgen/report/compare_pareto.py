@@ -13,10 +13,13 @@ tokens per joule at a target speed are read off the same fronts by ``loadgen cap
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadgen.capacity.interactivity import InteractivityPoint, pareto_front
 from loadgen.report.plotting import figure_svg, readable_axis
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = ["pareto_figure", "points_of_card"]
 
@@ -41,7 +44,7 @@ def points_of_card(card: dict[str, Any]) -> tuple[dict[str, list[InteractivityPo
     return out, per_acc
 
 
-def pareto_figure(plt: Any, card: dict[str, Any]) -> str:
+def pareto_figure(plt: ModuleType, card: dict[str, Any]) -> str:
     """The figure of the module docstring as an inline-SVG ``<figure>``, or "" without points."""
     systems, per_acc = points_of_card(card)
     if not systems:

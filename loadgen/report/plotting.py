@@ -19,7 +19,14 @@ import base64
 import html
 import io
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
+    from matplotlib.figure import Figure
 
 STATE_STYLE: dict[str, dict[str, Any]] = {
     "pass": {"marker": "o", "color": "#2e7d32", "mfc": "#2e7d32", "label": "PASS"},
@@ -31,7 +38,7 @@ BRACKET_COLOR = "#2e7d32"
 SLO_COLOR = "#c62828"
 
 
-def pyplot() -> Any:
+def pyplot() -> ModuleType | None:
     """matplotlib.pyplot on the Agg backend, or None when matplotlib is not installed."""
     try:
         import matplotlib
@@ -43,7 +50,7 @@ def pyplot() -> Any:
     return plt
 
 
-def figure_svg(fig: Any, *, salt: str = "loadgen", titles: dict[str, str] | None = None) -> str:
+def figure_svg(fig: Figure, *, salt: str = "loadgen", titles: dict[str, str] | None = None) -> str:
     """The figure as an inline ``<svg>`` element (text as text, no XML prologue).
 
     ``salt``: distinct per figure of a page, so that matplotlib's generated ids (clip paths)
@@ -62,7 +69,7 @@ def figure_svg(fig: Any, *, salt: str = "loadgen", titles: dict[str, str] | None
     return text
 
 
-def figure_png(fig: Any, dpi: int = 110) -> bytes:
+def figure_png(fig: Figure, dpi: int = 110) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()
@@ -82,7 +89,7 @@ def tick_text(v: float, step: float) -> str:
     return f"{v:,.{decimals}f}"
 
 
-def readable_axis(axis: Any) -> None:
+def readable_axis(axis: Axis) -> None:
     """Linear axis with at most ~6 round ticks labelled in plain numbers (no offset, no 1e3)."""
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
@@ -110,7 +117,7 @@ def ms_ceiling(thresholds: list[float], values: list[float]) -> float:
     return max(top_line * 1.25, min(top_val * 1.1, top_line * 3.0))
 
 
-def clip_mark(ax: Any, x: float, y: float, top: float, color: str) -> float:
+def clip_mark(ax: Axes, x: float, y: float, top: float, color: str) -> float:
     """Draw a value beyond the axis top as an arrow at the edge labelled with its value; returns the y drawn."""
     if y <= top:
         return y

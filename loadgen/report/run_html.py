@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadgen.report.console import replica_lines
 from loadgen.report.plotting import figure_svg, pyplot
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["combined_figure_svg", "write_run_report"]
 
@@ -80,7 +83,7 @@ def combined_figure_svg(ts: dict[str, Any]) -> str | None:
         ax.grid(axis="y", color="#eeeeee")
     nan = float("nan")
 
-    def line(ax: Any, ys: list[float | None], **kw: Any) -> None:
+    def line(ax: Axes, ys: list[float | None], **kw: Any) -> None:
         ax.plot(x, [nan if v is None else v for v in ys], marker="o", ms=3, **kw)
 
     ax = axes[0]

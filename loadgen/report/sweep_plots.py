@@ -12,7 +12,7 @@ never drawn as a point at 0 ms.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -26,6 +26,13 @@ from loadgen.report.plotting import (
 )
 from loadgen.report.sweep_facts import probe_state, stopped_on, verdict_text
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
+    from matplotlib.lines import Line2D
+
 PCT_KEY = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}
 METRIC_NAME = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "tbt_deadline": "token pace",
                "time_to_first_answer_token": "time to first answer token"}  # fmt: skip
@@ -35,7 +42,7 @@ def _x(p: dict[str, Any]) -> float:
     return float(p["concurrency"]) if p.get("concurrency") else float(p.get("offered_rps") or 0.0)
 
 
-def _state_legend(ax: Any, states: set[str]) -> list[Any]:
+def _state_legend(ax: Axes, states: set[str]) -> list[Line2D]:
     from matplotlib.lines import Line2D
 
     return [Line2D([], [], linestyle="", marker=STATE_STYLE[s]["marker"], color=STATE_STYLE[s]["color"],
@@ -72,7 +79,7 @@ def invalid_reason(p: dict[str, Any]) -> str:
     return verdict_text(p)
 
 
-def load_axis_mark(ax: Any, same: list[dict[str, Any]], gid: str) -> None:
+def load_axis_mark(ax: Axes, same: list[dict[str, Any]], gid: str) -> None:
     """The INVALID (rate-limited, interrupted) probes at one load on a latency panel: a marker on the load
     axis and a dotted line up from it, the last one's reason written beside it (and how many probes there
     were) -- never a point at latency 0 (their percentiles are not the server's at that load). ``gid``: the
@@ -90,9 +97,9 @@ def load_axis_mark(ax: Any, same: list[dict[str, Any]], gid: str) -> None:
                 fontsize=7, color=st["color"], rotation=90, ha="right", va="bottom")  # fmt: skip
 
 
-def _bracket(ax: Any, res: dict[str, Any], key: str) -> list[Any]:
+def _bracket(ax: Axes, res: dict[str, Any], key: str) -> list[Artist]:
     a = res.get("answer") or {}
-    handles = []
+    handles: list[Artist] = []
     br = a.get("bracket_rps")
     if not a.get("concurrency") and br and br[0] is not None and br[1] is not None and br[1] > br[0]:
         handles.append(
@@ -107,7 +114,7 @@ def _bracket(ax: Any, res: dict[str, Any], key: str) -> list[Any]:
     return handles
 
 
-def latency_figures(plt: Any, res: dict[str, Any]) -> list[tuple[str, Any]]:
+def latency_figures(plt: ModuleType, res: dict[str, Any]) -> list[tuple[str, Any]]:
     """One figure per SLO metric: bands, SLO lines, probe states, bracket. [(title, figure)]."""
     index = {id(p): i for i, p in enumerate(res.get("probes") or [], 1)}
     probes = sorted(res.get("probes") or [], key=_x)
@@ -184,7 +191,7 @@ def latency_figures(plt: Any, res: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
-def throughput_figure(plt: Any, res: dict[str, Any]) -> tuple[str, Any] | None:
+def throughput_figure(plt: ModuleType, res: dict[str, Any]) -> tuple[str, Any] | None:
     """Completed req/s and goodput against the offered rate (open-loop sweeps)."""
     index = {id(p): i for i, p in enumerate(res.get("probes") or [], 1)}
     probes = sorted([p for p in res.get("probes") or [] if not p.get("concurrency")], key=_x)
@@ -219,7 +226,7 @@ def throughput_figure(plt: Any, res: dict[str, Any]) -> tuple[str, Any] | None:
     return "Achieved throughput against offered load (probes run to their end)", fig
 
 
-def distribution_figure(plt: Any, at_dir: Path) -> tuple[str, Any] | None:
+def distribution_figure(plt: ModuleType, at_dir: Path) -> tuple[str, Any] | None:
     """TTFT and ITL histograms (linear ms) of the answer probe's measured, successful requests."""
     path = at_dir / "requests.jsonl"
     if not path.exists():
@@ -246,7 +253,7 @@ def distribution_figure(plt: Any, at_dir: Path) -> tuple[str, Any] | None:
     return "TTFT and ITL distributions at the answer", fig
 
 
-def interactivity_figure(plt: Any, res: dict[str, Any]) -> tuple[str, Any] | None:
+def interactivity_figure(plt: ModuleType, res: dict[str, Any]) -> tuple[str, Any] | None:
     """Per-user output tok/s against total output tok/s, one point per concurrency (concurrency sweeps)."""
     inter = [r for r in res.get("interactivity") or [] if r.get("output_tps") is not None]
     if not inter:

@@ -190,6 +190,7 @@ def test_scorecard_page_plain_cells_and_one_panel_per_system(tmp_path: Path) -> 
     assert 'id="slo-0-0"' in page and 'id="slo-1-0"' in page  # each system's own SLO line
     assert '<g id="probe-stopped-early-0-4"><title>small: 8.00 req/s: FAIL (stopped early)</title>' in page
     fig = latency_figure(plt, card)
+    assert fig is not None
     small, big = fig.axes[0], fig.axes[1]
     assert small.get_title() == "small" and big.get_title() == "big"
     assert small.get_xlim()[1] == pytest.approx(8.0 * 1.08) and big.get_xlim()[1] == pytest.approx(40.0 * 1.08)
