@@ -117,6 +117,7 @@ def feeder_cost_us(inflight: int = 300, refreshes: int = 2000) -> float:
     recs = {i: SimpleNamespace(sent_ns=i) for i in range(inflight)}
     view.attach(SimpleNamespace(inflight_records=recs, t0_ns=1, plan=SimpleNamespace(schedule=None)))
     view._sent_runner = view.runner  # t0 and offsets went once, before the run: not per refresh
+    assert view.runner is not None
     r, w = os.pipe()
     proc = SimpleNamespace(stdin=os.fdopen(w, "wb"))
     view._proc = proc  # type: ignore[assignment]  # a pipe nobody draws from: the cost of the write only

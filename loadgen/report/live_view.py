@@ -60,6 +60,8 @@ from loadgen.telemetry.tail import RecordTail
 
 if TYPE_CHECKING:
     from loadgen.core.slo import SLOTarget
+    from loadgen.engine.runner import Runner
+    from loadgen.sessions.turns import SessionRunner
 
 __all__ = [
     "INTERVAL_S",
@@ -169,7 +171,7 @@ class LiveFigures:
         self.total = total
         self.rate_rps = rate_rps
         self.interval_s = interval_s
-        self.runner: Any = None
+        self.runner: Runner | SessionRunner | None = None
         self.t0_ns: int | None = None
         self.offsets: np.ndarray | None = None
         self.inflight: int | None = None
@@ -184,7 +186,7 @@ class LiveFigures:
         self._probes: dict[str, dict[str, Any]] = {}
         self._offsets: tuple[Any, np.ndarray] | None = None  # (runner, its schedule's send offsets)
 
-    def attach(self, runner: Any) -> None:
+    def attach(self, runner: Runner | SessionRunner) -> None:
         """Keep a read-only reference to a runner of this process (``measure``'s ``runner_hook``)."""
         self.runner = runner
 
@@ -328,7 +330,7 @@ class LiveFigures:
         return None
 
 
-def inflight_count(runner: Any) -> int:
+def inflight_count(runner: Runner | SessionRunner) -> int:
     """Requests of ``runner`` sent and not yet ended (prepared sends waiting for their time left out).
 
     Read from another thread: ``list(dict.values())`` copies under the interpreter lock, so the
@@ -337,7 +339,7 @@ def inflight_count(runner: Any) -> int:
     return sum(1 for rec in list(runner.inflight_records.values()) if rec.sent_ns is not None)
 
 
-def schedule_offsets(runner: Any) -> np.ndarray:
+def schedule_offsets(runner: Runner | SessionRunner) -> np.ndarray:
     """The send offsets (ns from t0) of a runner's open-loop schedule; empty for a closed loop."""
     sched = getattr(runner.plan, "schedule", None) or ()
     offsets = getattr(sched, "offsets_ns", None)

@@ -39,12 +39,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from loadgen.telemetry.prom import BUCKET_BOUNDS_S, REFRESH_S, histogram_values_s
 from loadgen.telemetry.tail import RecordTail, refresh_until_stopped
+
+if TYPE_CHECKING:
+    from loadgen.engine.runner import Runner
+    from loadgen.sessions.turns import SessionRunner
 
 __all__ = ["OtlpPusher"]
 
@@ -75,7 +79,7 @@ class OtlpPusher:
         self.endpoint = endpoint
         self.interval_s = interval_s
         self.refresh_s = refresh_s
-        self.runner: Any = None
+        self.runner: Runner | SessionRunner | None = None
         self._tail = RecordTail(jsonl)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,7 +91,7 @@ class OtlpPusher:
         self._inst: dict[str, Any] = {}
         self._log = _ScrubbedLog(redact) if redact is not None else None
 
-    def attach(self, runner: Any) -> None:
+    def attach(self, runner: Runner | SessionRunner) -> None:
         """Keep a read-only reference to the runner (in flight, unsent)."""
         self.runner = runner
 

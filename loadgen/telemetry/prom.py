@@ -62,11 +62,15 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from loadgen.telemetry.tail import RecordTail, refresh_until_stopped
+
+if TYPE_CHECKING:
+    from loadgen.engine.runner import Runner
+    from loadgen.sessions.turns import SessionRunner
 
 __all__ = ["BUCKET_BOUNDS_S", "GENAI_SEMCONV", "MAX_EXP", "MIN_EXP", "REFRESH_S", "SCHEMA", "PromExporter",
            "histogram_values_s"]  # fmt: skip
@@ -160,7 +164,7 @@ class PromExporter:
         self.port = port
         self.refresh_s = refresh_s
         self.token = token
-        self.runner: Any = None
+        self.runner: Runner | SessionRunner | None = None
         self._tail = RecordTail(jsonl)
         self._lock = threading.Lock()
         self._requests: Counter[tuple[str, str]] = Counter()
@@ -179,7 +183,7 @@ class PromExporter:
         self._page = b""
         self._rendered_at = -math.inf
 
-    def attach(self, runner: Any) -> None:
+    def attach(self, runner: Runner | SessionRunner) -> None:
         """Keep a read-only reference to the runner (in flight, unsent)."""
         self.runner = runner
 
