@@ -16,7 +16,7 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol
+from typing import IO, TYPE_CHECKING, Any, Literal, Protocol
 
 from loadgen.core.clock import now_ns
 from loadgen.core.conditions import client_conditions
@@ -39,6 +39,10 @@ from loadgen.engine.validity import validity as run_validity
 from loadgen.spread.workers import run_workers
 from loadgen.version import __version__
 from loadgen.workload.prompts import new_salt
+
+if TYPE_CHECKING:
+    from loadgen.serve.observe import ObserverPair, ServerObserver
+    from loadgen.spread.cluster import Cluster
 
 SCHEMA_VERSION = RESULT_SCHEMA_VERSION  # loadgen.core.contract: the versions and their notes
 
@@ -76,9 +80,9 @@ async def measure(
     runner_hook: Callable[[Runner], None] | None = None,
     workers: int = 1,
     on_summary: Callable[[Any], None] | None = None,
-    server_observer: Any = None,
+    server_observer: ServerObserver | ObserverPair | None = None,
     conditions_extra: dict[str, Any] | None = None,
-    cluster: Any = None,
+    cluster: Cluster | None = None,
     blocks: dict[str, Any] | None = None,
 ) -> MeasuredRun:
     """Run ``cfg`` against an opened ``endpoint``; write files to ``out_dir``; return the result.
@@ -152,7 +156,14 @@ class RunFiles:
     secrets scrubbed, then the HDR log.
     """
 
-    def __init__(self, out_dir: Path, cfg: LoadConfig, redactor: Redactor, *, server_observer: Any = None) -> None:
+    def __init__(
+        self,
+        out_dir: Path,
+        cfg: LoadConfig,
+        redactor: Redactor,
+        *,
+        server_observer: ServerObserver | ObserverPair | None = None,
+    ) -> None:
         self.out_dir = out_dir
         self.cfg = cfg
         self.redactor = redactor

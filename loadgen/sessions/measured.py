@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -48,6 +48,10 @@ from loadgen.sessions.planning import plan_sessions
 from loadgen.sessions.turns import SessionPlan, SessionRunner, SessionStats
 from loadgen.workload.prompts import new_salt
 from loadgen.workload.session_sources import SessionSource
+
+if TYPE_CHECKING:
+    from loadgen.serve.observe import ObserverPair, ServerObserver
+    from loadgen.spread.cluster import Cluster
 
 __all__ = ["TurnFacts", "measure_sessions", "plan_sessions", "sessions_block", "write_session_schedule"]
 
@@ -162,12 +166,12 @@ async def measure_sessions(
     redactor: Redactor | None = None,
     on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
     install_signal_handlers: bool = True,
-    server_observer: Any = None,
+    server_observer: ServerObserver | ObserverPair | None = None,
     conditions_extra: dict[str, Any] | None = None,
     runner_hook: Callable[[Any], None] | None = None,
     workers: int = 1,
     on_summary: Any = None,
-    cluster: Any = None,
+    cluster: Cluster | None = None,
 ) -> MeasuredRun:
     """Run the sessions of ``src`` as ``cfg`` says against an opened ``endpoint``; write the run's files.
 

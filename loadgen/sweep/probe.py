@@ -58,7 +58,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadgen.core.metrics import RequestMetrics
 from loadgen.core.slo import (
@@ -88,6 +88,11 @@ from loadgen.sweep.evidence import (
 from loadgen.sweep.judge import ProbeJudge
 from loadgen.sweep.session_search import measure_load, probe_sessions, session_turns
 from loadgen.sweep.verdict import INTERRUPTED, probe_verdict_text, target_verdict
+
+if TYPE_CHECKING:
+    from loadgen.core.redact import Redactor
+    from loadgen.serve.observe import ObserverPair, ServerObserver
+    from loadgen.spread.cluster import Cluster
 
 
 @dataclass
@@ -150,13 +155,13 @@ async def run_probe(
     *,
     index: int,
     config_record: dict[str, Any],
-    redactor: Any = None,
+    redactor: Redactor | None = None,
     on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
     concurrency: int | None = None,
     runner_hook: Callable[[Runner], None] | None = None,
     workers: int = 1,
-    server_observer: Any = None,
-    cluster: Any = None,
+    server_observer: ServerObserver | ObserverPair | None = None,
+    cluster: Cluster | None = None,
     stop_requested: Callable[[], bool] | None = None,
     tau_hint: float = 1.0,
     resume: Probe | None = None,

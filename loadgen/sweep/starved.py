@@ -49,12 +49,16 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loadgen.core.clock import now_ns
 from loadgen.core.slo import SLOTarget
 from loadgen.engine.stamp_lateness import PROBE_S
 from loadgen.sweep.config import LAG_FLOOR_MS
+
+if TYPE_CHECKING:
+    from loadgen.serve.observe import ObserverPair, ServerObserver
+    from loadgen.spread.cluster import Cluster
 
 __all__ = [
     "BEFORE_LOAD_S",
@@ -292,7 +296,11 @@ class StarvedCheck:
 
     @classmethod
     def for_sweep(
-        cls, slos: Sequence[SLOTarget], progress: Callable[[str], None], server_observer: Any, cluster: Any
+        cls,
+        slos: Sequence[SLOTarget],
+        progress: Callable[[str], None],
+        server_observer: ServerObserver | ObserverPair | None,
+        cluster: Cluster | None,
     ) -> StarvedCheck:
         """The check of one sweep: the server's process group when ``--serve`` started it; remote with a cluster."""
         server = getattr(server_observer, "server", None)

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runner import Runner
@@ -25,6 +25,9 @@ from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
 from loadgen.sweep.config import SweepConfig
 from loadgen.sweep.session_search import measure_load, session_turns
+
+if TYPE_CHECKING:
+    from loadgen.core.redact import Redactor
 
 MIN_COMPLETED = 3
 
@@ -36,7 +39,7 @@ async def unloaded_check(
     out_dir: Path,
     *,
     config_record: dict[str, Any],
-    redactor: Any = None,
+    redactor: Redactor | None = None,
     runner_hook: Callable[[Runner], None] | None = None,
 ) -> dict[str, Any]:
     """Run the check (``out_dir``/unloaded) and judge it: the ``sweep.json`` ``unloaded`` block.
