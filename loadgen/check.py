@@ -64,11 +64,14 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from loadgen.core.errors import InputFileError
+
+if TYPE_CHECKING:
+    from loadgen.workload.tokenizer import Tokenizer
 
 CHECK_SCHEMA_VERSION = 1
 DEFAULT_PROMPTS = Path(__file__).parent / "data" / "check_questions.jsonl"
@@ -351,7 +354,9 @@ def _length(o: dict[str, Any], seq: list[Any]) -> int:
     return o["output_tokens"] if isinstance(o.get("output_tokens"), int) else len(seq)
 
 
-def agreement(candidate: dict[str, Any], reference: dict[str, Any], tokenizer: Any = None) -> dict[str, Any]:
+def agreement(
+    candidate: dict[str, Any], reference: dict[str, Any], tokenizer: Tokenizer | None = None
+) -> dict[str, Any]:
     """Agreement figures of two check documents (formulas in the module docstring).
 
     ``tokenizer``: anything with ``encode(text) -> list[int]``, used when a side lacks token ids.
@@ -534,7 +539,7 @@ def scorecard_values(doc: dict[str, Any] | None) -> dict[str, Any]:
 
 def run_check(
     endpoint: str, *, prompts_file: str | None = None, reference: str | None = None, answers: bool = False,
-    settings: CheckSettings | None = None, headers: dict[str, str] | None = None, tokenizer: Any = None,
+    settings: CheckSettings | None = None, headers: dict[str, str] | None = None, tokenizer: Tokenizer | None = None,
     out_dir: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Collect outputs from ``endpoint`` (and from a reference endpoint first, if ``reference`` is a URL).

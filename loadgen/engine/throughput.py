@@ -49,13 +49,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from loadgen.core.errors import ConfigError
 from loadgen.core.pricing import hourly_cost_per_million_tokens_usd
+
+if TYPE_CHECKING:
+    from loadgen.core.window import TokenBins
 
 __all__ = [
     "NOT_APPLICABLE",
@@ -228,7 +231,7 @@ def _power(result: dict[str, Any], given_w: float | None) -> tuple[float | None,
     return None, "not measured (no energy meter reading; give --power-w)"
 
 
-def scorecard(result: dict[str, Any], tokens: Any, cfg: Any, requests_path: Path) -> dict[str, Any]:
+def scorecard(result: dict[str, Any], tokens: TokenBins, cfg: Any, requests_path: Path) -> dict[str, Any]:
     """``result.json`` ``max_throughput``: the batch scorecard of a max-throughput run.
 
     ``tokens``: the run's token arrivals (:class:`loadgen.core.window.TokenBins`, every request);

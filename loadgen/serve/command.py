@@ -117,7 +117,7 @@ def _build(kind: str, kw: dict[str, Any], **extra: Any) -> ServerProcess:
 def _run_foreground(proc: ServerProcess, kw: dict[str, Any], model: str | None) -> ServeOutcome:
     duration = parse_duration_s(kw["duration"], "--duration")
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGTERM, on_term)
