@@ -13,11 +13,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from loadgen.sim.faults import FaultConfig
+from loadgen.sim.faults import FAULT_KINDS, FaultConfig
 from loadgen.sim.model import SimParams
 from loadgen.sim.prefix_cache import PrefixCache
 
@@ -30,6 +31,52 @@ __all__ = ["sim_command"]
 _PROB = click.FloatRange(0.0, 1.0)
 _NONNEG = click.FloatRange(min=0.0)
 _DEFAULTS = SimParams()
+
+# the batching model's options: (option, type, help); each defaults to SimParams' own default
+_MODEL_OPTIONS: tuple[tuple[str, click.ParamType, str], ...] = (
+    ("--slots", click.IntRange(min=1), "Max concurrent sequences in the batch."),
+    ("--ttft-ms", _NONNEG, "Fixed prefill cost per request (ms)."),
+    ("--prefill-per-token-ms", _NONNEG, "Extra prefill cost per input token (ms)."),
+    ("--itl-ms", _NONNEG, "Decode step time with one running sequence (ms)."),
+    ("--itl-per-seq-ms", _NONNEG, "Extra decode step time per additional running sequence (ms)."),
+    ("--tokens-per-chunk", click.IntRange(min=1), "Tokens per SSE write."),
+    ("--default-max-tokens", click.IntRange(min=1), "Output tokens when a request gives no max_tokens."),
+)
+
+# the help of each --fault-KIND option (a probability, 0 by default), in FAULT_KINDS order
+_FAULT_HELP: dict[str, str] = {
+    "429": "Probability of HTTP 429 (Retry-After: 1).",
+    "500": "Probability of HTTP 500.",
+    "drop": "Probability of aborting the connection after half the tokens.",
+    "stall": "Probability of a mid-stream pause.",
+    "malformed": "Probability of one malformed (invalid JSON) SSE event.",
+    "inband_error": "Probability of an error event inside the 200 stream, which then ends.",
+}
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _model_options(f: _F) -> _F:
+    """Decorate ``f`` with the options of :data:`_MODEL_OPTIONS`, in their order."""
+    for name, kind, text in reversed(_MODEL_OPTIONS):
+        default = getattr(_DEFAULTS, name[2:].replace("-", "_"))
+        f = click.option(name, type=kind, default=default, show_default=True, help=text)(f)
+    return f
+
+
+def _fault_options(f: _F) -> _F:
+    """Decorate ``f`` with ``--fault-KIND`` for each of :data:`FAULT_KINDS`, ``--stall-ms`` and ``--slow-ms``."""
+    opts = [
+        click.option(f"--fault-{k.replace('_', '-')}", type=_PROB, default=0.0, help=h) for k, h in _FAULT_HELP.items()
+    ]
+    stall_ms = click.option(
+        "--stall-ms", type=_NONNEG, default=1000.0, show_default=True, help="Length of a stall fault (ms)."
+    )
+    opts.insert(FAULT_KINDS.index("stall") + 1, stall_ms)
+    opts.append(click.option("--slow-ms", type=_NONNEG, default=0.0, help="Extra latency before the first byte (ms)."))
+    for o in reversed(opts):
+        f = o(f)
+    return f
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -107,51 +154,7 @@ async def _serve(
     "--model-name", default="sim-model", show_default=True,
     help="Model id to serve; a,b serves several (a base model and its adapters: one engine, every name accepted).",
 )  # fmt: skip
-@click.option(
-    "--slots",
-    type=click.IntRange(min=1),
-    default=_DEFAULTS.slots,
-    show_default=True,
-    help="Max concurrent sequences in the batch.",
-)
-@click.option(
-    "--ttft-ms", type=_NONNEG, default=_DEFAULTS.ttft_ms, show_default=True, help="Fixed prefill cost per request (ms)."
-)
-@click.option(
-    "--prefill-per-token-ms",
-    type=_NONNEG,
-    default=_DEFAULTS.prefill_per_token_ms,
-    show_default=True,
-    help="Extra prefill cost per input token (ms).",
-)
-@click.option(
-    "--itl-ms",
-    type=_NONNEG,
-    default=_DEFAULTS.itl_ms,
-    show_default=True,
-    help="Decode step time with one running sequence (ms).",
-)
-@click.option(
-    "--itl-per-seq-ms",
-    type=_NONNEG,
-    default=_DEFAULTS.itl_per_seq_ms,
-    show_default=True,
-    help="Extra decode step time per additional running sequence (ms).",
-)
-@click.option(
-    "--tokens-per-chunk",
-    type=click.IntRange(min=1),
-    default=_DEFAULTS.tokens_per_chunk,
-    show_default=True,
-    help="Tokens per SSE write.",
-)
-@click.option(
-    "--default-max-tokens",
-    type=click.IntRange(min=1),
-    default=_DEFAULTS.default_max_tokens,
-    show_default=True,
-    help="Output tokens when a request gives no max_tokens.",
-)
+@_model_options
 @click.option(
     "--fifo",
     is_flag=True,
@@ -159,23 +162,7 @@ async def _serve(
     "fixed lengths), each request TTFT + ITL per further token.",
 )
 @click.option("--strict", is_flag=True, help="Reject unknown request fields with HTTP 400.")
-@click.option("--fault-429", type=_PROB, default=0.0, help="Probability of HTTP 429 (Retry-After: 1).")
-@click.option("--fault-500", type=_PROB, default=0.0, help="Probability of HTTP 500.")
-@click.option(
-    "--fault-drop", type=_PROB, default=0.0, help="Probability of aborting the connection after half the tokens."
-)
-@click.option("--fault-stall", type=_PROB, default=0.0, help="Probability of a mid-stream pause.")
-@click.option("--stall-ms", type=_NONNEG, default=1000.0, show_default=True, help="Length of a stall fault (ms).")
-@click.option(
-    "--fault-malformed", type=_PROB, default=0.0, help="Probability of one malformed (invalid JSON) SSE event."
-)
-@click.option(
-    "--fault-inband-error",
-    type=_PROB,
-    default=0.0,
-    help="Probability of an error event inside the 200 stream, which then ends.",
-)
-@click.option("--slow-ms", type=_NONNEG, default=0.0, help="Extra latency before the first byte (ms).")
+@_fault_options
 @click.option(
     "--truth-log",
     type=click.Path(dir_okay=False),
@@ -232,23 +219,9 @@ def sim_command(**kw: Any) -> None:
     from loadgen.sim.fast import FastServer
     from loadgen.sim.server import SimServer
 
-    params = SimParams(
-        slots=kw["slots"],
-        ttft_ms=kw["ttft_ms"],
-        prefill_per_token_ms=kw["prefill_per_token_ms"],
-        itl_ms=kw["itl_ms"],
-        itl_per_seq_ms=kw["itl_per_seq_ms"],
-        tokens_per_chunk=kw["tokens_per_chunk"],
-        default_max_tokens=kw["default_max_tokens"],
-        fifo=kw["fifo"],
-    )
+    params = SimParams(**{f.name: kw[f.name] for f in fields(SimParams)})
     faults = FaultConfig(
-        p_429=kw["fault_429"],
-        p_500=kw["fault_500"],
-        p_drop=kw["fault_drop"],
-        p_stall=kw["fault_stall"],
-        p_malformed=kw["fault_malformed"],
-        p_inband_error=kw["fault_inband_error"],
+        **{f"p_{kind}": kw[f"fault_{kind}"] for kind in FAULT_KINDS},
         stall_ms=kw["stall_ms"],
         slow_ms=kw["slow_ms"],
     )
