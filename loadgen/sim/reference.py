@@ -21,7 +21,7 @@ requests, the exceedance fraction 0.01 +- 0.001 (one standard error), the rate w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -137,6 +137,12 @@ def reference_max_rate(
         return 0.0
     while ok(hi):
         lo, hi = hi, hi * 2
+    return bisect_rate(ok, lo, hi, rel_precision)
+
+
+def bisect_rate(ok: Callable[[float], bool], lo: float, hi: float, rel_precision: float) -> float:
+    """The highest rate ``ok`` accepts between ``lo`` (accepted) and ``hi`` (refused), bisected in log space
+    until ``hi / lo - 1`` is within ``rel_precision``."""
     while (hi - lo) / lo > rel_precision:
         mid = (lo * hi) ** 0.5
         if ok(mid):

@@ -35,6 +35,7 @@ from loadgen.core.slo import SLOTarget
 from loadgen.sim.fifo import new_model
 from loadgen.sim.model import SimParams
 from loadgen.sim.prefix_cache import DEFAULT_BLOCK_TOKENS, PrefixCache
+from loadgen.sim.reference import bisect_rate
 from loadgen.workload.arrivals import arrival_offsets_ns
 from loadgen.workload.session_model import Session
 
@@ -153,10 +154,4 @@ def session_capacity(
         return 0.0
     if ok(hi):
         return hi
-    while (hi - lo) / lo > rel_precision:
-        mid = (lo * hi) ** 0.5
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return bisect_rate(ok, lo, hi, rel_precision)
