@@ -146,18 +146,10 @@ class _HTTPFailure(Exception):
 
 
 def _server_message(body: bytes) -> str:
-    """One line of an error body: its JSON ``error.message``/``message``/``detail``, else its text."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        err = obj.get("error")
-        text = str(err.get("message") or err) if isinstance(err, dict) else str(err or obj.get("message") or
-                                                                              obj.get("detail") or obj)  # fmt: skip
-    else:
-        text = re.sub(r"<[^>]*>", " ", body.decode("utf-8", "replace"))  # an HTML error page's words
-    line = " ".join(text.split())
+    """One line of an error body (:func:`~loadgen.endpoints.reads.error_body_line`), cut at 200 characters."""
+    from loadgen.endpoints.reads import error_body_line
+
+    line = error_body_line(body)
     return (line[:200] + "...") if len(line) > 200 else (line or "(empty body)")
 
 

@@ -37,7 +37,7 @@ from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
 from loadgen.endpoints.http import HTTPSendMixin, drain_after_end, fail, settle
 from loadgen.endpoints.pool import network_baseline
 from loadgen.endpoints.quota import ClientRateCap
-from loadgen.endpoints.reads import DEFAULT_IDLE_TIMEOUT_S, MODELS_BODY_LIMIT, idle_guard, read_bounded
+from loadgen.endpoints.reads import DEFAULT_IDLE_TIMEOUT_S, MODELS_BODY_LIMIT, idle_guard, read_json_body
 from loadgen.endpoints.side import SideFailure, side_request
 from loadgen.endpoints.stream_reader import StreamReader
 from loadgen.endpoints.toolcalls import (
@@ -325,13 +325,7 @@ class AnthropicEndpoint(HTTPSendMixin):
             await drain_after_end(resp)  # a body left open after message_stop costs the connection only
 
     async def _read_body(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
-        raw = await read_bounded(resp, self.config.max_event_bytes, idle_s=self.config.idle_timeout_s)
-        record.end_ns = now_ns()
-        record.streamed = False
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise ProtocolError("response body is not JSON") from None
+        obj = await read_json_body(resp, record, self.config.max_event_bytes, self.config.idle_timeout_s)
         if not isinstance(obj, dict):
             raise ProtocolError("response body is not a JSON object")
         if obj.get("type") == "error" or obj.get("error"):

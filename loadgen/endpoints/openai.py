@@ -22,7 +22,6 @@ bounded (:mod:`loadgen.endpoints.reads`); discovery and the pre-flight go throug
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -31,7 +30,7 @@ import aiohttp
 import orjson
 
 from loadgen.core.clock import now_ns
-from loadgen.core.errors import ConfigError, EndpointUnreachable, ProtocolError
+from loadgen.core.errors import ConfigError, EndpointUnreachable
 from loadgen.core.redact import Redactor, redact_headers, split_url_secrets
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
@@ -43,7 +42,8 @@ from loadgen.endpoints.reads import (
     DEFAULT_IDLE_TIMEOUT_S,
     MODELS_BODY_LIMIT,
     SIDE_BODY_LIMIT,
-    read_bounded,
+    error_body_line,
+    read_json_body,
     read_pushed,
 )
 from loadgen.endpoints.responses_stream import ResponsesStreamParser, apply_responses_body, responses_body
@@ -382,13 +382,7 @@ class OpenAIEndpoint(HTTPSendMixin):
         return body
 
     async def _read_body(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
-        raw = await read_bounded(resp, self.config.max_event_bytes, idle_s=self.config.idle_timeout_s)
-        record.end_ns = now_ns()
-        record.streamed = False
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise ProtocolError("response body is not JSON") from None
+        obj = await read_json_body(resp, record, self.config.max_event_bytes, self.config.idle_timeout_s)
         if self.config.api == "responses":
             apply_responses_body(record, obj, redact=self.redactor)
             return
@@ -426,18 +420,6 @@ def _origin(url: str) -> str:
 
 
 def _refusal_text(body: bytes, redact: Redactor) -> str:
-    """One line of a refusal's body: its JSON ``error.message``/``message``/``detail``, else its first text line."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        err = obj.get("error")
-        if isinstance(err, dict):
-            text = str(err.get("message") or err)
-        else:
-            text = str(err or obj.get("message") or obj.get("detail") or obj)
-    else:
-        text = re.sub(r"<[^>]*>", " ", body.decode("utf-8", "replace"))  # an HTML error page's words
-    line = " ".join(text.split())
+    """One line of a refusal's body (:func:`error_body_line`), redacted."""
+    line = error_body_line(body)
     return _error_text(line, redact) if line else "(empty body)"

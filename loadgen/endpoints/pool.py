@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import socket
 import ssl
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -153,6 +154,15 @@ class SidePhase:
         self.phase = "connect"
 
 
+def _stamp_start(attr: str) -> Callable[[aiohttp.ClientSession, SimpleNamespace, Any], Awaitable[None]]:
+    """A trace callback that stamps the trace context's ``attr`` with the time it fires (a phase's start)."""
+
+    async def stamp(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
+        setattr(ctx, attr, now_ns())
+
+    return stamp
+
+
 async def _on_headers_sent(
     session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceRequestHeadersSentParams
 ) -> None:
@@ -177,10 +187,7 @@ async def _on_chunk_sent(
         rec.sent_ns = now_ns()
 
 
-async def _on_conn_start(
-    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceConnectionCreateStartParams
-) -> None:
-    ctx.conn_start_ns = now_ns()
+_on_conn_start = _stamp_start("conn_start_ns")
 
 
 async def _on_conn_end(
@@ -224,10 +231,7 @@ async def _on_queued_end(
         rec.throttle_ns += max(0, end - max(start, rec.scheduled_ns))
 
 
-async def _on_dns_start(
-    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceDnsResolveHostStartParams
-) -> None:
-    ctx.dns_start_ns = now_ns()
+_on_dns_start = _stamp_start("dns_start_ns")
 
 
 async def _on_dns_end(

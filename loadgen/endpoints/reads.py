@@ -19,13 +19,16 @@ The limits of reads beside the load (discovery, pre-flight) are here too.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
+import orjson
 
 from loadgen.core.clock import now_ns
 from loadgen.core.errors import ProtocolError
+from loadgen.core.types import RequestRecord
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -38,8 +41,10 @@ __all__ = [
     "BodyTooLarge",
     "IdleGuard",
     "IdleTimeout",
+    "error_body_line",
     "idle_guard",
     "read_bounded",
+    "read_json_body",
     "read_pushed",
 ]
 
@@ -156,6 +161,36 @@ async def read_bounded(
                 resp.close()
                 raise BodyTooLarge(what, limit)
     return bytes(buf)
+
+
+async def read_json_body(resp: aiohttp.ClientResponse, record: RequestRecord, limit: int, idle_s: float | None) -> Any:
+    """A non-streamed answer's body (:func:`read_bounded`): ``record``'s end stamped once it is read, then
+    decoded as JSON (:class:`ProtocolError` when it is not)."""
+    raw = await read_bounded(resp, limit, idle_s=idle_s)
+    record.end_ns = now_ns()
+    record.streamed = False
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ProtocolError("response body is not JSON") from None
+
+
+def error_body_line(body: bytes) -> str:
+    """The words of an error body on one line: its JSON ``error.message``/``message``/``detail``, else
+    its text (an HTML page's tags dropped); empty for an empty body."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        if isinstance(err, dict):
+            text = str(err.get("message") or err)
+        else:
+            text = str(err or obj.get("message") or obj.get("detail") or obj)
+    else:
+        text = re.sub(r"<[^>]*>", " ", body.decode("utf-8", "replace"))  # an HTML error page's words
+    return " ".join(text.split())
 
 
 def _push_supported(version: str) -> bool:
