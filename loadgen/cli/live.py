@@ -43,6 +43,7 @@ from loadgen.report.live_view import (
     probe_message,
     schedule_offsets,
 )
+from loadgen.telemetry.tail import Ticker
 
 if TYPE_CHECKING:
     from loadgen.core.slo import SLOTarget
@@ -181,8 +182,7 @@ class LiveView(LiveFigures):
         self.enabled = enabled
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker("loadgen-live", interval_s, self._feed)
         self._sent_runner: Any = None
         self._offsets_file: Path | None = None
         self._offsets_path: str | None = None
@@ -218,14 +218,11 @@ class LiveView(LiveFigures):
         with contextlib.suppress(OSError, ValueError):
             if select.select([self._proc.stdout], [], [], READY_TIMEOUT_S)[0]:
                 self._proc.stdout.read(1)
-        self._thread = threading.Thread(target=self._feed, name="loadgen-live", daemon=True)
-        self._thread.start()
+        self._ticker.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
+        self._ticker.stop()
         proc, self._proc = self._proc, None
         if proc is not None:
             with self._lock, contextlib.suppress(OSError):
@@ -273,14 +270,13 @@ class LiveView(LiveFigures):
             self._offsets_path = self._write_offsets(runner)
 
     def _feed(self) -> None:
-        """The thread here: once per ``interval_s``, a few facts for the view's process (see the class)."""
-        while not self._stop.wait(self.interval_s):
-            r = self.runner
-            if r is not None and r is not self._sent_runner and r.t0_ns:  # t0 is set when the runner starts
-                self._sent_runner = r
-                self._send({"t0_ns": r.t0_ns, "offsets": self._offsets_path})
-            self._send({"inflight": None if r is None else inflight_count(r),
-                        "cpu_s": time.process_time(), "wall_s": time.perf_counter()})  # fmt: skip
+        """The thread's tick, once per ``interval_s``: a few facts for the view's process (see the class)."""
+        r = self.runner
+        if r is not None and r is not self._sent_runner and r.t0_ns:  # t0 is set when the runner starts
+            self._sent_runner = r
+            self._send({"t0_ns": r.t0_ns, "offsets": self._offsets_path})
+        self._send({"inflight": None if r is None else inflight_count(r),
+                    "cpu_s": time.process_time(), "wall_s": time.perf_counter()})  # fmt: skip
 
     def _write_offsets(self, runner: Any) -> str | None:
         """The runner's send offsets in a temporary ``.npy`` for the view (once per runner); None without any."""

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from loadgen.telemetry.prom import BUCKET_BOUNDS_S, REFRESH_S, histogram_values_s
-from loadgen.telemetry.tail import RecordTail, refresh_until_stopped
+from loadgen.telemetry.tail import RecordTail, Ticker
 
 if TYPE_CHECKING:
     from loadgen.engine.runner import Runner
@@ -81,8 +80,7 @@ class OtlpPusher:
         self.refresh_s = refresh_s
         self.runner: Runner | SessionRunner | None = None
         self._tail = RecordTail(jsonl)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker("loadgen-otlp", refresh_s, self.refresh)
         self._provider: Any = None
         self._lag_p99_s: float | None = None
         self._cpu_ratio: float | None = None
@@ -139,22 +137,16 @@ class OtlpPusher:
         )
         m.create_observable_gauge("loadgen.schedule_lag.p99", [gauge(lambda: self._lag_p99_s)], unit="s")
         m.create_observable_gauge("loadgen.client.cpu_ratio", [gauge(lambda: self._cpu_ratio)])
-        self._thread = threading.Thread(target=self._loop, name="loadgen-otlp", daemon=True)
-        self._thread.start()
+        self._ticker.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
+        self._ticker.stop()
         if self._provider is not None:
             self.refresh()  # the last records: final counts
             self._provider.shutdown()  # pushes once more, then stops
         if self._log is not None:
             self._log.remove()
-
-    def _loop(self) -> None:
-        refresh_until_stopped(self._stop, self.refresh_s, self.refresh)
 
     def refresh(self) -> None:
         """Record the records written since the last refresh."""

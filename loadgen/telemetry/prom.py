@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loadgen.telemetry.tail import RecordTail, refresh_until_stopped
+from loadgen.telemetry.tail import RecordTail, Ticker
 
 if TYPE_CHECKING:
     from loadgen.engine.runner import Runner
@@ -175,8 +175,7 @@ class PromExporter:
         self._lag_p99_s: float | None = None
         self._cpu_ratio: float | None = None
         self._cpu = (time.process_time(), time.perf_counter())
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker("loadgen-metrics", refresh_s, self._tick)
         self._server: subprocess.Popen[bytes] | None = None  # the page server (loadgen.telemetry.pageserver)
         self._dir: str | None = None
         self._page_path: str | None = None
@@ -214,14 +213,11 @@ class PromExporter:
             self._server.stdin.close()
         finally:
             listener.close()  # the child holds it now
-        self._thread = threading.Thread(target=self._loop, name="loadgen-metrics", daemon=True)
-        self._thread.start()
+        self._ticker.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
+        self._ticker.stop()
         self.refresh()  # the last records: final counts
         self.render()
         try:
@@ -255,13 +251,11 @@ class PromExporter:
             except OSError:
                 pass
 
-    def _loop(self) -> None:
-        def tick() -> None:
-            self.refresh()
-            if time.monotonic() - self._rendered_at >= RENDER_S:
-                self.render()
-
-        refresh_until_stopped(self._stop, self.refresh_s, tick)
+    def _tick(self) -> None:
+        """The thread's tick: refresh the counts; render the page every :data:`RENDER_S`."""
+        self.refresh()
+        if time.monotonic() - self._rendered_at >= RENDER_S:
+            self.render()
 
     def refresh(self) -> None:
         """Fold the records written since the last refresh into the metrics."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["YIELD_EVERY", "RecordTail"]
+__all__ = ["YIELD_EVERY", "RecordTail", "Ticker"]
 
 YIELD_EVERY = 32
 """Lines parsed between two hand-overs of the interpreter (a reader runs in a thread beside the sends)."""
@@ -63,3 +63,24 @@ def refresh_until_stopped(stop: threading.Event, period_s: float, refresh: Calla
             refresh()
         except Exception:  # the exporter must never stop the run
             continue
+
+
+class Ticker:
+    """A daemon thread that calls ``tick()`` every ``period_s`` seconds from :meth:`start` to :meth:`stop`
+    (:func:`refresh_until_stopped`: an exception in one tick is skipped), the thread of every live reader."""
+
+    def __init__(self, name: str, period_s: float, tick: Callable[[], None]) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=refresh_until_stopped, args=(self._stop, period_s, tick), name=name, daemon=True
+        )
+
+    def start(self) -> None:
+        """Start the thread: the first tick comes ``period_s`` from now."""
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the ticks and wait up to ``timeout_s`` for the one under way (nothing to wait for if never started)."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=timeout_s)
