@@ -158,6 +158,25 @@ def _buckets(s: Scrape, name: str, where: Mapping[str, str] | None) -> dict[floa
 def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
     """Quantile ``q`` (0..1) of a cumulative bucket histogram, interpolated linearly inside the
     bucket as Prometheus ``histogram_quantile`` does; None without observations."""
+    found = _rank_bucket(q, buckets)
+    if found is None:
+        return None
+    bounds, i, rank = found
+    if i == len(bounds):
+        return bounds[-1]
+    b, c = bounds[i], buckets[bounds[i]]
+    prev_b, prev_c = (bounds[i - 1], buckets[bounds[i - 1]]) if i else (0.0, 0.0)
+    if math.isinf(b):
+        return prev_b
+    if c == prev_c:
+        return b
+    return prev_b + (b - prev_b) * (rank - prev_c) / (c - prev_c)
+
+
+def _rank_bucket(q: float, buckets: Mapping[float, float]) -> tuple[list[float], int, float] | None:
+    """Where quantile ``q`` of a cumulative bucket histogram lies: its sorted bounds, the index of the
+    first bucket whose count reaches the rank (``len(bounds)`` if none does) and the rank; None without
+    observations."""
     if not buckets:
         return None
     bounds = sorted(buckets)
@@ -165,17 +184,8 @@ def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None
     if count <= 0:
         return None
     rank = q * count
-    prev_b, prev_c = 0.0, 0.0
-    for b in bounds:
-        c = buckets[b]
-        if c >= rank:
-            if math.isinf(b):
-                return prev_b
-            if c == prev_c:
-                return b
-            return prev_b + (b - prev_b) * (rank - prev_c) / (c - prev_c)
-        prev_b, prev_c = b, c
-    return prev_b
+    i = next((i for i, b in enumerate(bounds) if buckets[b] >= rank), len(bounds))
+    return bounds, i, rank
 
 
 def histogram_delta(
@@ -204,17 +214,11 @@ def bucket_bound(q: float, buckets: Mapping[float, float]) -> float | None:
     No interpolation inside the bucket (Prometheus ``histogram_quantile`` interpolates,
     which turns 31 sub-millisecond queue times in a 0..300 ms bucket into "150 ms").
     None without observations or when the quantile lies in the +Inf bucket."""
-    if not buckets:
+    found = _rank_bucket(q, buckets)
+    if found is None:
         return None
-    bounds = sorted(buckets)
-    count = buckets[bounds[-1]]
-    if count <= 0:
-        return None
-    rank = q * count
-    for b in bounds:
-        if buckets[b] >= rank:
-            return None if math.isinf(b) else b
-    return None
+    bounds, i, _ = found
+    return None if i == len(bounds) or math.isinf(bounds[i]) else bounds[i]
 
 
 HIT_RATE_TOLERANCE = 0.05
