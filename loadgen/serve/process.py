@@ -43,7 +43,7 @@ from typing import Any
 
 from loadgen.core.errors import LoadgenError
 
-__all__ = ["ServerProcess", "ServerStartError", "free_port", "group_alive", "group_members"]
+__all__ = ["ServerProcess", "ServerStartError", "free_port", "group_alive", "group_members", "proc_stat_fields"]
 
 """Exit code of the CLI when a server launched by loadgen fails to start."""
 
@@ -79,16 +79,22 @@ def group_members(pgid: int) -> list[tuple[int, str]] | None:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read().decode("ascii", "replace")
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses
-        rest = stat[stat.rfind(")") + 2 :].split()
-        if len(rest) >= 3 and rest[2] == str(pgid):
+        rest = proc_stat_fields(int(name))
+        if rest is not None and len(rest) >= 3 and rest[2] == str(pgid):
             out.append((int(name), rest[0]))
     return out
+
+
+def proc_stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command's name, from its state on (field 3 of
+    proc(5) is index 0); None when the process is gone or there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses
+    return stat[stat.rfind(")") + 2 :].split()
 
 
 def group_alive(pgid: int) -> bool:

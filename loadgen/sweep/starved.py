@@ -181,17 +181,12 @@ def _group_ticks(pgid: int | None) -> int | None:
     """User + system clock ticks of every process in group ``pgid`` (the server under test), from /proc."""
     if pgid is None:
         return None
-    from loadgen.serve.process import group_members
+    from loadgen.serve.process import group_members, proc_stat_fields
 
     total = 0
     for pid, _ in group_members(pgid) or []:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                rest = fh.read().decode("ascii", "replace")
-        except OSError:
-            continue
-        f = rest[rest.rfind(")") + 2 :].split()
-        if len(f) > 12:
+        f = proc_stat_fields(pid)
+        if f is not None and len(f) > 12:
             total += int(f[11]) + int(f[12])  # utime, stime (fields 14 and 15 of proc(5))
     return total
 
