@@ -160,6 +160,7 @@ def gil_probe(variant: str, seconds: float, rate: float) -> tuple[list[float], l
     from loadgen.cli.live import LiveView
     from loadgen.core.clock import now_ns, sleep_until
     from loadgen.report.live_view import LiveFigures
+    from loadgen.telemetry.tail import refresh_until_stopped
 
     d = tmpdir("bench-live-gil-")
     path = d / "requests.jsonl"
@@ -188,7 +189,6 @@ def gil_probe(variant: str, seconds: float, rate: float) -> tuple[list[float], l
         feeder._sent_runner = feeder.runner
         cat = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         feeder._proc = cat
-        feeder._stop = stop
         send = feeder._send
 
         def timed_send(msg: dict[str, Any]) -> None:
@@ -197,7 +197,9 @@ def gil_probe(variant: str, seconds: float, rate: float) -> tuple[list[float], l
             windows.append((t, now_ns()))
 
         feeder._send = timed_send  # type: ignore[method-assign]  # the same send, its time noted
-        thread = threading.Thread(target=feeder._feed, daemon=True)
+        thread = threading.Thread(
+            target=refresh_until_stopped, args=(stop, feeder.interval_s, feeder._feed), daemon=True
+        )
     late: list[tuple[int, float]] = []
 
     async def loop() -> None:
