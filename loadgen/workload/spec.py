@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import orjson
@@ -41,6 +41,7 @@ from loadgen.workload.tokenizer import Tokenizer, load_tokenizer
 from loadgen.workload.traces import Trace, read_trace
 
 __all__ = [
+    "OpenLoop",
     "PlannedRequest",
     "Workload",
     "WorkloadOptions",
@@ -49,6 +50,19 @@ __all__ = [
     "spec_factory",
     "write_schedule",
 ]
+
+
+class OpenLoop(TypedDict, total=False):
+    """The open-loop arguments of :meth:`Workload.plan`, :meth:`Workload.schedule` and
+    :meth:`Workload.lazy_schedule` (each optional; the defaults are ``Workload._plan_arrays``')."""
+
+    rate_rps: float | None
+    arrival: str
+    burstiness: float
+    requests: int | None
+    duration_s: float | None
+    warmup_requests: int
+    warmup_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,26 +266,13 @@ class Workload:
 
     # -- open loop -----------------------------------------------------------------------
 
-    def plan(
-        self,
-        *,
-        rate_rps: float | None = None,
-        arrival: str = "poisson",
-        burstiness: float = 1.0,
-        requests: int | None = None,
-        duration_s: float | None = None,
-        warmup_requests: int = 0,
-        warmup_s: float = 0.0,
-    ) -> list[PlannedRequest]:
+    def plan(self, **open_loop: Unpack[OpenLoop]) -> list[PlannedRequest]:
         """The open-loop send times and phases, without building any prompt (see :meth:`schedule`).
 
         Build each request just in time with :meth:`spec_for`. One object a request:
         for a long run use :meth:`lazy_schedule` (arrays).
         """
-        offs, rows, warm = self._plan_arrays(
-            rate_rps=rate_rps, arrival=arrival, burstiness=burstiness, requests=requests,
-            duration_s=duration_s, warmup_requests=warmup_requests, warmup_s=warmup_s,
-        )  # fmt: skip
+        offs, rows, warm = self._plan_arrays(**open_loop)
         n_tr = len(self.trace) if self.trace is not None else 0
         out: list[PlannedRequest] = []
         for i, (off, w) in enumerate(zip(offs.tolist(), warm.tolist())):
@@ -279,27 +280,14 @@ class Workload:
             out.append(PlannedRequest(off, i, "warmup" if w else "measure", row, gen))
         return out
 
-    def lazy_schedule(
-        self,
-        *,
-        rate_rps: float | None = None,
-        arrival: str = "poisson",
-        burstiness: float = 1.0,
-        requests: int | None = None,
-        duration_s: float | None = None,
-        warmup_requests: int = 0,
-        warmup_s: float = 0.0,
-    ) -> Schedule:
+    def lazy_schedule(self, **open_loop: Unpack[OpenLoop]) -> Schedule:
         """The open-loop schedule of :meth:`schedule` as a :class:`~loadgen.core.schedule.Schedule`.
 
         Send offsets and phases in arrays (9 bytes a request; a trace adds its row, 8);
         each request is built by ``schedule.spec(k)`` when asked for, the same one
         :meth:`schedule` would have built. Raises ConfigError.
         """
-        offs, rows, warm = self._plan_arrays(
-            rate_rps=rate_rps, arrival=arrival, burstiness=burstiness, requests=requests,
-            duration_s=duration_s, warmup_requests=warmup_requests, warmup_s=warmup_s,
-        )  # fmt: skip
+        offs, rows, warm = self._plan_arrays(**open_loop)
         if rows is None:
             return Schedule(offs, warm, self.spec)
         n_tr = max(len(self.trace), 1) if self.trace is not None else 1
@@ -313,15 +301,15 @@ class Workload:
     def _plan_arrays(
         self,
         *,
-        rate_rps: float | None,
-        arrival: str,
-        burstiness: float,
-        requests: int | None,
-        duration_s: float | None,
-        warmup_requests: int,
-        warmup_s: float,
+        rate_rps: float | None = None,
+        arrival: str = "poisson",
+        burstiness: float = 1.0,
+        requests: int | None = None,
+        duration_s: float | None = None,
+        warmup_requests: int = 0,
+        warmup_s: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """(offsets ns int64, trace rows int64 or None, warm-up flags) of the open-loop sends."""
+        """(offsets ns int64, trace rows int64 or None, warm-up flags) of the open-loop sends (:class:`OpenLoop`)."""
         if requests is not None and duration_s is not None:
             raise ConfigError("--requests and --duration clash: give one of them")
         count = None if requests is None else warmup_requests + requests
@@ -367,17 +355,7 @@ class Workload:
         """The request of a planned send (same as in :meth:`schedule`)."""
         return self.spec(p.index, p.row, p.generation)
 
-    def schedule(
-        self,
-        *,
-        rate_rps: float | None = None,
-        arrival: str = "poisson",
-        burstiness: float = 1.0,
-        requests: int | None = None,
-        duration_s: float | None = None,
-        warmup_requests: int = 0,
-        warmup_s: float = 0.0,
-    ) -> list[ScheduledRequest]:
+    def schedule(self, **open_loop: Unpack[OpenLoop]) -> list[ScheduledRequest]:
         """The open-loop schedule: ``warmup`` then ``requests`` (or a time span) of sends.
 
         From a trace its own (transformed) timestamps, where ``rate_rps`` (when no
@@ -387,10 +365,7 @@ class Workload:
         built here (see :meth:`lazy_schedule` to build them just in time). Raises ConfigError.
         """
         out: list[ScheduledRequest] = []
-        for p in self.plan(
-            rate_rps=rate_rps, arrival=arrival, burstiness=burstiness, requests=requests,
-            duration_s=duration_s, warmup_requests=warmup_requests, warmup_s=warmup_s,
-        ):  # fmt: skip
+        for p in self.plan(**open_loop):
             out.append(ScheduledRequest(p.offset_ns, self.spec_for(p), p.phase))  # type: ignore[arg-type]  # phase is "warmup" or "measured"
             self.content_tokens[p.index] = self._last_content
         return out
@@ -448,22 +423,9 @@ class Workload:
         return d
 
 
-def build_schedule(
-    opts: WorkloadOptions,
-    *,
-    rate_rps: float | None = None,
-    arrival: str = "poisson",
-    burstiness: float = 1.0,
-    requests: int | None = None,
-    duration_s: float | None = None,
-    warmup_requests: int = 0,
-    warmup_s: float = 0.0,
-) -> list[ScheduledRequest]:
+def build_schedule(opts: WorkloadOptions, **open_loop: Unpack[OpenLoop]) -> list[ScheduledRequest]:
     """Open loop in one call: ``Workload(opts).schedule(...)`` (see :meth:`Workload.schedule`)."""
-    return Workload(opts).schedule(
-        rate_rps=rate_rps, arrival=arrival, burstiness=burstiness, requests=requests,
-        duration_s=duration_s, warmup_requests=warmup_requests, warmup_s=warmup_s,
-    )  # fmt: skip
+    return Workload(opts).schedule(**open_loop)
 
 
 def spec_factory(opts: WorkloadOptions) -> Callable[[int], RequestSpec]:
