@@ -22,6 +22,7 @@ requests, the exceedance fraction 0.01 +- 0.001 (one standard error), the rate w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Required, TypedDict, Unpack
 
 import numpy as np
 
@@ -98,40 +99,30 @@ def _values(
     return vals
 
 
+class VirtualRuns(TypedDict, total=False):
+    """The virtual runs that judge each rate of :func:`reference_max_rate`: :func:`percentile_at`'s
+    keyword arguments (its defaults), less ``warmup_fraction``."""
+
+    input_tokens: Required[Lengths]
+    output_tokens: Required[Lengths]
+    requests: int
+    arrival: str
+    seed: int
+    replications: int
+
+
 def reference_max_rate(
-    params: SimParams,
-    target: SLOTarget,
-    *,
-    input_tokens: Lengths,
-    output_tokens: Lengths,
-    requests: int = 20000,
-    arrival: str = "poisson",
-    seed: int = 0,
-    rel_precision: float = 0.002,
-    replications: int = 1,
+    params: SimParams, target: SLOTarget, *, rel_precision: float = 0.002, **runs: Unpack[VirtualRuns]
 ) -> float:
     """Highest rate (req/s) at which the target's steady-state percentile is within its threshold.
 
     ``requests`` x ``replications`` pooled requests per rate (:func:`percentile_at`; the module
     docstring gives the precision that buys)."""
-    hi = capacity_rps(params, _mean(input_tokens), _mean(output_tokens)) * 1.5
+    hi = capacity_rps(params, _mean(runs["input_tokens"]), _mean(runs["output_tokens"])) * 1.5
     lo = hi / 1000
 
     def ok(r: float) -> bool:
-        return (
-            percentile_at(
-                params,
-                r,
-                target,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                requests=requests,
-                arrival=arrival,
-                seed=seed,
-                replications=replications,
-            )
-            <= target.threshold_ns
-        )
+        return percentile_at(params, r, target, **runs) <= target.threshold_ns
 
     if not ok(lo):
         return 0.0
