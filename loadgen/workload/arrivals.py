@@ -11,6 +11,8 @@ The first request is sent at offset 0. Offsets are non-decreasing integers.
 
 from __future__ import annotations
 
+from typing import TypedDict, Unpack
+
 import numpy as np
 
 from loadgen.core.errors import ConfigError
@@ -39,23 +41,22 @@ def _gaps(kind: str, rate_rps: float, n: int, rng: np.random.Generator, burstine
     raise ConfigError(f"unknown arrival process {kind!r}; choose one of {', '.join(ARRIVALS)}")
 
 
-def arrival_offsets_ns(
-    kind: str,
-    rate_rps: float,
-    *,
-    count: int | None = None,
-    duration_s: float | None = None,
-    seed: int = 0,
-    burstiness: float = 1.0,
-) -> list[int]:
+class ArrivalDraw(TypedDict, total=False):
+    """The keyword arguments of :func:`arrival_offsets_array` (its defaults), which :func:`arrival_offsets_ns` forwards."""
+
+    count: int | None
+    duration_s: float | None
+    seed: int
+    burstiness: float
+
+
+def arrival_offsets_ns(kind: str, rate_rps: float, **draw: Unpack[ArrivalDraw]) -> list[int]:
     """Offsets (ns) of ``count`` arrivals, or of every arrival before ``duration_s``.
 
     Exactly one of ``count`` / ``duration_s``. Raises ConfigError on a bad rate or kind.
     A list of :func:`arrival_offsets_array` (which a long run should use: 8 bytes an arrival).
     """
-    return arrival_offsets_array(
-        kind, rate_rps, count=count, duration_s=duration_s, seed=seed, burstiness=burstiness
-    ).tolist()
+    return arrival_offsets_array(kind, rate_rps, **draw).tolist()
 
 
 CHUNK = 1 << 20  # the running sum is taken a chunk at a time, so temporaries stay small
