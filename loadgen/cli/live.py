@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import click
 import numpy as np
@@ -36,8 +36,8 @@ from loadgen.cli.url_options import URL
 from loadgen.core.redact import redact_url
 from loadgen.core.units import parse_duration_ns
 from loadgen.report.live_view import (
-    INTERVAL_S,
     LiveFigures,
+    LiveSettings,
     LiveStats,
     inflight_count,
     probe_message,
@@ -46,7 +46,7 @@ from loadgen.report.live_view import (
 from loadgen.telemetry.tail import Ticker
 
 if TYPE_CHECKING:
-    from loadgen.core.slo import SLOTarget
+    pass
 
 __all__ = [
     "LiveStats",
@@ -163,26 +163,13 @@ class LiveView(LiveFigures):
     (its figures can still be worked out here: ``tick``/``render``, for tests and benches).
     """
 
-    def __init__(
-        self,
-        err: Console,
-        *,
-        enabled: bool,
-        run_file: Path | None = None,
-        sweep_dir: Path | None = None,
-        targets: Sequence[SLOTarget] = (),
-        origin: str = "scheduled",
-        total: int | None = None,
-        rate_rps: float | None = None,
-        interval_s: float = INTERVAL_S,
-    ) -> None:
-        super().__init__(run_file=run_file, sweep_dir=sweep_dir, targets=targets, origin=origin, total=total,
-                         rate_rps=rate_rps, interval_s=interval_s)  # fmt: skip
+    def __init__(self, err: Console, *, enabled: bool, **settings: Unpack[LiveSettings]) -> None:
+        super().__init__(**settings)
         self.err = err
         self.enabled = enabled
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
-        self._ticker = Ticker("loadgen-live", interval_s, self._feed)
+        self._ticker = Ticker("loadgen-live", self.interval_s, self._feed)
         self._sent_runner: Any = None
         self._offsets_file: Path | None = None
         self._offsets_path: str | None = None

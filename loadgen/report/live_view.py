@@ -44,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import orjson
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INTERVAL_S",
     "LiveFigures",
+    "LiveSettings",
     "LiveStats",
     "child_main",
     "inflight_count",
@@ -139,6 +140,19 @@ def _finite_rate(rate: float | None) -> bool:
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
+
+
+class LiveSettings(TypedDict, total=False):
+    """The keyword arguments of :class:`LiveFigures` (its defaults), which :class:`loadgen.cli.live.LiveView` forwards."""
+
+    run_file: Path | None
+    sweep_dir: Path | None
+    targets: Sequence[SLOTarget]
+    origin: str
+    total: int | None
+    rate_rps: float | None
+    interval_s: float
+    started_ns: int | None
 
 
 class LiveFigures:
