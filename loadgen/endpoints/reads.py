@@ -163,7 +163,9 @@ async def read_bounded(
     return bytes(buf)
 
 
-async def read_json_body(resp: aiohttp.ClientResponse, record: RequestRecord, limit: int, idle_s: float | None) -> Any:
+async def read_json_body(
+    resp: aiohttp.ClientResponse, record: RequestRecord, limit: int, idle_s: float | None
+) -> object:
     """A non-streamed answer's body (:func:`read_bounded`): ``record``'s end stamped once it is read, then
     decoded as JSON (:class:`ProtocolError` when it is not)."""
     raw = await read_bounded(resp, limit, idle_s=idle_s)
