@@ -167,12 +167,12 @@ def base_load_config(kw: dict[str, Any], **given: Any) -> LoadConfig:
     a sweep's probes set their rate and length themselves)."""
     from loadgen.cli.target import adopt_endpoint_path
     from loadgen.engine.runplan import LoadConfig
-    from loadgen.workload.arrivals import check_arrival
+    from loadgen.workload.arrivals import Arrivals
     from loadgen.workload.spec import WorkloadOptions
 
     adopt_endpoint_path(kw)  # before the workload: the API it names shapes the prompts
     with usage_errors():
-        check_arrival(kw["arrival"], kw["burstiness"])  # a sweep's probes take these as they are
+        Arrivals(arrival=kw["arrival"], burstiness=kw["burstiness"]).check()  # a sweep's probes take these as they are
     if kw["max_concurrency"] is not None and kw["max_concurrency"] < 1:
         raise click.UsageError("--max-concurrency must be at least 1")
     ctx = click.get_current_context()

@@ -293,10 +293,10 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
                 )
     if kw["n_requests"] is not None and kw["duration"] is not None:
         raise click.UsageError("--requests and --duration clash: give one")
-    from loadgen.workload.arrivals import check_arrival
+    from loadgen.workload.arrivals import Arrivals
 
-    with usage_errors():
-        check_arrival(kw["arrival"], kw["burstiness"])  # the arrival settings' rule, one place (issue 29)
+    with usage_errors():  # the arrival settings' rule, one place (issue 29)
+        Arrivals(arrival=kw["arrival"], burstiness=kw["burstiness"]).check()
     if kw["max_concurrency"] is not None and kw["max_concurrency"] < 1:
         raise click.UsageError("--max-concurrency must be at least 1")
     with usage_errors():

@@ -21,7 +21,7 @@ from loadgen.engine.runner import RunPlan
 from loadgen.engine.stages import Stage, open_loop_stage_offsets, stage_starts_ns
 from loadgen.engine.throughput import batch_size, check_max_throughput
 from loadgen.engine.validity import EDGE_ERROR_MS, ValidityBounds
-from loadgen.workload.arrivals import check_arrival, condition_on_rate
+from loadgen.workload.arrivals import Arrivals, condition_on_rate
 from loadgen.workload.spec import Workload, WorkloadOptions
 
 __all__ = ["LoadConfig", "build_plan", "build_workload", "workload_options"]
@@ -91,6 +91,14 @@ class LoadConfig:
         return bool(self.workload and self.workload.trace)
 
     @property
+    def arrivals(self) -> Arrivals:
+        """The open-loop arrival settings (rate, process, bounds, warm-up) as one value."""
+        return Arrivals(
+            rate_rps=self.rate_rps, arrival=self.arrival, burstiness=self.burstiness, requests=self.requests,
+            duration_s=self.duration_s, warmup_requests=self.warmup_requests, warmup_s=self.warmup_s,
+        )  # fmt: skip
+
+    @property
     def latency_origin(self) -> Literal["scheduled", "sent"]:
         """Where latency counts from: ``origin`` in open loop; the send in closed loop (no schedule there:
         a user's request is due when its previous one ends, and due->send is the generator's own lag)."""
@@ -131,7 +139,7 @@ class LoadConfig:
             raise ConfigError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ConfigError("--max-concurrency must be at least 1")
-        check_arrival(self.arrival, self.burstiness)
+        self.arrivals.check()  # (the requests/duration clash is raised above, first)
         if self.max_throughput:
             check_max_throughput(self)
         elif self.cost_per_hour_usd is not None or self.power_w is not None:
@@ -226,9 +234,7 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
             ramp_s=0.0,  # every request due at once: no staggered start-up (loadgen.engine.closed_loop.ramp_ns)
         )
     if cfg.stages and cfg.concurrency is None:  # rates stepped within the run (loadgen.engine.stages)
-        offs, warm = open_loop_stage_offsets(
-            cfg.stages, arrival=cfg.arrival, burstiness=cfg.burstiness, seed=cfg.seed, warmup_s=cfg.warmup_s
-        )
+        offs, warm = open_loop_stage_offsets(cfg.stages, cfg.arrivals, seed=cfg.seed)
         return RunPlan(
             mode="open", schedule=Schedule(offs, warm, wl.spec), drain_grace_s=cfg.drain_grace_s, abandon=cfg.abandon
         )
@@ -236,15 +242,7 @@ def build_plan(cfg: LoadConfig, workload: Workload | None = None) -> RunPlan:
         exact = cfg.exact_requests()  # --rate R --duration D offering R: round(R x D) sends over D
         if exact is not None:
             cfg = replace(cfg, requests=exact[0], duration_s=None, warmup_requests=exact[1], warmup_s=0.0)
-        schedule = wl.lazy_schedule(  # send times in arrays; each prompt built just before its send
-            rate_rps=cfg.rate_rps,
-            arrival=cfg.arrival,
-            burstiness=cfg.burstiness,
-            requests=cfg.requests,
-            duration_s=cfg.duration_s,
-            warmup_requests=cfg.warmup_requests,
-            warmup_s=cfg.warmup_s,
-        )
+        schedule = wl.lazy_schedule(cfg.arrivals)  # send times in arrays; each prompt built just before its send
         if cfg.exact_rate and not cfg.has_trace and cfg.rate_rps and cfg.requests is not None:
             schedule.offsets_ns = condition_on_rate(schedule.offsets_ns, ~schedule.warm, cfg.rate_rps)
         return RunPlan(

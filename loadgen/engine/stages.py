@@ -36,7 +36,7 @@ from loadgen.core.types import RequestRecord
 from loadgen.core.units import parse_duration_ns
 from loadgen.engine.results import Aggregator
 from loadgen.engine.validity import ValidityBounds, validity
-from loadgen.workload.arrivals import arrival_offsets_array, condition_on_rate
+from loadgen.workload.arrivals import Arrivals, arrival_offsets_array, condition_on_rate
 
 if TYPE_CHECKING:
     from loadgen.engine.lifecycle import ClientStats
@@ -99,9 +99,11 @@ def stage_starts_ns(stages: tuple[Stage, ...], lead_s: float) -> list[int]:
 
 
 def open_loop_stage_offsets(
-    stages: tuple[Stage, ...], *, arrival: str, burstiness: float, seed: int, warmup_s: float
+    stages: tuple[Stage, ...], arrivals: Arrivals, *, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(send offsets ns after t0, warm-up flags) of a staged open-loop run (module docstring)."""
+    """(send offsets ns after t0, warm-up flags) of a staged open-loop run (module docstring): the arrival
+    process and warm-up span of ``arrivals``, each stage at its own rate (``arrivals``' rate and bounds unused)."""
+    arrival, burstiness, warmup_s = arrivals.arrival, arrivals.burstiness, arrivals.warmup_s
     starts = stage_starts_ns(stages, warmup_s)
     parts: list[np.ndarray] = []
     warm: list[np.ndarray] = []

@@ -11,6 +11,7 @@ The first request is sent at offset 0. Offsets are non-decreasing integers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
 import numpy as np
@@ -20,12 +21,68 @@ from loadgen.core.errors import ConfigError
 ARRIVALS = ("poisson", "gamma", "constant")
 
 
-def check_arrival(kind: str, burstiness: float) -> None:
-    """The arrival settings' one rule between them (``--arrival``, ``--burstiness``): ConfigError."""
-    if kind != "gamma" and burstiness != 1.0:
-        raise ConfigError("--burstiness needs --arrival gamma")
-    if not burstiness > 0:
-        raise ConfigError("--burstiness must be > 0")
+@dataclass(frozen=True, slots=True)
+class Arrivals:
+    """The open-loop arrival settings of a run: its rate and arrival process, and what bounds it.
+
+    Built by :attr:`loadgen.engine.runplan.LoadConfig.arrivals`; taken by
+    :meth:`loadgen.workload.spec.Workload.schedule` (and ``plan``, ``lazy_schedule``).
+    """
+
+    rate_rps: float | None = None
+    """Mean arrival rate, requests per second (``--rate``); None with a trace that keeps its own rate."""
+    arrival: str = "poisson"
+    """The arrival process (``--arrival``): one of :data:`ARRIVALS`."""
+    burstiness: float = 1.0
+    """The gamma gaps' shape (``--burstiness``; gamma only): 1.0 is Poisson, smaller is burstier."""
+    requests: int | None = None
+    """Measured sends (``--requests``); exclusive with ``duration_s``."""
+    duration_s: float | None = None
+    """The measured span, seconds (``--duration``): every arrival before it; exclusive with ``requests``."""
+    warmup_requests: int = 0
+    """Warm-up sends before the measured ones (``--warmup N``), excluded from statistics."""
+    warmup_s: float = 0.0
+    """A warm-up span, seconds, before the measured one (``--warmup 10s``), excluded from statistics."""
+
+    def check(self) -> None:
+        """The arrival settings' one rule between them (``--requests``/``--duration``, ``--arrival``,
+        ``--burstiness``): ConfigError."""
+        if self.requests is not None and self.duration_s is not None:
+            raise ConfigError("--requests and --duration clash: give one")
+        if self.arrival != "gamma" and self.burstiness != 1.0:
+            raise ConfigError("--burstiness needs --arrival gamma")
+        if not self.burstiness > 0:
+            raise ConfigError("--burstiness must be > 0")
+
+    @property
+    def count(self) -> int | None:
+        """Sends in all (warm-up included) when bounded by ``requests``; else None."""
+        return None if self.requests is None else self.warmup_requests + self.requests
+
+    @property
+    def span_s(self) -> float | None:
+        """The schedule's span, seconds (warm-up included) when bounded by ``duration_s``; else None."""
+        return None if self.duration_s is None else self.warmup_s + self.duration_s
+
+    def offsets_array(self, seed: int) -> np.ndarray:
+        """The send offsets (ns, int64) of the arrival process: ``count`` of them, or every one before ``span_s``.
+
+        Raises ConfigError without a rate or a bound (see :func:`arrival_offsets_array`)."""
+        if self.rate_rps is None:
+            raise ConfigError("an open-loop run needs --rate (or a trace)")
+        count, span_s = self.count, self.span_s
+        if count is None and span_s is None:
+            raise ConfigError("give --requests N or --duration D")
+        return arrival_offsets_array(
+            self.arrival, self.rate_rps, count=count, duration_s=None if count is not None else span_s,
+            seed=seed, burstiness=self.burstiness,
+        )  # fmt: skip
+
+    def warm(self, offsets_ns: np.ndarray) -> np.ndarray:
+        """The warm-up flags of a schedule's sends: its first ``warmup_requests``, or those before ``warmup_s``."""
+        if self.warmup_requests:
+            return np.arange(offsets_ns.size) < self.warmup_requests
+        return offsets_ns < round(self.warmup_s * 1e9)
 
 
 def _gaps(kind: str, rate_rps: float, n: int, rng: np.random.Generator, burstiness: float) -> np.ndarray:

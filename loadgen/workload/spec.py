@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import Any
 
 import numpy as np
 import orjson
@@ -30,7 +30,7 @@ import orjson
 from loadgen.core.errors import ConfigError
 from loadgen.core.schedule import Schedule
 from loadgen.core.types import RequestSpec, ScheduledRequest
-from loadgen.workload.arrivals import arrival_offsets_array
+from loadgen.workload.arrivals import Arrivals
 from loadgen.workload.datasets import DatasetEntry, read_dataset
 from loadgen.workload.images import ImageMaker, ImageSpec, with_images
 from loadgen.workload.lengths import LengthSpec, parse_length_spec
@@ -41,7 +41,6 @@ from loadgen.workload.tokenizer import Tokenizer, load_tokenizer
 from loadgen.workload.traces import Trace, read_trace
 
 __all__ = [
-    "OpenLoop",
     "PlannedRequest",
     "Workload",
     "WorkloadOptions",
@@ -50,19 +49,6 @@ __all__ = [
     "spec_factory",
     "write_schedule",
 ]
-
-
-class OpenLoop(TypedDict, total=False):
-    """The open-loop arguments of :meth:`Workload.plan`, :meth:`Workload.schedule` and
-    :meth:`Workload.lazy_schedule` (each optional; the defaults are ``Workload._plan_arrays``')."""
-
-    rate_rps: float | None
-    arrival: str
-    burstiness: float
-    requests: int | None
-    duration_s: float | None
-    warmup_requests: int
-    warmup_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,13 +252,13 @@ class Workload:
 
     # -- open loop -----------------------------------------------------------------------
 
-    def plan(self, **open_loop: Unpack[OpenLoop]) -> list[PlannedRequest]:
+    def plan(self, arrivals: Arrivals | None = None) -> list[PlannedRequest]:
         """The open-loop send times and phases, without building any prompt (see :meth:`schedule`).
 
         Build each request just in time with :meth:`spec_for`. One object a request:
         for a long run use :meth:`lazy_schedule` (arrays).
         """
-        offs, rows, warm = self._plan_arrays(**open_loop)
+        offs, rows, warm = self._plan_arrays(arrivals)
         n_tr = len(self.trace) if self.trace is not None else 0
         out: list[PlannedRequest] = []
         for i, (off, w) in enumerate(zip(offs.tolist(), warm.tolist())):
@@ -280,14 +266,14 @@ class Workload:
             out.append(PlannedRequest(off, i, "warmup" if w else "measure", row, gen))
         return out
 
-    def lazy_schedule(self, **open_loop: Unpack[OpenLoop]) -> Schedule:
+    def lazy_schedule(self, arrivals: Arrivals | None = None) -> Schedule:
         """The open-loop schedule of :meth:`schedule` as a :class:`~loadgen.core.schedule.Schedule`.
 
         Send offsets and phases in arrays (9 bytes a request; a trace adds its row, 8);
         each request is built by ``schedule.spec(k)`` when asked for, the same one
         :meth:`schedule` would have built. Raises ConfigError.
         """
-        offs, rows, warm = self._plan_arrays(**open_loop)
+        offs, rows, warm = self._plan_arrays(arrivals)
         if rows is None:
             return Schedule(offs, warm, self.spec)
         n_tr = max(len(self.trace), 1) if self.trace is not None else 1
@@ -298,34 +284,24 @@ class Workload:
 
         return Schedule(offs, warm, spec_at)
 
-    def _plan_arrays(
-        self,
-        *,
-        rate_rps: float | None = None,
-        arrival: str = "poisson",
-        burstiness: float = 1.0,
-        requests: int | None = None,
-        duration_s: float | None = None,
-        warmup_requests: int = 0,
-        warmup_s: float = 0.0,
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """(offsets ns int64, trace rows int64 or None, warm-up flags) of the open-loop sends (:class:`OpenLoop`)."""
-        if requests is not None and duration_s is not None:
-            raise ConfigError("--requests and --duration clash: give one of them")
-        count = None if requests is None else warmup_requests + requests
-        span_s = None if duration_s is None else warmup_s + duration_s
+    def _plan_arrays(self, arrivals: Arrivals | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(offsets ns int64, trace rows int64 or None, warm-up flags) of the open-loop sends of ``arrivals``
+        (None: the defaults, which a trace's own rate and window fill)."""
+        arrivals = arrivals if arrivals is not None else Arrivals()
+        arrivals.check()
         rows: np.ndarray | None = None
         o = self.opts
         if self.trace is not None:
-            target = o.trace_rate_rps
+            rate_rps, target = arrivals.rate_rps, o.trace_rate_rps
             if rate_rps is not None and target is not None and rate_rps != target:
                 raise ConfigError("two target rates for the trace: give --rate or the trace rate, not both")
             rp = replay_offsets(
                 self.trace, spread=o.trace_spread, time_scale=o.trace_time_scale,
                 rate_rps=target if target is not None else rate_rps,
             )  # fmt: skip
+            span_s = arrivals.span_s
             until = None if span_s is None else round(span_s * 1e9)
-            offs, row_arr = loop_offsets(rp, count=count, until_ns=until, loop=o.trace_loop)
+            offs, row_arr = loop_offsets(rp, count=arrivals.count, until_ns=until, loop=o.trace_loop)
             rows = np.asarray(row_arr, dtype=np.int64)
             self.replay = {
                 "factor": rp.factor,
@@ -337,35 +313,24 @@ class Workload:
             }
             offsets = np.asarray(offs, dtype=np.int64)
         else:
-            if rate_rps is None:
-                raise ConfigError("an open-loop run needs --rate (or a trace)")
-            if count is None and span_s is None:
-                raise ConfigError("give --requests N or --duration D")
-            offsets = arrival_offsets_array(
-                arrival, rate_rps, count=count, duration_s=None if count is not None else span_s,
-                seed=o.seed, burstiness=burstiness,
-            )  # fmt: skip
-        if warmup_requests:
-            warm = np.arange(offsets.size) < warmup_requests
-        else:
-            warm = offsets < round(warmup_s * 1e9)
-        return offsets, rows, warm
+            offsets = arrivals.offsets_array(o.seed)
+        return offsets, rows, arrivals.warm(offsets)
 
     def spec_for(self, p: PlannedRequest) -> RequestSpec:
         """The request of a planned send (same as in :meth:`schedule`)."""
         return self.spec(p.index, p.row, p.generation)
 
-    def schedule(self, **open_loop: Unpack[OpenLoop]) -> list[ScheduledRequest]:
+    def schedule(self, arrivals: Arrivals | None = None) -> list[ScheduledRequest]:
         """The open-loop schedule: ``warmup`` then ``requests`` (or a time span) of sends.
 
-        From a trace its own (transformed) timestamps, where ``rate_rps`` (when no
+        From a trace its own (transformed) timestamps, where ``arrivals.rate_rps`` (when no
         ``trace_rate_rps``) rescales it to a mean rate and, with neither
         ``requests`` nor ``duration_s``, the whole window is sent once. Otherwise
-        arrivals from :func:`arrival_offsets_ns` at ``rate_rps``. Every prompt is
+        arrivals from :meth:`Arrivals.offsets_array <loadgen.workload.arrivals.Arrivals.offsets_array>`. Every prompt is
         built here (see :meth:`lazy_schedule` to build them just in time). Raises ConfigError.
         """
         out: list[ScheduledRequest] = []
-        for p in self.plan(**open_loop):
+        for p in self.plan(arrivals):
             out.append(ScheduledRequest(p.offset_ns, self.spec_for(p), p.phase))  # type: ignore[arg-type]  # phase is "warmup" or "measured"
             self.content_tokens[p.index] = self._last_content
         return out
@@ -423,9 +388,9 @@ class Workload:
         return d
 
 
-def build_schedule(opts: WorkloadOptions, **open_loop: Unpack[OpenLoop]) -> list[ScheduledRequest]:
-    """Open loop in one call: ``Workload(opts).schedule(...)`` (see :meth:`Workload.schedule`)."""
-    return Workload(opts).schedule(**open_loop)
+def build_schedule(opts: WorkloadOptions, arrivals: Arrivals | None = None) -> list[ScheduledRequest]:
+    """Open loop in one call: ``Workload(opts).schedule(arrivals)`` (see :meth:`Workload.schedule`)."""
+    return Workload(opts).schedule(arrivals)
 
 
 def spec_factory(opts: WorkloadOptions) -> Callable[[int], RequestSpec]:

@@ -17,6 +17,7 @@ import pytest
 
 from loadgen.core.types import RequestSpec
 from loadgen.sim import SimProcess
+from loadgen.workload.arrivals import Arrivals
 from loadgen.workload.spec import Workload, WorkloadOptions
 from tests.fixtures.tokenizer import tokenizer_dir  # noqa: F401 - fixture
 
@@ -64,7 +65,7 @@ def test_sim_reports_the_requested_prompt_tokens(tokenizer_dir: Path, tmp_path: 
         for api, opts in cases:
             w = Workload(opts)
             specs = (
-                [s.spec for s in w.schedule(rate_rps=1000, requests=12)]
+                [s.spec for s in w.schedule(Arrivals(rate_rps=1000, requests=12))]
                 if not opts.trace
                 else [s.spec for s in w.schedule()]
             )
@@ -78,7 +79,7 @@ def test_sim_reports_the_requested_prompt_tokens(tokenizer_dir: Path, tmp_path: 
 def test_sim_word_counts_match_without_a_tokenizer(sim_url: str) -> None:
     for api in ("completions", "chat"):
         w = Workload(WorkloadOptions(input_tokens="uniform:5,300", api=api, seed=3))
-        specs = [s.spec for s in w.schedule(rate_rps=1000, requests=10)]
+        specs = [s.spec for s in w.schedule(Arrivals(rate_rps=1000, requests=10))]
         got = asyncio.run(_usage(sim_url, specs, api))
         assert got == [s.requested_input_tokens for s in specs]
         assert w.describe()["input_tokens_counted_by"] == "words (estimated)"

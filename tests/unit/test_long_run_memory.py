@@ -22,19 +22,19 @@ from loadgen.core.slo import parse_slo
 from loadgen.engine.results import Aggregator, summarize_exact
 from loadgen.engine.runner import realized_send_rps
 from loadgen.engine.runplan import LoadConfig, build_plan
-from loadgen.workload.arrivals import arrival_offsets_array, arrival_offsets_ns
+from loadgen.workload.arrivals import Arrivals, arrival_offsets_array, arrival_offsets_ns
 from loadgen.workload.spec import Workload, WorkloadOptions
 
 
 def test_lazy_schedule_equals_the_eager_one() -> None:
-    for kw in (
-        {"rate_rps": 40.0, "arrival": "gamma", "burstiness": 0.5, "requests": 60, "warmup_requests": 5},
-        {"rate_rps": 30.0, "duration_s": 2.0, "warmup_s": 0.5},
+    for arrivals in (
+        Arrivals(rate_rps=40.0, arrival="gamma", burstiness=0.5, requests=60, warmup_requests=5),
+        Arrivals(rate_rps=30.0, duration_s=2.0, warmup_s=0.5),
     ):
         opts = WorkloadOptions(input_tokens="uniform:8,40", output_tokens=4, seed=3, salt="s")
-        eager = Workload(opts).schedule(**kw)
+        eager = Workload(opts).schedule(arrivals)
         w = Workload(opts)
-        lazy = w.lazy_schedule(**kw)
+        lazy = w.lazy_schedule(arrivals)
         assert w.builder.built == 0  # nothing built yet
         assert list(lazy) == eager
         shard = lazy[1::3]
@@ -47,8 +47,8 @@ def test_lazy_schedule_equals_the_eager_one() -> None:
 
 def test_lazy_trace_schedule_equals_the_eager_one() -> None:
     opts = WorkloadOptions(trace="builtin:azure-conv-2023", trace_max_requests=7, trace_loop=True, salt="t")
-    eager = Workload(opts).schedule(requests=20)
-    assert list(Workload(opts).lazy_schedule(requests=20)) == eager
+    eager = Workload(opts).schedule(Arrivals(requests=20))
+    assert list(Workload(opts).lazy_schedule(Arrivals(requests=20))) == eager
 
 
 def test_arrival_array_equals_the_list() -> None:
@@ -78,7 +78,7 @@ def test_plan_costs_about_9_bytes_a_request() -> None:
 
 def test_realized_rate_of_a_list_and_a_schedule_agree() -> None:
     w = Workload(WorkloadOptions(salt="r"))
-    lazy = w.lazy_schedule(rate_rps=100.0, requests=50, warmup_requests=5)
+    lazy = w.lazy_schedule(Arrivals(rate_rps=100.0, requests=50, warmup_requests=5))
     listed = as_schedule(list(lazy))
     assert realized_send_rps(lazy, 3) == realized_send_rps(listed, 3)
     offs = [s.offset_ns for s in lazy if s.phase == "measure"][:-3]

@@ -8,6 +8,7 @@ import pytest
 from loadgen.core.errors import ConfigError
 from loadgen.engine.runplan import LoadConfig, build_plan
 from loadgen.engine.stages import Stage, StageLog, open_loop_stage_offsets, parse_stages, stage_starts_ns
+from loadgen.workload.arrivals import Arrivals
 
 
 def test_parse_rates_and_users() -> None:
@@ -33,7 +34,7 @@ def test_parse_refuses_in_one_line(text: str, says: str) -> None:
 
 def test_open_loop_offsets_offer_each_stage_exactly_within_its_span() -> None:
     stages = parse_stages("10:4s,40:2s,5:4s")
-    offs, warm = open_loop_stage_offsets(stages, arrival="poisson", burstiness=1.0, seed=3, warmup_s=1.0)
+    offs, warm = open_loop_stage_offsets(stages, Arrivals(warmup_s=1.0), seed=3)
     assert int(warm.sum()) == 10  # the first stage's rate over the 1 s warm-up
     starts = stage_starts_ns(stages, 1.0)
     assert starts == [1_000_000_000, 5_000_000_000, 7_000_000_000, 11_000_000_000]

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import loadgen.workload as workload
 from loadgen.core.errors import ConfigError, InputFileError
-from loadgen.workload.arrivals import arrival_offsets_ns
+from loadgen.workload.arrivals import Arrivals, arrival_offsets_ns
 from loadgen.workload.command import trace_group
 from loadgen.workload.spec import Workload, WorkloadOptions, build_schedule, spec_factory, write_schedule
 from loadgen.workload.traces import read_trace
@@ -26,7 +26,7 @@ def test_public_api_is_pinned() -> None:
 
 def test_synthetic_open_loop_matches_arrivals_and_closed_loop_specs() -> None:
     opts = WorkloadOptions(input_tokens="uniform:20,40", output_tokens="normal:30,5", seed=11, salt="abc")
-    sched = build_schedule(opts, rate_rps=20, arrival="gamma", burstiness=0.5, requests=30, warmup_requests=5)
+    sched = build_schedule(opts, Arrivals(rate_rps=20, arrival="gamma", burstiness=0.5, requests=30, warmup_requests=5))
     assert [s.offset_ns for s in sched] == arrival_offsets_ns("gamma", 20, count=35, seed=11, burstiness=0.5)
     assert [s.phase for s in sched] == ["warmup"] * 5 + ["measure"] * 30
     make = spec_factory(opts)
@@ -35,7 +35,7 @@ def test_synthetic_open_loop_matches_arrivals_and_closed_loop_specs() -> None:
         assert s.spec.requested_input_tokens is not None
         assert 20 <= s.spec.requested_input_tokens <= 40
         assert len(s.spec.prompt.split()) == s.spec.requested_input_tokens
-    timed = build_schedule(opts, rate_rps=50, duration_s=2, warmup_s=1)
+    timed = build_schedule(opts, Arrivals(rate_rps=50, duration_s=2, warmup_s=1))
     assert all(s.offset_ns < 3e9 for s in timed)
     assert {s.phase for s in timed if s.offset_ns < 1e9} == {"warmup"}
     assert {s.phase for s in timed if s.offset_ns >= 1e9} == {"measure"}
@@ -55,16 +55,18 @@ def test_trace_schedule_time_scale_rate_override_and_loop() -> None:
     over = build_schedule(WorkloadOptions(trace="builtin:azure-conv-2023", trace_max_requests=5,
                                           output_tokens=7, output_tokens_override=True))  # fmt: skip
     assert [s.spec.requested_output_tokens for s in over] == [7] * 5
-    at_rate = build_schedule(WorkloadOptions(trace="builtin:azure-conv-2023", trace_max_requests=50), rate_rps=100)
+    at_rate = build_schedule(
+        WorkloadOptions(trace="builtin:azure-conv-2023", trace_max_requests=50), Arrivals(rate_rps=100)
+    )
     span_s = at_rate[-1].offset_ns / 1e9
     assert 49 / span_s == pytest.approx(100, rel=1e-6)
     looped = build_schedule(WorkloadOptions(trace="builtin:azure-conv-2023", trace_max_requests=10, trace_loop=True),
-                            requests=25, warmup_requests=5)  # fmt: skip
+                            Arrivals(requests=25, warmup_requests=5))  # fmt: skip
     assert len(looped) == 30 and [s.phase for s in looped].count("warmup") == 5
     assert all(a.offset_ns <= b.offset_ns for a, b in zip(looped, looped[1:]))
     assert looped[10].spec.requested_input_tokens == looped[0].spec.requested_input_tokens
     assert looped[10].spec.prompt != looped[0].spec.prompt  # a repeat is a new request
-    cut = build_schedule(WorkloadOptions(trace="builtin:azure-conv-2023"), duration_s=30)
+    cut = build_schedule(WorkloadOptions(trace="builtin:azure-conv-2023"), Arrivals(duration_s=30))
     assert cut and all(s.offset_ns < 30e9 for s in cut) and len(cut) < 2000
 
 
@@ -72,11 +74,11 @@ def test_option_clashes() -> None:
     with pytest.raises(ConfigError):
         Workload(WorkloadOptions(trace="builtin:azure-code-2023", dataset="x.json"))
     with pytest.raises(ConfigError):
-        build_schedule(WorkloadOptions(), requests=3)  # open loop without a rate or a trace
+        build_schedule(WorkloadOptions(), Arrivals(requests=3))  # open loop without a rate or a trace
     with pytest.raises(ConfigError):
         build_schedule(WorkloadOptions(trace="builtin:mooncake-conversation", shared_prefix_tokens=10))
     with pytest.raises(ConfigError):
-        build_schedule(WorkloadOptions(trace="builtin:azure-code-2023", trace_rate_rps=2), rate_rps=3)
+        build_schedule(WorkloadOptions(trace="builtin:azure-code-2023", trace_rate_rps=2), Arrivals(rate_rps=3))
 
 
 SHAREGPT = [
@@ -113,13 +115,13 @@ def test_jsonl_dataset(tmp_path: Path) -> None:
     w = Workload(WorkloadOptions(dataset=str(p), output_tokens=4, salt="z"))
     got = sorted((s.requested_input_tokens, s.requested_output_tokens) for s in (w.spec(0), w.spec(1)))
     assert got == [(3, 9), (12, 4)]
-    sched = w.schedule(rate_rps=10, requests=4)
+    sched = w.schedule(Arrivals(rate_rps=10, requests=4))
     assert len(sched) == 4
 
 
 def test_write_schedule(tmp_path: Path) -> None:
     w = Workload(WorkloadOptions(shared_prefix_tokens=8, prefix_groups=2, input_tokens=20, salt="s"))
-    sched = w.schedule(rate_rps=5, requests=3, warmup_requests=1)
+    sched = w.schedule(Arrivals(rate_rps=5, requests=3, warmup_requests=1))
     out = tmp_path / "schedule.jsonl"
     write_schedule(out, sched, w)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -146,9 +148,9 @@ def test_trace_inspect_cli() -> None:
 
 def test_plan_builds_the_same_requests_just_in_time() -> None:
     opts = WorkloadOptions(trace="builtin:mooncake-conversation", trace_max_requests=6, trace_loop=True, salt="p")
-    sched = Workload(opts).schedule(requests=14)
+    sched = Workload(opts).schedule(Arrivals(requests=14))
     w = Workload(opts)
-    plan = w.plan(requests=14)
+    plan = w.plan(Arrivals(requests=14))
     assert w.builder.built == 0  # no prompt built yet
     assert [(p.offset_ns, p.phase, p.row, p.generation) for p in plan][5:8] == [
         (sched[5].offset_ns, "measure", 5, 0), (sched[6].offset_ns, "measure", 0, 1), (sched[7].offset_ns, "measure", 1, 1)
