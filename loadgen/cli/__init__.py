@@ -216,7 +216,7 @@ def _mapped(
     assert body is not None
 
     @functools.wraps(body)
-    def callback(*args: Any, **kwargs: Any) -> None:
+    def callback(*args: object, **kwargs: object) -> None:
         err = Console(stderr=True, soft_wrap=True)
         try:
             code = verdict(body(*args, **kwargs), err)

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from loadgen.endpoints.base import Endpoint
     from loadgen.engine.runplan import LoadConfig
 
@@ -28,7 +30,11 @@ def parse_share(text: str, flag: str) -> float:
 
 
 async def plan_cache_target(
-    kw: dict[str, Any], load: LoadConfig, endpoint: Endpoint, observer: Any, err: Any
+    kw: dict[str, Any],
+    load: LoadConfig,
+    endpoint: Endpoint,
+    observer: Any,  # a ServerObserver (with --dcgm-metrics an ObserverPair), or None
+    err: Console,
 ) -> tuple[LoadConfig, dict[str, Any]]:
     """The run's configuration with its shared prefix for ``--cache-hit-target``, after priming the cache;
     and the ``cache_hit_target`` block's callable (given the result, it judges it)."""

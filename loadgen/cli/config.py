@@ -19,8 +19,11 @@ from loadgen.core.slo import parse_slo
 
 if TYPE_CHECKING:
     from loadgen.core.pricing import RunEstimate, TokenPrices
+    from loadgen.engine.abandon import Abandon
     from loadgen.engine.runplan import LoadConfig
     from loadgen.sweep import SweepConfig
+    from loadgen.workload.images import ImageSpec
+    from loadgen.workload.models import ModelMix
 
 __all__ = [
     "base_load_config",
@@ -110,7 +113,7 @@ def scoped_slos(slos: list[Any], kw: dict[str, Any]) -> tuple[list[Any], float]:
     return slos, 1.0
 
 
-def _model_mix(kw: dict[str, Any]) -> Any:
+def _model_mix(kw: dict[str, Any]) -> ModelMix | None:
     """``--model a=0.7,b=0.3`` (:mod:`loadgen.workload.models`), None for one model."""
     from loadgen.workload.models import parse_model_mix
 
@@ -121,7 +124,7 @@ def _model_mix(kw: dict[str, Any]) -> Any:
     return mix
 
 
-def _images(kw: dict[str, Any]) -> Any:
+def _images(kw: dict[str, Any]) -> ImageSpec | None:
     """``--images N[,WxH]`` parsed (:mod:`loadgen.workload.images`), None when not given."""
     if not kw.get("images"):
         return None
@@ -135,7 +138,7 @@ def _images(kw: dict[str, Any]) -> Any:
         return parse_images(kw["images"])
 
 
-def _abandon(kw: dict[str, Any]) -> Any:
+def _abandon(kw: dict[str, Any]) -> Abandon | None:
     """``--abandon SHARE,AFTER`` parsed (:mod:`loadgen.engine.abandon`), None when not given."""
     if not kw.get("abandon"):
         return None

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -74,7 +75,7 @@ API_CHOICES = {
 }
 
 
-def api_help(choices: Any) -> str:
+def api_help(choices: Iterable[str]) -> str:
     """``--api``'s help for the dialects a command offers."""
     return "Request dialect: " + "; ".join(f"{c} ({API_CHOICES.get(c, c)})" for c in choices) + "."
 

@@ -46,7 +46,10 @@ from loadgen.report.live_view import (
 from loadgen.telemetry.tail import Ticker
 
 if TYPE_CHECKING:
-    pass
+    from loadgen.engine.runner import Runner
+    from loadgen.serve import ServerObserver
+    from loadgen.serve.observe import ObserverPair
+    from loadgen.sessions.turns import SessionRunner
 
 __all__ = [
     "LiveStats",
@@ -170,7 +173,7 @@ class LiveView(LiveFigures):
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._ticker = Ticker("loadgen-live", self.interval_s, self._feed)
-        self._sent_runner: Any = None
+        self._sent_runner: Runner | SessionRunner | None = None
         self._offsets_file: Path | None = None
         self._offsets_path: str | None = None
         self._probes_sent = 0  # a sweep's probes handed to the view so far (probes_done)
@@ -265,7 +268,7 @@ class LiveView(LiveFigures):
         self._send({"inflight": None if r is None else inflight_count(r),
                     "cpu_s": time.process_time(), "wall_s": time.perf_counter()})  # fmt: skip
 
-    def _write_offsets(self, runner: Any) -> str | None:
+    def _write_offsets(self, runner: Runner | SessionRunner) -> str | None:
         """The runner's send offsets in a temporary ``.npy`` for the view (once per runner); None without any."""
         try:
             offsets = schedule_offsets(runner)
@@ -287,12 +290,12 @@ class _Exporters:
     def __init__(self) -> None:
         self.exporters: list[Any] = []
 
-    def attach(self, runner: Any) -> None:
+    def attach(self, runner: Runner | SessionRunner) -> None:
         for e in self.exporters:
             e.attach(runner)
 
 
-def with_dcgm(kw: dict[str, Any], observer: Any) -> Any:
+def with_dcgm(kw: dict[str, Any], observer: ServerObserver | None) -> ServerObserver | ObserverPair | None:
     """``observer`` paired with the :class:`~loadgen.serve.observe.DcgmObserver` of ``--dcgm-metrics URL``
     (issue 33), or ``observer`` itself without the option."""
     url = kw.get("dcgm_metrics")
@@ -304,7 +307,7 @@ def with_dcgm(kw: dict[str, Any], observer: Any) -> Any:
     return ObserverPair(observer, DcgmObserver(url, sample_period_s=period_s))
 
 
-def server_observer(kw: dict[str, Any], endpoint_url: str | None) -> Any:
+def server_observer(kw: dict[str, Any], endpoint_url: str | None) -> ServerObserver | None:
     """The :class:`~loadgen.serve.ServerObserver` of ``--server-metrics URL`` (the server's kind told by
     its metric names), or None without the option."""
     url = kw.get("server_metrics")

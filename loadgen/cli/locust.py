@@ -38,6 +38,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -169,7 +170,7 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> int:
     """
     proc = subprocess.Popen(cmd, env=env)
 
-    def forward(sig: int, _frame: Any) -> None:
+    def forward(sig: int, _frame: FrameType | None) -> None:
         try:
             proc.send_signal(signal.SIGTERM)
         except ProcessLookupError:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -23,6 +23,9 @@ from loadgen.cli.url_options import URL
 from loadgen.core.errors import ConfigError
 from loadgen.core.units import parse_duration_s, parse_percent
 from loadgen.workload.traces import BUILTIN_TRACES
+
+if TYPE_CHECKING:
+    from loadgen.spread.cluster import Cluster
 
 __all__ = [
     "common_endpoint_options",
@@ -88,11 +91,11 @@ def make_out_dir(out_dir: Path) -> None:
         raise click.UsageError(f"--out {str(out_dir)!r}: cannot write there: {exc.strerror or exc}") from None
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def parse_workers(text: str, cluster: Any = None) -> int:
+def parse_workers(text: str, cluster: Cluster | None = None) -> int:
     if text == "auto":
         if cluster is not None:
             return cluster.auto_workers()

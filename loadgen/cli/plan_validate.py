@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
-from loadgen.cli.options import duration_s
+from loadgen.cli.options import F, duration_s
 from loadgen.cli.url_options import URL
+
+if TYPE_CHECKING:
+    from loadgen.capacity.source import SweepCapacity
+    from loadgen.measurement import MeasuredRun
 
 __all__ = ["run_validation", "validate_options"]
 
 
-def validate_options(f: Any) -> Any:
+def validate_options(f: F) -> F:
     """The ``--validate*`` options of ``loadgen plan``."""
     opts = [
         click.option("--validate", is_flag=True,
@@ -58,7 +62,7 @@ class _Estimate:
         return f"about {self.requests:,.0f} requests over {self.seconds:g} s spread over {self.replicas} replicas"
 
 
-def _endpoint_kw(cap: Any, kw: dict[str, Any]) -> dict[str, Any]:
+def _endpoint_kw(cap: SweepCapacity, kw: dict[str, Any]) -> dict[str, Any]:
     """The options each replica's endpoint is built from: the capacity sweep's API and model."""
     cfg = cap.doc.get("config") or {}
     return {"api": str(cfg.get("api") or "completions"), "model": cfg.get("model"), "headers": (), "header_envs": (),
@@ -66,7 +70,9 @@ def _endpoint_kw(cap: Any, kw: dict[str, Any]) -> dict[str, Any]:
             "idle_timeout": "120s", "balance": kw["balance"], "workers": "1", "cluster": None, "yes": kw["yes"]}  # fmt: skip
 
 
-def run_validation(kw: dict[str, Any], cap: Any, plan: dict[str, Any], out_dir: Path, err: Console) -> dict[str, Any]:
+def run_validation(
+    kw: dict[str, Any], cap: SweepCapacity, plan: dict[str, Any], out_dir: Path, err: Console
+) -> dict[str, Any]:
     """Replay the slice of ``plan`` (one system's ``plan.json`` entry, measured as ``cap``) and judge it:
     the ``validation`` block of ``plan.json``. Raises ConfigError / click.UsageError for bad options,
     EndpointUnreachable when a replica cannot be reached."""
@@ -108,7 +114,7 @@ def run_validation(kw: dict[str, Any], cap: Any, plan: dict[str, Any], out_dir: 
         endpoint = (balanced_endpoint(ekw, urls, redactor) if n > 1
                     else endpoint_from_options(ekw, urls[0], embedded, redactor))  # fmt: skip
 
-        async def go() -> Any:
+        async def go() -> MeasuredRun:
             try:
                 await endpoint.open()
                 rec = {"validate": True, "replicas": [redact_url(u) for u in urls], "balance": kw["balance"],

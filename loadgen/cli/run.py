@@ -33,8 +33,10 @@ from loadgen.core.redact import Redactor
 from loadgen.engine.recordlog import default_out_dir
 
 if TYPE_CHECKING:
+    from loadgen.engine.runner import Runner
     from loadgen.engine.runplan import LoadConfig
     from loadgen.measurement import MeasuredRun
+    from loadgen.sessions.turns import SessionRunner
 
 __all__ = ["run_cmd"]
 
@@ -126,7 +128,9 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                     )
                 with live, telemetry_from_options(kw, out_dir / "requests.jsonl", err, redactor) as tele:
 
-                    def hook(runner: Any) -> None:  # read-only references for the view and the exporter
+                    def hook(
+                        runner: Runner | SessionRunner,
+                    ) -> None:  # read-only references for the view and the exporter
                         live.attach(runner)
                         tele.attach(runner)
                         runner.on_preparing = live.print  # a long preparation says so (loadgen.engine.prepare)

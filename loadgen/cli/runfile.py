@@ -26,14 +26,17 @@ from __future__ import annotations
 import difflib
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from loadgen.cli.url_options import is_url_option, record_urls, url_option_names
 from loadgen.core.redact import is_sensitive_name, redact_body
 from loadgen.version import __version__
+
+F = TypeVar("F", bound=Callable[..., Any])  # a command's callback, decorated with its options
 
 __all__ = [
     "USED_CONFIG_NAME",
@@ -219,7 +222,7 @@ def resume_clashes(ctx: click.Context, kw: dict[str, Any]) -> list[str]:
     return out
 
 
-def config_file_option(f: Any) -> Any:
+def config_file_option(f: F) -> F:
     """``--config FILE``: options from a TOML or YAML file (the command line wins)."""
     return click.option(
         "--config",
@@ -232,7 +235,7 @@ def config_file_option(f: Any) -> Any:
     )(f)
 
 
-def label_option(f: Any) -> Any:
+def label_option(f: F) -> F:
     """``--label NAME``: the system's name in the scorecard (``loadgen compare``)."""
     return click.option(
         "--label", help="Name of the system under test, recorded in the result: its name in `loadgen compare`."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich import box
@@ -13,6 +13,9 @@ from rich.table import Table
 
 from loadgen.cli.options import make_out_dir, positive_duration_s
 from loadgen.engine.recordlog import default_out_dir
+
+if TYPE_CHECKING:
+    from loadgen.sim.selftest import Level
 
 __all__ = ["print_certificate", "selftest_cmd", "selftest_exit_code", "selftest_figures"]
 
@@ -126,7 +129,7 @@ def selftest_cmd(**kw: Any) -> dict[str, Any] | None:
     console.print(f"selftest: {len(users)} closed-loop levels and {len(rates)} open-loop rates, {dur:g} s each; "
                   f"levels' files under {out_dir}")  # fmt: skip
 
-    def shown(x: Any) -> None:
+    def shown(x: Level) -> None:
         from dataclasses import asdict
 
         row = _level_row(asdict(x))

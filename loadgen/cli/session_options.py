@@ -8,16 +8,19 @@ error with ``--sessions``, never ignored; ``--trace-time-scale N`` is the sessio
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from loadgen.cli.options import parse_headers
 
+if TYPE_CHECKING:
+    from loadgen.workload.session_sources import SessionSource
+
 __all__ = ["session_source"]
 
 
-def session_source(kw: dict[str, Any]) -> Any:
+def session_source(kw: dict[str, Any]) -> SessionSource | None:
     """``--sessions`` parsed (a :class:`~loadgen.workload.session_sources.SessionSource`), or None without
     it; usage errors for what it clashes with (``run`` and ``sweep`` alike, issue 17)."""
     if not kw.get("sessions"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -139,7 +140,7 @@ class TailSignals:
             self._old.setdefault(sig, signal.getsignal(sig))
             signal.signal(sig, self._on_signal)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
         if self.count > 1:
             raise KeyboardInterrupt
@@ -148,7 +149,9 @@ class TailSignals:
     def __enter__(self) -> TailSignals:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         import signal
 
         for sig, handler in self._old.items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 from rich.console import Console
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from loadgen.endpoints.triton import TritonEndpoint
     from loadgen.serve import ServerObserver
     from loadgen.sim.launch import SimProcess
+    from loadgen.spread.cluster import Cluster
 
 __all__ = [
     "ClusterOption",
@@ -76,21 +77,27 @@ def _start_sim(sim_args: str) -> SimProcess:
         raise click.UsageError(f"--sim-args {sim_args!r}: the simulated endpoint did not start: {why}") from None
 
 
+class Estimate(Protocol):
+    """What a run will send, shown before a non-loopback endpoint is loaded (its ``text()``)."""
+
+    def text(self) -> str: ...
+
+
 class ClusterOption:
     """``--cluster ADDRESS``: a connected :class:`loadgen.spread.cluster.Cluster` for the command's life (or None)."""
 
     def __init__(self, address: str | None, err: Console) -> None:
-        self.cluster: Any = None
+        self.cluster: Cluster | None = None
         if address:
             from loadgen.spread.cluster import Cluster
 
             self.cluster = Cluster(address, progress=err.print)
             err.print(f"--cluster: connected to the Ray cluster at {address} ({self.cluster.cpus()} CPUs)")
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Cluster | None:
         return self.cluster
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.cluster is not None:
             self.cluster.close()
 
@@ -342,7 +349,7 @@ def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor) 
     )
 
 
-def confirm_remote(kw: dict[str, Any], endpoint_url: str, embedded: bool, estimate: Any, err: Console) -> None:
+def confirm_remote(kw: dict[str, Any], endpoint_url: str, embedded: bool, estimate: Estimate, err: Console) -> None:
     """Before sending to a non-loopback endpoint: show the estimate, ask on a terminal, refuse without --yes elsewhere."""
     from loadgen.endpoints.providers import is_loopback_url
 
@@ -385,7 +392,7 @@ def balanced_endpoint(kw: dict[str, Any], urls: list[str], redactor: Redactor) -
 
 
 def endpoints_from_options(
-    kw: dict[str, Any], target: Target, redactor: Redactor, estimate: Any, err: Console
+    kw: dict[str, Any], target: Target, redactor: Redactor, estimate: Estimate, err: Console
 ) -> Endpoint:
     """``run``/``sweep``'s endpoint: the target's, or with ``--endpoint`` given several times the replicas
     balanced by the client; each further non-loopback replica is confirmed as the first was."""

@@ -25,7 +25,7 @@ class UrlType(click.ParamType):
 
     name = "url"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
         return value if isinstance(value, str) else str(value)
 
 
