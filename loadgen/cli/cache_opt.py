@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
     from loadgen.endpoints.base import Endpoint
     from loadgen.engine.runplan import LoadConfig
+    from loadgen.serve.observe import ObserverPair, ServerObserver
 
 __all__ = ["parse_share", "plan_cache_target"]
 
@@ -33,7 +34,7 @@ async def plan_cache_target(
     kw: dict[str, Any],
     load: LoadConfig,
     endpoint: Endpoint,
-    observer: Any,  # a ServerObserver (with --dcgm-metrics an ObserverPair), or None
+    observer: ServerObserver | ObserverPair | None,  # with --dcgm-metrics a pair (its scrape: the server's page)
     err: Console,
 ) -> tuple[LoadConfig, dict[str, Any]]:
     """The run's configuration with its shared prefix for ``--cache-hit-target``, after priming the cache;

@@ -437,6 +437,11 @@ class ObserverPair:
         cond["dcgm_metrics_url"] = self.dcgm._metrics_url_shown
         return cond
 
+    async def scrape(self) -> prom.Scrape | None:
+        """The server's /metrics page (:meth:`ServerObserver.scrape`); None without a server observer (the
+        DCGM exporter's page has no server series): ``--cache-hit-target`` reads the block size from it."""
+        return await self.main.scrape() if self.main is not None else None
+
     async def reset_prefix_cache(self) -> dict[str, Any]:
         if self.main is None:
             return {"reset": False, "how": None, "detail": "no server observer"}

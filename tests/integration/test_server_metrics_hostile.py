@@ -142,3 +142,17 @@ def _page_server(page: Callable[[], str]) -> Iterator[str]:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_cache_hit_target_beside_a_dcgm_page(tmp_path: Path, sim_url: str) -> None:
+    """``--cache-hit-target`` with ``--dcgm-metrics`` and no ``--cache-block-size``: the block size is looked
+    for on the server's page (the observer pair's, none here: the DCGM page has no server series), then
+    assumed. Before, the pair had no ``scrape`` and the run ended in an AttributeError before any load."""
+    out = tmp_path / "out"
+    with _page_server(lambda: 'DCGM_FI_DEV_POWER_USAGE{gpu="0"} 300\n') as url:
+        proc = cli_run("run", "--endpoint", sim_url, "--rate", "20", "--requests", "10", "--input-tokens", "64",
+                       "--output-tokens", "2", "--cache-hit-target", "0.5", "--dcgm-metrics", url,
+                       "--out", str(out))  # fmt: skip
+    assert "Traceback" not in proc.stderr and "AttributeError" not in proc.stderr, proc.stderr[-2000:]
+    doc = json.loads((out / "result.json").read_text())
+    assert "assumed" in doc["cache_hit_target"]["block_size_source"], doc["cache_hit_target"]
