@@ -33,7 +33,7 @@ import random
 import time
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -104,6 +104,7 @@ class Session:
         return sum(t.delay_s for t in self.turns[1:])
 
 
+@dataclass(eq=False, kw_only=True)
 class SessionPrompter:
     """Builds the text of new messages and the shared system prompt, and counts prompts exactly.
 
@@ -113,26 +114,17 @@ class SessionPrompter:
     own salt; ``seed``: where in the corpus each message's words come from.
     """
 
-    def __init__(
-        self,
-        *,
-        api: str = "chat",
-        tokenizer: Tokenizer | None = None,
-        salt: str = "",
-        salt_sessions: bool = True,
-        seed: int = 0,
-        use_recorded_replies: bool = False,
-    ) -> None:
-        self.api = api
-        self.tokenizer = tokenizer
-        self.salt = salt
-        self.salt_sessions = salt_sessions
-        self.seed = seed
-        self.use_recorded_replies = use_recorded_replies
-        self._system: dict[int, str] = {}
-        self._ready: dict[tuple[str, int], str] = {}  # (session id, turn) -> its new message, built before the run
-        self.built_late = 0  # new messages built during the run (not prepared)...
-        self.built_late_cpu_s = 0.0  # ...and the CPU they took
+    api: str = "chat"
+    tokenizer: Tokenizer | None = None
+    salt: str = ""
+    salt_sessions: bool = True
+    seed: int = 0
+    use_recorded_replies: bool = False
+    _system: dict[int, str] = field(default_factory=dict, init=False, repr=False)
+    # (session id, turn) -> its new message, built before the run
+    _ready: dict[tuple[str, int], str] = field(default_factory=dict, init=False, repr=False)
+    built_late: int = field(default=0, init=False)  # new messages built during the run (not prepared)...
+    built_late_cpu_s: float = field(default=0.0, init=False)  # ...and the CPU they took
 
     def words(self, n: int, key: str) -> str:
         """``n`` corpus words from a position fixed by (seed, ``key``), wrapping round the corpus (whole
