@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import uuid
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -139,6 +140,7 @@ def _provider_keys(d: dict[str, Any], rec: RequestRecord, t0_ns: int) -> None:
         d["cached_input_tokens"] = rec.cached_prompt_tokens
 
 
+@dataclass(eq=False)
 class RecordWriter:
     """Appends one JSON line per request to an open binary file (unbuffered: ``open(path, "wb",
     buffering=0)``, so no half line waits in a buffer to fail again at close) and flushes it.
@@ -148,26 +150,17 @@ class RecordWriter:
     stops sending) and later records are counted in :attr:`lost`, not written.
     """
 
-    def __init__(
-        self,
-        fh: IO[bytes],
-        t0_ns: int,
-        *,
-        save_text: bool,
-        token_lists: bool,
-        redactor: Redactor,
-        on_error: Callable[[str], None] | None = None,
-    ) -> None:
-        self.fh = fh
-        self.t0_ns = t0_ns
-        self.save_text = save_text
-        self.token_lists = token_lists
-        self.redactor = redactor
-        self.lines = 0
-        self.good_bytes = 0  # the file's length after its last whole line
-        self.error: str | None = None
-        self.lost = 0
-        self.on_error = on_error
+    fh: IO[bytes]
+    t0_ns: int
+    _: KW_ONLY
+    save_text: bool
+    token_lists: bool
+    redactor: Redactor
+    on_error: Callable[[str], None] | None = None
+    lines: int = field(default=0, init=False)
+    good_bytes: int = field(default=0, init=False)  # the file's length after its last whole line
+    error: str | None = field(default=None, init=False)
+    lost: int = field(default=0, init=False)
 
     def write(self, rec: RequestRecord, m: RequestMetrics, turn: int | None = None) -> None:
         """One request's line (:func:`record_line`; a session's turn adds ``turn``, its 0-based index)."""
