@@ -250,6 +250,10 @@ class _CSVFormat(TraceFormat):
         self.ncols = len(names)
         self.idx = {n: i for i, n in enumerate(names)}
 
+    def lengths(self, fields: list[bytes], lineno: int, in_col: str, out_col: str) -> tuple[int, int]:
+        """:func:`_lengths` of a row's ``in_col`` and ``out_col`` columns."""
+        return _lengths(fields[self.idx[in_col]], fields[self.idx[out_col]], self.path, lineno, in_col, out_col)
+
     def split(self, line: bytes, lineno: int) -> list[bytes]:
         if b'"' in line:
             fields = [f.encode() for f in next(csv.reader([line.decode("utf-8", "replace")]))]
@@ -280,15 +284,7 @@ class AzureFormat(_CSVFormat):
             ) from None  # fmt: skip
 
     def row(self, fields: list[bytes], lineno: int) -> dict[str, Any]:
-        i = self.idx
-        n_in, n_out = _lengths(
-            fields[i["ContextTokens"]],
-            fields[i["GeneratedTokens"]],
-            self.path,
-            lineno,
-            "ContextTokens",
-            "GeneratedTokens",
-        )
+        n_in, n_out = self.lengths(fields, lineno, "ContextTokens", "GeneratedTokens")
         return {"input": n_in, "output": n_out}
 
 
@@ -309,14 +305,7 @@ class BurstGPTFormat(_CSVFormat):
 
     def row(self, fields: list[bytes], lineno: int) -> dict[str, Any]:
         i = self.idx
-        req, resp = _lengths(
-            fields[i["Request tokens"]],
-            fields[i["Response tokens"]],
-            self.path,
-            lineno,
-            "Request tokens",
-            "Response tokens",
-        )
+        req, resp = self.lengths(fields, lineno, "Request tokens", "Response tokens")
         if "Total tokens" in i:
             _int(fields[i["Total tokens"]], self.path, lineno, "Total tokens", minimum=0)
         return {"input": req, "output": resp}
