@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from loadgen.core.contract import read_json
 from loadgen.core.errors import InputFileError
 
 if TYPE_CHECKING:
@@ -495,12 +496,7 @@ def load_check(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         p = p / "check.json"
-    try:
-        doc = orjson.loads(p.read_bytes())
-    except FileNotFoundError:
-        raise InputFileError(str(p), None, None, "no such file") from None
-    except orjson.JSONDecodeError as exc:
-        raise InputFileError(str(p), None, None, f"not valid JSON ({exc})") from None
+    doc = read_json(p)
     if not isinstance(doc, dict) or doc.get("kind") != "loadgen-check":
         raise InputFileError(str(p), None, "kind", "not a loadgen check.json")
     return doc

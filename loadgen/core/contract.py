@@ -15,7 +15,7 @@ that is not of that kind, is refused in one line naming the file and what would 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -30,6 +30,7 @@ __all__ = [
     "SWEEP_SCHEMA_VERSION",
     "check_version",
     "load_versioned",
+    "read_json",
     "peer_format",
     "records_version",
 ]
@@ -126,11 +127,16 @@ def load_versioned(path: Path, kind: str) -> dict[str, Any]:
     """A ``kind`` file (``"result"`` or ``"sweep"``) read from ``path`` and checked (:func:`check_version`).
 
     Raises InputFileError, one line naming ``path``: missing, not valid JSON, or not such a file."""
+    doc = read_json(path)
+    check_version(doc, kind, path)
+    return cast("dict[str, Any]", doc)  # check_version refused anything but an object
+
+
+def read_json(path: Path) -> object:
+    """The JSON document in ``path``. Raises InputFileError naming ``path``: missing or not valid JSON."""
     try:
-        doc = orjson.loads(path.read_bytes())
+        return orjson.loads(path.read_bytes())
     except FileNotFoundError:
         raise InputFileError(str(path), None, None, "no such file") from None
     except orjson.JSONDecodeError as exc:
         raise InputFileError(str(path), None, None, f"not valid JSON ({exc})") from None
-    check_version(doc, kind, path)
-    return doc  # check_version refused anything but an object
