@@ -55,20 +55,14 @@ def parse_retry_after(
     negative number and anything unparseable give None ("unknown").
     """
     if retry_after_ms:
-        try:
-            ms = float(retry_after_ms.strip())
-        except ValueError:
-            ms = -1.0
-        if ms >= 0 and ms != float("inf"):
+        ms = _number(retry_after_ms.strip())
+        if ms is not None and 0 <= ms != float("inf"):
             return ms / 1000.0
     if not value:
         return None
     value = value.strip()
-    try:
-        s = float(value)
-    except ValueError:
-        pass
-    else:
+    s = _number(value)
+    if s is not None:
         return s if 0 <= s != float("inf") else None
     when = _http_date_s(value)
     if when is None:
@@ -77,6 +71,14 @@ def parse_retry_after(
     if ref is None:
         ref = time.time()
     return max(when - ref, 0.0)
+
+
+def _number(text: str) -> float | None:
+    """``text`` as a bare number (None: it is not one)."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _get(headers: Headers, name: str) -> str | None:
@@ -110,11 +112,8 @@ def parse_go_duration(text: str | None) -> float | None:
     t = text.strip()
     if not t:
         return None
-    try:
-        v = float(t)
-    except ValueError:
-        pass
-    else:
+    v = _number(t)
+    if v is not None:
         return v if 0 <= v != float("inf") else None
     pos, total = 0, 0.0
     while pos < len(t):
