@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadgen.core.contract import SWEEP_SCHEMA_VERSION
 from loadgen.core.slo import SLOTarget, judged_per_request
 from loadgen.core.stats import min_requests
 
-__all__ = ["LAG_FLOOR_MS", "LAG_FRACTION", "MAX_PROBE_FACTOR", "MAX_RERUNS", "SWEEP_SCHEMA_VERSION", "SweepConfig"]
+if TYPE_CHECKING:
+    from loadgen.core.redact import Redactor
+    from loadgen.endpoints.base import Endpoint
+    from loadgen.engine.runplan import LoadConfig
+
+__all__ = ["LAG_FLOOR_MS", "LAG_FRACTION", "MAX_PROBE_FACTOR", "MAX_RERUNS", "SWEEP_SCHEMA_VERSION", "SweepConfig",
+           "SweepContext"]  # fmt: skip
 
 MAX_RERUNS = 2
 """A probe INVALID on the generator's checks (a transient client stall) is run again at most this often."""
@@ -96,3 +102,16 @@ class SweepConfig:
         tight = min(ths)
         bound = max(LAG_FLOOR_MS, LAG_FRACTION * tight)
         return bound, f"sweep default: max(5 ms, 2 % of the tightest TTFT/E2E threshold {tight:g} ms)"
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What every run of one sweep is given alike (its probes, its unloaded check): the endpoint, the base
+    load (each run's a changed copy), the sweep's settings, the ``config_record`` each ``result.json``
+    starts from and the redactor."""
+
+    endpoint: Endpoint
+    base: LoadConfig
+    scfg: SweepConfig
+    config_record: dict[str, Any]
+    redactor: Redactor | None = None

@@ -68,14 +68,12 @@ from loadgen.core.slo import (
 )
 from loadgen.core.stability import TAIL_FRACTION, backlog_trend
 from loadgen.core.types import RequestRecord
-from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runner import Runner
-from loadgen.engine.runplan import LoadConfig
 from loadgen.engine.validity import DEFAULT_LOOP_LAG_BOUND_MS, RATE_LIMIT_DOMINATED
 from loadgen.measurement import measure
 from loadgen.sweep import evidence as ev
 from loadgen.sweep.client_error import flip_test, timing_only
-from loadgen.sweep.config import SweepConfig
+from loadgen.sweep.config import SweepConfig, SweepContext
 from loadgen.sweep.evidence import (
     closed_loop_extension_s,
     closed_loop_sent_rps,
@@ -90,7 +88,6 @@ from loadgen.sweep.session_search import measure_load, probe_sessions, session_t
 from loadgen.sweep.verdict import INTERRUPTED, probe_verdict_text, target_verdict
 
 if TYPE_CHECKING:
-    from loadgen.core.redact import Redactor
     from loadgen.serve.observe import ObserverPair, ServerObserver
     from loadgen.spread.cluster import Cluster
 
@@ -147,15 +144,11 @@ class Probe:
 
 
 async def run_probe(
-    endpoint: Endpoint,
-    base: LoadConfig,
-    scfg: SweepConfig,
+    ctx: SweepContext,
     rate: float,
     out_dir: Path,
     *,
     index: int,
-    config_record: dict[str, Any],
-    redactor: Redactor | None = None,
     on_record: Callable[[RequestRecord, RequestMetrics], None] | None = None,
     concurrency: int | None = None,
     runner_hook: Callable[[Runner], None] | None = None,
@@ -182,6 +175,7 @@ async def run_probe(
     extensions are (separate runs, each from a drained server: :class:`~loadgen.sweep.evidence.DependenceLog`),
     its first segment sized by the earlier one's ``certify_more_s``, all within its own ``--max-probe-duration``.
     """
+    base, scfg = ctx.base, ctx.scfg
     need = scfg.needed_requests()
     per_segment = probe_sessions(base, need, rate, scfg.probe_duration_s) if concurrency is None else None
     most = session_turns(base)[1]  # sessions (issue 17): a probe counts sessions and judges their turns
@@ -270,11 +264,11 @@ async def run_probe(
         try:
             run = await measure_load(
                 measure,
-                endpoint,
+                ctx.endpoint,
                 load,
                 seg_dir,
-                config_record={**config_record, "probe": index, "offered_rps": rate, "segment": segments},
-                redactor=redactor,
+                config_record={**ctx.config_record, "probe": index, "offered_rps": rate, "segment": segments},
+                redactor=ctx.redactor,
                 on_record=rec_cb,
                 install_signal_handlers=False,
                 runner_hook=hook,

@@ -59,7 +59,7 @@ from loadgen.sweep.answer import (
 )
 from loadgen.sweep.certify import certify_answer
 from loadgen.sweep.client_error import steady_error
-from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig
+from loadgen.sweep.config import SWEEP_SCHEMA_VERSION, SweepConfig, SweepContext
 from loadgen.sweep.plan import Plan, calibration_little_rps
 from loadgen.sweep.probe import Probe, run_probe
 from loadgen.sweep.resume import Progress, Replay
@@ -101,12 +101,10 @@ class Sweep:
         self.record = Progress(out_dir)  # each finished probe, as it finishes
         self.server_observer = server_observer
         self.cluster = cluster  # a connected loadgen.spread.cluster.Cluster: probes run on its actors
-        self.endpoint = endpoint
+        self.ctx = SweepContext(endpoint, base, scfg, config_record, redactor)  # what each probe and check is given
         self.base = base
         self.scfg = scfg
         self.out_dir = out_dir
-        self.config_record = config_record
-        self.redactor = redactor
         self.progress = progress or (lambda s: None)
         self.on_record = on_record
         self.probes: list[Probe] = []
@@ -141,14 +139,10 @@ class Sweep:
         if resets_prefix_cache(self.server_observer):  # a warm prefix cache must not flatter later probes
             reset = await self.server_observer.reset_prefix_cache()
         p = await run_probe(
-            self.endpoint,
-            self.base,
-            self.scfg,
+            self.ctx,
             rate,
             self.out_dir / name,
             index=idx,
-            config_record=self.config_record,
-            redactor=self.redactor,
             on_record=self.on_record,
             concurrency=concurrency,
             runner_hook=self._set_runner,
@@ -197,15 +191,7 @@ class Sweep:
         else:
             self.progress(f"unloaded check: {n} requests one at a time ...")
             self.unloaded = await self.starved.during(  # the client's wake-up lateness meanwhile
-                unloaded_check(
-                    self.endpoint,
-                    self.base,
-                    self.scfg,
-                    self.out_dir,
-                    config_record=self.config_record,
-                    redactor=self.redactor,
-                    runner_hook=self._set_runner,
-                )
+                unloaded_check(self.ctx, self.out_dir, runner_hook=self._set_runner)
             )
             if self.starved.refusal is not None:
                 return True
@@ -328,11 +314,11 @@ class Sweep:
         )
         run = await measure_load(
             measure,
-            self.endpoint,
+            self.ctx.endpoint,
             load,
             self.out_dir / "calibration",
-            config_record={**self.config_record, "calibration": True},
-            redactor=self.redactor,
+            config_record={**self.ctx.config_record, "calibration": True},
+            redactor=self.ctx.redactor,
             install_signal_handlers=False,
             runner_hook=self._set_runner,
         )

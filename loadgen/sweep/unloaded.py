@@ -17,29 +17,20 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from loadgen.endpoints.base import Endpoint
 from loadgen.engine.runner import Runner
-from loadgen.engine.runplan import LoadConfig
 from loadgen.measurement import measure
-from loadgen.sweep.config import SweepConfig
+from loadgen.sweep.config import SweepConfig, SweepContext
 from loadgen.sweep.session_search import measure_load, session_turns
-
-if TYPE_CHECKING:
-    from loadgen.core.redact import Redactor
 
 MIN_COMPLETED = 3
 
 
 async def unloaded_check(
-    endpoint: Endpoint,
-    base: LoadConfig,
-    scfg: SweepConfig,
+    ctx: SweepContext,
     out_dir: Path,
     *,
-    config_record: dict[str, Any],
-    redactor: Redactor | None = None,
     runner_hook: Callable[[Runner], None] | None = None,
 ) -> dict[str, Any]:
     """Run the check (``out_dir``/unloaded) and judge it: the ``sweep.json`` ``unloaded`` block.
@@ -47,6 +38,7 @@ async def unloaded_check(
     Keys: ``requests``, ``completed``, ``dir``, ``median_ms`` (per target label), ``e2e_p50_ms``,
     ``e2e_max_ms``, and ``over``: one line per target the server misses with one request.
     """
+    base, scfg = ctx.base, ctx.scfg
     n = scfg.unloaded_requests
     load = replace(
         base,
@@ -62,11 +54,11 @@ async def unloaded_check(
     )
     run = await measure_load(
         measure,
-        endpoint,
+        ctx.endpoint,
         load,
         out_dir / "unloaded",
-        config_record={**config_record, "unloaded_check": True},
-        redactor=redactor,
+        config_record={**ctx.config_record, "unloaded_check": True},
+        redactor=ctx.redactor,
         install_signal_handlers=False,
         runner_hook=runner_hook,
     )

@@ -17,6 +17,7 @@ import loadgen.sweep.probe as probe_mod
 from loadgen.core.metrics import compute
 from loadgen.engine.runplan import LoadConfig
 from loadgen.sweep import ProbeJudge, Sweep, SweepConfig
+from loadgen.sweep.config import SweepContext
 from loadgen.sweep.probe import _finish_probe, run_probe
 from loadgen.sweep.verdict import INTERRUPTED, interrupted_answer, probe_verdict_text, text_of
 from tests.unit.test_sweep_logic import MS, P90, FakeRunner, feed, rec, result
@@ -87,13 +88,10 @@ def test_an_undecided_probe_is_not_extended_once_the_sweep_is_stopped(
     scfg = SweepConfig(slos=[P90], probe_duration_s=2.0, max_extensions=2)
     p = asyncio.run(
         run_probe(
-            None,  # type: ignore[arg-type]  # the fake measure sends nothing
-            LoadConfig(),
-            scfg,
+            SweepContext(None, LoadConfig(), scfg, {}),  # type: ignore[arg-type]  # the fake measure sends nothing
             5.0,
             Path("probe-x"),
             index=1,
-            config_record={},
             stop_requested=lambda: stopped,
         )
     )

@@ -23,7 +23,7 @@ KNEE_RPS = 10.0
 
 
 def _fake_run_probe(calls: list[float]) -> Any:
-    async def fake(endpoint: Any, base: Any, scfg: Any, rate: float, out_dir: Path, **kw: Any) -> Probe:
+    async def fake(ctx: Any, rate: float, out_dir: Path, **kw: Any) -> Probe:
         calls.append(rate)
         ok = rate <= KNEE_RPS
         return Probe(
