@@ -36,6 +36,7 @@ from loadgen.engine.runplan import LoadConfig, build_plan, build_workload
 from loadgen.engine.stages import StageLog
 from loadgen.engine.validity import latency_error_ms, needs_flip_test, timing_error_bound_ms, verdict_stands
 from loadgen.engine.validity import validity as run_validity
+from loadgen.spread.job import SpreadJob
 from loadgen.spread.workers import run_workers
 from loadgen.version import __version__
 from loadgen.workload.prompts import new_salt
@@ -124,14 +125,11 @@ async def measure(
         if ep_cfg is None:
             raise ConfigError("--workers needs an OpenAI-compatible endpoint")
         with files.requests_file() as fh:
+            job = SpreadJob(workers, ep_cfg, cfg, plan, files.agg, fh, redactor, on_record, on_summary)
             if cluster is not None:
-                outcome, cluster_cond = cluster.run(
-                    workers, ep_cfg, cfg, plan, files.agg, fh, redactor, on_record=on_record, on_summary=on_summary
-                )
+                outcome, cluster_cond = cluster.run(job)
             else:
-                outcome = run_workers(
-                    workers, ep_cfg, cfg, plan, files.agg, fh, redactor, on_record=on_record, on_summary=on_summary
-                )
+                outcome = run_workers(job)
     else:
 
         def make(sink: Callable[..., None], t0: int | None) -> Runner:

@@ -32,6 +32,7 @@ from loadgen.engine.results import Aggregator
 from loadgen.engine.run_core import RunOutcome
 from loadgen.engine.runplan import LoadConfig
 from loadgen.sessions.turns import SessionStats
+from loadgen.spread.job import SpreadJob
 from loadgen.spread.workers import Collector, run_workers
 
 __all__ = ["SessionCollector", "merge_stats", "run_session_workers"]
@@ -82,8 +83,7 @@ def run_session_workers(
     # the parent's outcome of session workers: no request schedule of its own (every turn's due time
     # depends on the server), so no realized send rate; each turn's lag is checked as an open-loop send's
     shape: Any = SimpleNamespace(mode="sessions", schedule=[])
-    outcome = run_workers(n, ep_cfg, load, shape, agg, fh, redactor, on_record=on_record, on_summary=on_summary,
-                          collector=col)  # fmt: skip
+    outcome = run_workers(SpreadJob(n, ep_cfg, load, shape, agg, fh, redactor, on_record, on_summary), collector=col)
     outcome.client.open_loop = True
     stats = merge_stats([st["sessions"] for st, _ in col.done.values() if "sessions" in st])
     return outcome, stats

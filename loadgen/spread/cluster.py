@@ -48,15 +48,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from loadgen.core.clock import now_ns, wall_anchor, wall_ns
 from loadgen.core.errors import ConfigError, cause_line, strip_ansi
 from loadgen.core.redact import Redactor
-from loadgen.engine.results import Aggregator
-from loadgen.engine.runner import LEAD_IN_NS, Runner, RunOutcome, RunPlan
+from loadgen.engine.runner import LEAD_IN_NS, Runner, RunOutcome
 from loadgen.engine.runplan import LoadConfig
 from loadgen.sessions.turns import SessionRunner
+from loadgen.spread.job import SpreadJob
 from loadgen.spread.lease import LEASE_AHEAD_NS
 from loadgen.spread.workers import Collector, worker_body
 
@@ -423,27 +423,15 @@ class Cluster:
         except Exception:
             pass
 
-    def run(
-        self,
-        n: int,
-        ep_cfg: object,
-        load: LoadConfig,
-        plan: RunPlan,
-        agg: Aggregator,
-        fh: IO[bytes],
-        redactor: Redactor,
-        *,
-        on_record: Callable[[Any, Any], None] | None = None,
-        on_summary: Callable[[Any], None] | None = None,
-    ) -> tuple[RunOutcome, dict[str, Any]]:
-        """Run ``load`` over ``n`` actors; aggregate into ``agg``, write lines to ``fh`` as they arrive.
+    def run(self, job: SpreadJob) -> tuple[RunOutcome, dict[str, Any]]:
+        """Run ``job`` over actors; aggregate into its ``agg``, write lines to its ``fh`` as they arrive.
 
         Blocking. Returns the outcome and the ``conditions.cluster`` record (actors, their
         hosts, anchors and measured clock offsets).
         """
-        ray = self.ray
+        ray, n, redactor = self.ray, job.n, job.redactor
         actors = self._actors_for(n)
-        col = Collector(n, agg, fh, on_record=on_record, on_summary=on_summary)
+        col = Collector(n, job.agg, job.fh, on_record=job.on_record, on_summary=job.on_summary)
         signals = 0
 
         def forward(signum: int, frame: object) -> None:
@@ -466,7 +454,9 @@ class Cluster:
         t0_local = now_ns()
         try:
             # prepare: every actor imports, opens its endpoint and builds its shard
-            refs = {a.prepare.remote(w, n, ep_cfg, redactor, load, READY_TIMEOUT_S): w for w, a in enumerate(actors)}
+            refs = {
+                a.prepare.remote(w, n, job.ep_cfg, redactor, job.load, READY_TIMEOUT_S): w for w, a in enumerate(actors)
+            }
             info_refs = {a.info.remote(): w for w, a in enumerate(actors)}
             deadline = time.monotonic() + READY_TIMEOUT_S + 10
             pending = dict(refs)
@@ -560,7 +550,7 @@ class Cluster:
                     actors[w].stop.remote(False)  # a prepared shard that never got its t0 ends now
             for w in sorted(failed):
                 self._drop(w)
-        outcome = col.outcome(plan, t0_local, t0_wall)
+        outcome = col.outcome(job.plan, t0_local, t0_wall)
         self.last_conditions = self._conditions(n, info, ready_msgs, skew, t0_wall, redactor)
         return outcome, self.last_conditions
 

@@ -61,6 +61,7 @@ from loadgen.engine.stamp_lateness import StampLateness
 from loadgen.engine.summary import RequestSummary, summarize
 from loadgen.sessions.planning import plan_sessions, shard_sessions
 from loadgen.sessions.turns import SessionRunner
+from loadgen.spread.job import SpreadJob
 from loadgen.spread.lease import LEASE_AHEAD_NS, LEASE_RENEW_S, split_missing
 
 BATCH = 64
@@ -462,20 +463,12 @@ def _ready(conns: list[Connection], which: set[int], timeout_s: float) -> list[C
 
 
 def run_workers(
-    n: int,
-    ep_cfg: object,
-    load: LoadConfig,
-    plan: RunPlan,
-    agg: Aggregator,
-    fh: IO[bytes],
-    redactor: Redactor,
+    job: SpreadJob,
     *,
-    on_record: Callable[[Any, Any], None] | None = None,
-    on_summary: Callable[[Any], None] | None = None,
     body: Callable[..., Coroutine[object, object, None]] | None = None,
     collector: Collector | None = None,
 ) -> RunOutcome:
-    """Run ``load`` over ``n`` worker processes; aggregate into ``agg``, write lines to ``fh``.
+    """Run ``job`` over worker processes; aggregate into its ``agg``, write lines to its ``fh``.
 
     ``body`` replaces :func:`worker_body` (same signature and messages; a module-level function),
     ``collector`` the parent's :class:`Collector` (a subclass that reads more from each line: the
@@ -488,7 +481,8 @@ def run_workers(
     procs: list[Any] = []
     conns: list[Connection] = []
     leases: list[Any] = []
-    col = collector or Collector(n, agg, fh, on_record=on_record, on_summary=on_summary)
+    n, plan = job.n, job.plan
+    col = collector or Collector(n, job.agg, job.fh, on_record=job.on_record, on_summary=job.on_summary)
     went = False  # "go" sent: a signal before it stops the start (no worker sends anything), after it is forwarded
 
     def forward(signum: int, frame: object) -> None:
@@ -520,7 +514,7 @@ def run_workers(
                 break
             a, b = ctx.Pipe(duplex=True)
             leases.append(ctx.Value("q", LEASE_AHEAD_NS, lock=False))  # offset from t0 (loadgen.spread.lease)
-            p = ctx.Process(target=_worker_main, args=(w, n, ep_cfg, redactor, load, b, body, leases[w]),
+            p = ctx.Process(target=_worker_main, args=(w, n, job.ep_cfg, job.redactor, job.load, b, body, leases[w]),
                             daemon=True, name=f"loadgen-worker-{w}")  # fmt: skip
             p.start()
             b.close()

@@ -29,6 +29,7 @@ from loadgen.engine.recordlog import record_line
 from loadgen.engine.results import Aggregator
 from loadgen.engine.runplan import LoadConfig, build_plan, build_workload
 from loadgen.engine.summary import RequestSummary, summarize
+from loadgen.spread.job import SpreadJob
 from loadgen.spread.workers import (
     SUMMARY_DURATIONS,
     SUMMARY_INSTANT_BINS,
@@ -189,7 +190,7 @@ def test_actor_instants_are_mapped_onto_the_drivers_clock(monkeypatch: pytest.Mo
     seen: list[RequestSummary] = []
     fh = io.BytesIO()
     with cluster.Cluster("fake:1") as cl:
-        outcome, cond = cl.run(2, None, load, plan, agg, fh, Redactor(), on_summary=seen.append)
+        outcome, cond = cl.run(SpreadJob(2, None, load, plan, agg, fh, Redactor(), on_summary=seen.append))
     assert not outcome.client.worker_failures and outcome.unsent == 0 and agg.requests == N
     offs = [a["clock_offset"]["offset_ms"] for a in cond["actors"]]
     assert offs == pytest.approx([40.0, -25.0], abs=5.0)  # the pings measured the wall-clock offsets
