@@ -38,16 +38,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from loadgen.telemetry.prom import BUCKET_BOUNDS_S, REFRESH_S, histogram_values_s
-from loadgen.telemetry.tail import RecordTail, Ticker
-
-if TYPE_CHECKING:
-    from loadgen.engine.runner import Runner
-    from loadgen.sessions.turns import SessionRunner
+from loadgen.telemetry.tail import LiveReader, Ticker
 
 __all__ = ["OtlpPusher"]
 
@@ -62,7 +56,7 @@ HISTOGRAMS = (
 HISTOGRAM_NAMES = tuple(name for _, name, _ in HISTOGRAMS)
 
 
-class OtlpPusher:
+class OtlpPusher(LiveReader):
     """The OTLP push of one run (a context manager). ``attach`` is a ``measure(runner_hook=...)``;
     ``redact``: the run's :class:`~loadgen.core.redact.Redactor`, for the SDK's log lines (module docstring)."""
 
@@ -74,24 +68,14 @@ class OtlpPusher:
         refresh_s: float = REFRESH_S,
         redact: Callable[[str], str] | None = None,
     ) -> None:
-        self.jsonl = jsonl
+        super().__init__(jsonl, refresh_s)
         self.endpoint = endpoint
         self.interval_s = interval_s
-        self.refresh_s = refresh_s
-        self.runner: Runner | SessionRunner | None = None
-        self._tail = RecordTail(jsonl)
         self._ticker = Ticker("loadgen-otlp", refresh_s, self.refresh)
         self._provider: Any = None
-        self._lag_p99_s: float | None = None
-        self._cpu_ratio: float | None = None
-        self._cpu = (time.process_time(), time.perf_counter())
         self._unsent_seen = 0
         self._inst: dict[str, Any] = {}
         self._log = _ScrubbedLog(redact) if redact is not None else None
-
-    def attach(self, runner: Runner | SessionRunner) -> None:
-        """Keep a read-only reference to the runner (in flight, unsent)."""
-        self.runner = runner
 
     def __enter__(self) -> OtlpPusher:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -151,13 +135,7 @@ class OtlpPusher:
     def refresh(self) -> None:
         """Record the records written since the last refresh."""
         lines = self._tail.read()
-        cpu, wall = time.process_time(), time.perf_counter()
-        if wall > self._cpu[1]:
-            self._cpu_ratio = (cpu - self._cpu[0]) / (wall - self._cpu[1])
-        self._cpu = (cpu, wall)
-        lags = [float(d["schedule_lag_ms"]) / 1e3 for d in lines if d.get("schedule_lag_ms") is not None]
-        if lags:
-            self._lag_p99_s = float(np.percentile(lags, 99))
+        self._client_gauges(lines, time.process_time(), time.perf_counter())
         i = self._inst
         for k, d in enumerate(lines):
             if k % 32 == 31:

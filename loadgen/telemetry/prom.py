@@ -62,15 +62,11 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from loadgen.telemetry.tail import RecordTail, Ticker
-
-if TYPE_CHECKING:
-    from loadgen.engine.runner import Runner
-    from loadgen.sessions.turns import SessionRunner
+from loadgen.telemetry.tail import LiveReader, Ticker
 
 __all__ = ["BUCKET_BOUNDS_S", "GENAI_SEMCONV", "MAX_EXP", "MIN_EXP", "REFRESH_S", "SCHEMA", "PromExporter",
            "histogram_values_s"]  # fmt: skip
@@ -152,39 +148,29 @@ class _Hist:
         return out
 
 
-class PromExporter:
+class PromExporter(LiveReader):
     """The exporter of one run (a context manager). ``attach`` is a ``measure(runner_hook=...)``;
     ``token``: required of every scrape as ``Authorization: Bearer <token>`` when given."""
 
     def __init__(
         self, jsonl: Path, port: int, host: str = "127.0.0.1", refresh_s: float = REFRESH_S, token: str | None = None
     ) -> None:
-        self.jsonl = jsonl
+        super().__init__(jsonl, refresh_s)
         self.host = host
         self.port = port
-        self.refresh_s = refresh_s
         self.token = token
-        self.runner: Runner | SessionRunner | None = None
-        self._tail = RecordTail(jsonl)
         self._lock = threading.Lock()
         self._requests: Counter[tuple[str, str]] = Counter()
         self._sent: Counter[str] = Counter()
         self._errors: Counter[tuple[str, str]] = Counter()
         self._tokens: Counter[str] = Counter()
         self._hists = {(key, ph): _Hist() for _, key, _ in HISTOGRAMS for ph in HIST_PHASES}
-        self._lag_p99_s: float | None = None
-        self._cpu_ratio: float | None = None
-        self._cpu = (time.process_time(), time.perf_counter())
         self._ticker = Ticker("loadgen-metrics", refresh_s, self._tick)
         self._server: subprocess.Popen[bytes] | None = None  # the page server (loadgen.telemetry.pageserver)
         self._dir: str | None = None
         self._page_path: str | None = None
         self._page = b""
         self._rendered_at = -math.inf
-
-    def attach(self, runner: Runner | SessionRunner) -> None:
-        """Keep a read-only reference to the runner (in flight, unsent)."""
-        self.runner = runner
 
     def __enter__(self) -> PromExporter:
         import socket
@@ -261,13 +247,9 @@ class PromExporter:
         """Fold the records written since the last refresh into the metrics."""
         lines = self._tail.read()
         cpu, wall = time.process_time(), time.perf_counter()
-        lags = [float(d["schedule_lag_ms"]) / 1e3 for d in lines if d.get("schedule_lag_ms") is not None]
         values: dict[tuple[str, str], list[float]] = {key: [] for key in self._hists}
         with self._lock:
-            if wall > self._cpu[1]:
-                self._cpu_ratio = (cpu - self._cpu[0]) / (wall - self._cpu[1])
-            self._cpu = (cpu, wall)
-            self._lag_p99_s = float(np.percentile(lags, 99)) if lags else self._lag_p99_s
+            self._client_gauges(lines, cpu, wall)
             for d in lines:
                 ph = "warmup" if d.get("phase") == "warmup" else "measure"
                 ok = d.get("status") == "ok"

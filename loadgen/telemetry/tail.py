@@ -13,11 +13,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 
-__all__ = ["YIELD_EVERY", "RecordTail", "Ticker"]
+if TYPE_CHECKING:
+    from loadgen.engine.runner import Runner
+    from loadgen.sessions.turns import SessionRunner
+
+__all__ = ["YIELD_EVERY", "LiveReader", "RecordTail", "Ticker"]
 
 YIELD_EVERY = 32
 """Lines parsed between two hand-overs of the interpreter (a reader runs in a thread beside the sends)."""
@@ -84,3 +89,32 @@ class Ticker:
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join(timeout=timeout_s)
+
+
+class LiveReader:
+    """What every live exporter of a run (the OTLP push, the Prometheus page) reads: the new lines of
+    ``jsonl`` (``_tail``), the runner once attached (in flight, unsent: :meth:`attach` is a
+    ``measure(runner_hook=...)``), and the client's own gauges, set by :meth:`_client_gauges` each refresh."""
+
+    def __init__(self, jsonl: Path, refresh_s: float) -> None:
+        self.jsonl = jsonl
+        self.refresh_s = refresh_s
+        self.runner: Runner | SessionRunner | None = None
+        self._tail = RecordTail(jsonl)
+        self._lag_p99_s: float | None = None
+        self._cpu_ratio: float | None = None
+        self._cpu = (time.process_time(), time.perf_counter())
+
+    def attach(self, runner: Runner | SessionRunner) -> None:
+        """Keep a read-only reference to the runner (in flight, unsent)."""
+        self.runner = runner
+
+    def _client_gauges(self, lines: list[dict[str, Any]], cpu: float, wall: float) -> None:
+        """This process's CPU time / wall time since the last refresh (``cpu``, ``wall``: now), and the p99
+        schedule lag of ``lines`` (kept from before when none of them has one)."""
+        if wall > self._cpu[1]:
+            self._cpu_ratio = (cpu - self._cpu[0]) / (wall - self._cpu[1])
+        self._cpu = (cpu, wall)
+        lags = [float(d["schedule_lag_ms"]) / 1e3 for d in lines if d.get("schedule_lag_ms") is not None]
+        if lags:
+            self._lag_p99_s = float(np.percentile(lags, 99))
