@@ -60,10 +60,10 @@ class AnthropicConfig:
     base_url: str = DEFAULT_BASE_URL
     model: str | None = None
     stream: bool = True
-    headers: dict[str, str] = field(default_factory=dict)
-    api_key: str | None = None
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold a credential: never in a repr
+    api_key: str | None = field(default=None, repr=False)  # never in a repr (a log, an error, a Ray message)
     anthropic_version: str = ANTHROPIC_VERSION
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    extra_body: dict[str, Any] = field(default_factory=dict, repr=False)  # may hold a credential field
     default_max_tokens: int = 1024
     timeout_s: float = 600.0
     connect_timeout_s: float = 10.0

@@ -72,9 +72,9 @@ class OpenAIConfig:
     api: Literal["completions", "chat", "responses"] = "completions"
     model: str | None = None
     stream: bool = True
-    headers: dict[str, str] = field(default_factory=dict)
-    api_key: str | None = None
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold a credential: never in a repr
+    api_key: str | None = field(default=None, repr=False)  # never in a repr (a log, an error, a Ray message)
+    extra_body: dict[str, Any] = field(default_factory=dict, repr=False)  # may hold a credential field
     timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     pool_limit: int = 4096

@@ -50,7 +50,7 @@ class TritonConfig:
     sampling_parameters: dict[str, Any] = field(default_factory=dict)
     ignore_eos: bool = True
     cumulative_text: bool = False
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold a credential: never in a repr
     timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     header_timeout_s: float | None = DEFAULT_HEADER_TIMEOUT_S  # no headers (gRPC: first response): header_timeout

@@ -100,3 +100,26 @@ def test_otlp_exporter_log_lines_pass_the_redactor(tmp_path: Path, capsys: pytes
     err = capsys.readouterr().err
     assert "Transient error url: " in err and "token=***" in err and KEY not in err
     assert logging.getLogger("opentelemetry").propagate  # the handler is gone with the push
+
+
+def test_an_endpoint_config_repr_shows_no_credential() -> None:
+    """An endpoint's config travels to worker processes and Ray actors and can end up in a log line or an
+    error message by its repr: its API key, headers and extra body (each may hold a credential) are not in it."""
+    from loadgen.endpoints.anthropic import AnthropicConfig
+    from loadgen.endpoints.openai import OpenAIConfig
+    from loadgen.endpoints.triton_config import TritonConfig
+
+    secret = "sk-live-0123456789abcdef"
+    configs = [
+        OpenAIConfig(
+            base_url="http://127.0.0.1:1",
+            api_key=secret,
+            headers={"Authorization": f"Bearer {secret}"},
+            extra_body={"api_token": secret},
+        ),  # fmt: skip
+        AnthropicConfig(api_key=secret, headers={"x-api-key": secret}),
+        TritonConfig(url="http://127.0.0.1:1", model="m", headers={"Authorization": f"Bearer {secret}"}),
+    ]
+    for cfg in configs:
+        assert secret not in repr(cfg), repr(cfg)
+        assert "127.0.0.1" in repr(cfg) or "anthropic" in repr(cfg)  # the rest of the repr is still there

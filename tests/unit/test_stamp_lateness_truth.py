@@ -136,6 +136,7 @@ def test_a_held_loop_is_seen_within_the_stated_error() -> None:
     assert true_p99 - 4.0 <= est_p99 <= true_p99 + 4.0, (est_p99, true_p99, holds)
 
 
+@pytest.mark.alone  # its bound is one probe period (6 ms) over the truth: beside the README demo a probe fired 46 ms late
 def test_a_loop_busy_between_reads_on_an_idle_socket_charges_nothing() -> None:
     async def body(reader: _Reader, wsock: socket.socket) -> dict[int, int]:
         truth: dict[int, int] = {}
