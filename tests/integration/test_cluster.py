@@ -103,6 +103,7 @@ RUN = [
 ]
 
 
+@pytest.mark.alone  # beside another test the actors sent 36.8 of 40 req/s (session 22's CI); it passed alone
 def test_run_on_cluster_matches_local_workers(ray_head: str, tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     pc = cli_run(
