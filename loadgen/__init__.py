@@ -14,7 +14,7 @@ The library's public face. One measured run::
             run = await loadgen.measure(ep, cfg, Path("results/one"))
         finally:
             await ep.close()
-        print(run.result["throughput"], run.result["validity"]["verdict"])
+        print(run.result.throughput, run.result.valid)
 
     asyncio.run(main())
 
@@ -38,6 +38,7 @@ _EXPORTS = {
     "MeasuredRun": "loadgen.measurement",
     "RequestRecord": "loadgen.core.types",
     "RequestSpec": "loadgen.core.types",
+    "RunResult": "loadgen.core.run_result",
     "SLOTarget": "loadgen.core.slo",
     "Sweep": "loadgen.sweep",
     "SweepConfig": "loadgen.sweep",
@@ -56,6 +57,7 @@ __all__ = [
     "MeasuredRun",
     "RequestRecord",
     "RequestSpec",
+    "RunResult",
     "SLOTarget",
     "Sweep",
     "SweepConfig",
@@ -70,6 +72,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from loadgen.core.errors import LoadgenError
+    from loadgen.core.run_result import RunResult
     from loadgen.core.slo import SLOTarget, parse_slo
     from loadgen.core.types import RequestRecord, RequestSpec
     from loadgen.endpoints.base import Endpoint

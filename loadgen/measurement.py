@@ -24,6 +24,7 @@ from loadgen.core.contract import RECORDS_SCHEMA_VERSION, RESULT_SCHEMA_VERSION
 from loadgen.core.errors import ConfigError, OutputError
 from loadgen.core.metrics import RequestMetrics, TokenCounter, compute
 from loadgen.core.redact import Redactor
+from loadgen.core.run_result import RunResult
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints import Endpoint
 from loadgen.engine.closed_loop import ramp_ns
@@ -62,7 +63,7 @@ def raise_fd_limit() -> tuple[int, int]:
 
 @dataclass
 class MeasuredRun:
-    result: dict[str, Any]
+    result: RunResult  # result.json's body, block by block (loadgen.core.run_result)
     outcome: RunOutcome
     aggregator: Aggregator
     out_dir: Path
@@ -256,7 +257,7 @@ class RunFiles:
         write_json(out_dir / "result.json", result)
         write_hlog(out_dir / "histograms.hlog", agg, outcome, out_dir / "requests.jsonl", cfg.latency_origin,
                    result.get("timeseries"))  # fmt: skip
-        return MeasuredRun(result, outcome, agg, out_dir)
+        return MeasuredRun(RunResult.from_dict(result), outcome, agg, out_dir)
 
 
 async def run_here(

@@ -50,7 +50,7 @@ def main() -> int:
             run = run_against(sim.url or "", load, d / "run")
         finally:
             gc.callbacks.remove(cb)
-    res = run.result
+    res = run.result.to_dict()
     print(f"== {a.concurrency} streams, {a.tokens} tokens at 1 ms ITL, {a.duration:g} s after 2 s warm-up: "
           f"{res['throughput']['output_tps']:,.0f} output tok/s, {'VALID' if res['validity']['valid'] else 'INVALID'}, "
           f"client {res['client'].get('busy_cpu_fraction') or res['client']['cpu_fraction']:.2f} cores busy")  # fmt: skip

@@ -221,8 +221,8 @@ def main() -> int:
                     run = run_against(sim.url or "", load, d / f"lg-{r}-{level}", prefix=f"lg{r}x{level}")
                     time.sleep(0.3)
                     e = truth_errors(d / f"lg-{r}-{level}", truth_log)
-                    reqs = run.result["counts"]["completed"]
-                    e["cpu_ms_per_request"] = 1e3 * run.result["client"]["cpu_s"] / max(reqs, 1)
+                    reqs = run.result.counts["completed"]
+                    e["cpu_ms_per_request"] = 1e3 * run.result.client["cpu_s"] / max(reqs, 1)
                     rows.setdefault((level, "loadgen"), []).append(e)
                     for kind, kernel in (("recv", False), ("kernel", True)):
                         got = asyncio.run(bare_client(sim.url or "", level, a.seconds + 1, a.tokens, kernel,

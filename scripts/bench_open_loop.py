@@ -31,7 +31,7 @@ def one(arrival: str, rate: float, duration_s: float) -> dict[str, Any]:
             rate_rps=rate, arrival=arrival, duration_s=duration_s, input_tokens=16, output_tokens=8, seed=1
         )
         run = run_against(sim.url, load, d / "run", prefix=arrival[:1])
-    res = run.result
+    res = run.result.to_dict()
     truth = sorted(
         t["arrival_ns"]
         for t in read_jsonl(truth_path)
@@ -62,13 +62,13 @@ def overload(rate: float) -> dict[str, Any]:
     with SimProcess(SIM) as sim:
         load = LoadConfig(rate_rps=rate, arrival="constant", duration_s=5.0, input_tokens=8, output_tokens=2)
         run = run_against(sim.url, load, d / "run")
-    v = run.result["validity"]
+    v = run.result.validity
     failed = [c["detail"] for c in v["checks"] if not c["ok"] and c["group"] == "generator"]
     return {
         "valid": v["valid"],
         "limited_by": v["limited_by"],
         "reasons": failed,
-        "unsent": run.result["counts"]["unsent"],
+        "unsent": run.result.counts["unsent"],
     }
 
 

@@ -194,7 +194,7 @@ def spot_check(
         "requests": meas,
         "measured_ms": measured,
         "virtual_ms": virtual,
-        "valid": run.result["validity"]["valid"],
+        "valid": run.result.validity["valid"],
     }
 
 

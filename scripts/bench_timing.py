@@ -29,7 +29,7 @@ def one_run(i: int, requests: int) -> dict[str, float]:
     ) as sim:
         load = LoadConfig(concurrency=1, requests=requests, input_tokens=32, output_tokens=64, warmup_requests=1)
         run = run_against(sim.url, load, d / "run", prefix=f"t{i}")
-    t0 = run.result["conditions"]["t0_monotonic_ns"]
+    t0 = run.result.conditions["t0_monotonic_ns"]
     truth = {t["request_id"]: t for t in read_jsonl(truth_path) if t.get("request_id")}
     ttft_c, ttft_t, itl_c, itl_t, err_ttft = [], [], [], [], []
     err_itl: list[float] = []

@@ -119,7 +119,7 @@ def check(
     end = _mem_mib()
     mem["end"], mem["peak"] = end.get("VmRSS"), end.get("VmHWM")
     time.sleep(0.3)  # the sim's last truth lines
-    res = run.result
+    res = run.result.to_dict()
     t0 = res["conditions"]["t0_monotonic_ns"]
     truth = {
         t["request_id"]: t

@@ -217,8 +217,8 @@ async def soak(
             "unsent": out.unsent + out.unsent_warmup,
             "kinds": kinds,
             "accounted": n_rec + out.unsent + out.unsent_warmup == fig["scheduled"],
-            "valid": m.result["validity"]["valid"],
-            "limited_by": m.result["validity"].get("limited_by"),
+            "valid": m.result.valid,
+            "limited_by": m.result.validity.get("limited_by"),
             "aborted_reason": out.client.aborted_reason,
             "loop_lag_p99_ms": sorted(out.client.loop_lag_ms)[int(0.99 * (len(out.client.loop_lag_ms) - 1))]
             if out.client.loop_lag_ms

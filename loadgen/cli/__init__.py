@@ -109,18 +109,19 @@ def run_exit_code(run: MeasuredRun | None, err: Console) -> int:
     if run is None:
         return EXIT_OK
     result = run.result
-    if result["interrupted"]:
+    if result.interrupted:
         return EXIT_INTERRUPTED
-    counts = result["counts"]
+    counts = result.counts
     if counts["requests"] and not counts["completed"]:
         kinds = ", ".join(f"{k} {v}" for k, v in counts["errors_by_kind"].items())
         err.print(f"[red]error:[/] all {counts['requests']} measured requests failed ({kinds}): nothing was measured")
         return EXIT_ALL_FAILED
-    if not result["validity"]["valid"]:
+    if not result.valid:
         return EXIT_FAIL
-    if result["validity"].get("server_failed"):  # over half failed: the server's errors (validity.MOSTLY_FAILED)
+    if result.validity.get("server_failed"):  # over half failed: the server's errors (validity.MOSTLY_FAILED)
         return EXIT_FAIL
-    if result.get("slo") and not result["slo"]["met"]:
+    slo = result.block("slo")
+    if slo and not slo["met"]:
         return EXIT_FAIL
     return EXIT_OK
 

@@ -127,7 +127,7 @@ def run_validation(
     finally:
         for s in sims:
             s.stop()
-    res = run.result
+    res = run.result.to_dict()
     verdict = judge_replay(res, run_dir, cap)
     thr = res.get("throughput") or {}
     bal = ((res.get("conditions") or {}).get("endpoint") or {}).get("balance") or {}

@@ -157,20 +157,21 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
     from loadgen.engine.recordlog import write_requests_csv
 
     write_requests_csv(out_dir / "requests.jsonl", out_dir / "requests.csv")
-    render_run(run.result, console, str(out_dir))
-    if ((run.result.get("server") or {}).get("series") or {}).get("t_s"):  # server gauges read: one time axis
+    result = run.result.to_dict()  # the renderers read result.json's body
+    render_run(result, console, str(out_dir))
+    if ((result.get("server") or {}).get("series") or {}).get("t_s"):  # server gauges read: one time axis
         from loadgen.report.run_html import write_run_report
 
-        if write_run_report(run.result, out_dir) is not None:
+        if write_run_report(result, out_dir) is not None:
             console.print(f"report.html (client and server on one time axis) in {out_dir}", markup=False)
-    if run.result.get("sessions"):
+    if result.get("sessions"):
         from loadgen.report.session_summary import render_sessions
 
-        render_sessions(run.result["sessions"], console)
-    if run.result.get("max_throughput"):  # --rate inf: the batch scorecard
+        render_sessions(result["sessions"], console)
+    if result.get("max_throughput"):  # --rate inf: the batch scorecard
         from loadgen.report.batch import render_batch
 
-        render_batch(run.result["max_throughput"], console)
+        render_batch(result["max_throughput"], console)
     write_exports(kw.get("exports") or (), out_dir, lambda line: console.print(line, markup=False))
     return run
 

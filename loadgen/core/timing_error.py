@@ -46,12 +46,12 @@ FROM_SCHEDULE = ("ttft", "time_to_first_answer_token", "e2e")
 """Targets measured from the scheduled time: a late send is part of their value."""
 
 
-def timing_only(result: dict[str, Any]) -> bool:
+def timing_only(validity: dict[str, Any]) -> bool:
     """Did this run (or a probe's segment) fail only checks of the client's timing (:data:`TIMING_CHECKS`)?
 
-    ``result``: a ``result.json`` body, or any dict with its ``validity``. False when no generator check failed.
+    ``validity``: a ``result.json``'s ``validity`` block. False when no generator check failed.
     """
-    v = result.get("validity") or {}
+    v = validity
     failed = [c["name"] for c in v.get("checks", []) if c.get("group") == "generator" and not c.get("ok")]
     return bool(failed) and all(name in TIMING_CHECKS for name in failed)
 

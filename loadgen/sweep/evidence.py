@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.core.run_result import RunResult
 from loadgen.core.slo import TargetJudge, allowed_fraction, judge_counts, judged_per_request, probe_target_verdict
 from loadgen.core.stability import TAIL_FRACTION
 from loadgen.sweep.config import SweepConfig
@@ -58,7 +59,7 @@ def closed_loop_extension_s(
     return scfg.probe_duration_s
 
 
-def closed_loop_sent_rps(results: list[dict[str, Any]]) -> float | None:
+def closed_loop_sent_rps(results: list[RunResult]) -> float | None:
     """A closed-loop probe's sent rate: measured requests sent / the probe's duration, over all segments.
 
     sum(counts.requests - counts.unsent) / sum(duration_s), ``duration_s`` from the first
@@ -67,8 +68,8 @@ def closed_loop_sent_rps(results: list[dict[str, Any]]) -> float | None:
     (``achieved_send_rps``): a closed loop's users all send at the ramp, so with few
     requests that span is the ramp's few ms (16 users' first sends in 18 ms read 844 req/s).
     """
-    sent = sum((r.get("counts") or {}).get("requests", 0) - (r.get("counts") or {}).get("unsent", 0) for r in results)
-    dur = sum(r.get("duration_s") or 0.0 for r in results)
+    sent = sum(r.counts.get("requests", 0) - r.counts.get("unsent", 0) for r in results)
+    dur = sum(r.duration_s or 0.0 for r in results)
     return sent / dur if dur > 0 and sent > 0 else None
 
 

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loadgen.core.metrics import RequestMetrics
+from loadgen.core.run_result import RunResult
 from loadgen.core.slo import (
     itl_probe_verdict,
     judge_counts,
@@ -197,7 +198,7 @@ async def run_probe(
         base.bounds, max_schedule_lag_p99_ms=lag_ms, schedule_lag_note=lag_note, max_loop_lag_p99_ms=loop_ms
     )
     segments = 0
-    results: list[dict[str, Any]] = []
+    results: list[RunResult] = []
     total_duration = 0.0
     stability: list[str] = []
     unstable = False
@@ -208,7 +209,7 @@ async def run_probe(
     seg_duration_s = scfg.probe_duration_s  # closed loop: a segment's length (extended in time)
     while True:
         seg_dir = out_dir if segments == 0 else out_dir / f"extension-{segments}"
-        e2e_p99_s = ((results[0]["latency_ms"].get("e2e") or {}).get("p99") or 0.0) / 1e3 if results else 0.0
+        e2e_p99_s = ((results[0].latency_ms.get("e2e") or {}).get("p99") or 0.0) / 1e3 if results else 0.0
         warm_s = max(scfg.warmup_s(), min(3 * e2e_p99_s, scfg.probe_duration_s))
         judge.new_segment()
         if concurrency is None:
@@ -280,13 +281,13 @@ async def run_probe(
         finally:
             watcher.cancel()
         results.append(run.result)
-        total_duration += run.result["duration_s"]
+        total_duration += run.result.duration_s or 0.0
         segments += 1
         judge.dep.end_segment()  # the segment's dependence between requests (loadgen.sweep.evidence)
-        if run.result.get("interrupted") and not judge.stopped_early:
+        if run.result.interrupted and not judge.stopped_early:
             interrupted = True  # the user stopped it: no verdict from what it holds, and no extension
             break
-        if (not run.result["validity"]["valid"] and not timing_only(run.result)) or judge.stopped_early:
+        if (not run.result.valid and not timing_only(run.result.validity)) or judge.stopped_early:
             break  # a load the client could not send as asked (not only timed late): no verdict to extend
         if concurrency is not None:
             ext = closed_loop_extension_s(judge.targets, scfg, need, total_duration, segments)
@@ -316,7 +317,7 @@ async def run_probe(
                     break
                 seg_requests = longer
                 left = scfg.max_extensions - segments + 1  # segments still possible, this one included
-                done = sum((r.get("counts") or {}).get("requests") or 0 for r in results)
+                done = sum(r.counts.get("requests") or 0 for r in results)
                 judge.set_cap(max(judge.n_cap, done + seg_requests * most * (2**left - 1)))
             elif "fail" in verdicts or all(v == "pass" for v in verdicts):
                 break
@@ -337,7 +338,7 @@ async def run_probe(
             0, f"certifying: judged with the earlier probe at this rate ({probe.judged_requests} requests)"
         )
     probe.stability = stability
-    probe.schedule_realized_rps = results[0].get("client", {}).get("schedule_realized_rps")
+    probe.schedule_realized_rps = results[0].client.get("schedule_realized_rps")
     if unstable and probe.verdict not in ("invalid", "rate_limited"):
         probe.verdict = "fail"
         probe.low_confidence = False  # a growing backlog is a FAIL at the trend test's own 1 %: not a point estimate
@@ -382,7 +383,7 @@ async def run_probe(
 def _finish_probe(
     judge: ProbeJudge,
     scfg: SweepConfig,
-    results: list[dict[str, Any]],
+    results: list[RunResult],
     rate: float,
     out_dir: Path,
     duration: float,
@@ -392,7 +393,7 @@ def _finish_probe(
 ) -> Probe:
     first = results[0]
     last = results[-1]
-    invalid = [r for r in results if not r["validity"]["valid"]]
+    invalid = [r for r in results if not r.valid]
     ef: dict[str, float | None] = {}
     cb: dict[str, list[float]] = {}
     reasons: list[str] = []
@@ -402,7 +403,7 @@ def _finish_probe(
     for i, tj in enumerate(judge.targets):
         t = tj.target
         if not judged_per_request(t):
-            ok, v_ms = itl_probe_verdict(t, last.get("slo"))
+            ok, v_ms = itl_probe_verdict(t, last.block("slo"))
             ef[t.label] = None
             cb[t.label] = []
             reasons.append(f"{t.label}: pooled per-token value {v_ms} ms (no confidence bound)")
@@ -444,11 +445,11 @@ def _finish_probe(
             )
     validity_detail: list[str] = []
     flip = None
-    if invalid and not interrupted and all(timing_only(r) for r in invalid):  # loadgen.sweep.client_error
-        bounds: list[float | None] = [(r.get("client") or {}).get("timing_error_bound_ms") for r in results]
+    if invalid and not interrupted and all(timing_only(r.validity) for r in invalid):  # loadgen.sweep.client_error
+        bounds: list[float | None] = [r.client.get("timing_error_bound_ms") for r in results]
         flip = flip_test(
             [(tj, judge.dep.effective(i, tj), judge.logs.get(i)) for i, tj in enumerate(judge.targets)],
-            [(x.target, itl_probe_verdict(x.target, last.get("slo"))[1]) for x in judge.targets
+            [(x.target, itl_probe_verdict(x.target, last.block("slo"))[1]) for x in judge.targets
              if not judged_per_request(x.target)],
             None if any(b is None for b in bounds) else max(b for b in bounds if b is not None),
             scfg.confidence, stopped_early=judge.stopped_early, fail_k=judge.fail_k,
@@ -458,7 +459,7 @@ def _finish_probe(
         if flip.stands:
             kept, invalid = invalid, []  # the figures stay in validity_detail; the verdict stands
             low_conf |= flip.point
-            validity_detail += [c["detail"] for r in kept for c in r["validity"]["checks"] if not c["ok"]
+            validity_detail += [c["detail"] for r in kept for c in r.validity["checks"] if not c["ok"]
                                 and c["group"] == "generator"]  # fmt: skip
     if invalid and not interrupted:
         if judge.fails_on_server_errors():
@@ -468,10 +469,8 @@ def _finish_probe(
             verdict = "invalid"
     if invalid:
         for r in invalid:
-            validity_detail += [
-                c["detail"] for c in r["validity"]["checks"] if not c["ok"] and c["group"] == "generator"
-            ]
-    counts = [r.get("counts") or {} for r in results]
+            validity_detail += [c["detail"] for c in r.validity["checks"] if not c["ok"] and c["group"] == "generator"]
+    counts = [r.counts for r in results]
     limited = sum((c.get("errors_by_kind") or {}).get("rate_limited", 0) for c in counts)
     decided = sum((c.get("requests") or 0) - (c.get("errors_by_kind") or {}).get("cancelled", 0) for c in counts)
     rl_frac = limited / decided if decided else None
@@ -481,17 +480,17 @@ def _finish_probe(
     if interrupted:
         verdict = "interrupted"
         reasons.insert(0, "stopped by the user before its verdict: not extended, no verdict from the counts so far")
-    thr = first["throughput"]
-    lat = {t.metric: first["latency_ms"].get(t.metric) for t in scfg.slos}
+    thr = first.throughput
+    lat = {t.metric: first.latency_ms.get(t.metric) for t in scfg.slos}
     judged = [x["requests"] for x in targets if "requests" in x]
     return Probe(
         targets=targets,
         client_timing=flip.facts if flip is not None else None,
         judged_requests=min(judged) if judged else None,
-        e2e_p99_ms=(first["latency_ms"].get("e2e") or {}).get("p99"),
-        tpot_p50_ms=(first["latency_ms"].get("tpot") or {}).get("p50"),
-        by_turn=(first.get("sessions") or {}).get("by_turn"),
-        prefix_cache_hit_rate=(first.get("sessions") or {}).get("prefix_cache_hit_rate"),
+        e2e_p99_ms=(first.latency_ms.get("e2e") or {}).get("p99"),
+        tpot_p50_ms=(first.latency_ms.get("tpot") or {}).get("p50"),
+        by_turn=(first.block("sessions") or {}).get("by_turn"),
+        prefix_cache_hit_rate=(first.block("sessions") or {}).get("prefix_cache_hit_rate"),
         sent_rps=closed_loop_sent_rps(results) if concurrency is not None else thr["achieved_send_rps"],
         offered_rps=rate,
         verdict=verdict,

@@ -322,15 +322,15 @@ class Sweep:
             install_signal_handlers=False,
             runner_hook=self._set_runner,
         )
-        window_rps = run.result["throughput"]["request_rps"]
-        e2e = run.result["latency_ms"].get("e2e") or {}
+        window_rps = run.result.request_rps
+        e2e = run.result.latency_ms.get("e2e") or {}
         little_rps = calibration_little_rps(self.scfg.calibration_concurrency, e2e.get("mean"))
         x = max((v for v in (window_rps, little_rps) if v), default=window_rps)
         if e2e.get("p99") is not None and x:
             self.plan.e2e_p99_s, self.plan.e2e_p50_s, self.plan.cal_rps = e2e["p99"] / 1e3, e2e["p50"] / 1e3, x
         self.calibration = {
             "concurrency": self.scfg.calibration_concurrency,
-            "duration_s": run.result["duration_s"],
+            "duration_s": run.result.duration_s,
             "request_rps": x,
             "window_request_rps": window_rps,
             "little_request_rps": little_rps,

@@ -62,7 +62,7 @@ async def unloaded_check(
         install_signal_handlers=False,
         runner_hook=runner_hook,
     )
-    return judge_unloaded(run.result, scfg, n)
+    return judge_unloaded(run.result.to_dict(), scfg, n)
 
 
 def judge_unloaded(result: dict[str, Any], scfg: SweepConfig, n: int) -> dict[str, Any]:

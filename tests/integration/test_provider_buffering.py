@@ -84,7 +84,7 @@ def test_run_against_the_simulated_endpoint_behind_a_buffering_proxy(tmp_path: P
                     await ep.close()
 
         run = asyncio.run(go())
-    res = run.result
+    res = run.result.to_dict()
     lines = [json.loads(x) for x in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert res["counts"]["completed"] == 8 and res["counts"]["buffered"] == 8
     assert all(ln["buffered"] is True and ln["tpot_ms"] is None and ln["itl_ms"] == [] for ln in lines)

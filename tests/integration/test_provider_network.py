@@ -159,7 +159,7 @@ def test_run_records_network_per_request_and_baseline(cert: tuple[Path, Path], t
     for ln in lines:
         assert ln["connection_reused"] is False and ln["tls_ms"] > 0 and ln["tcp_connect_ms"] > 0
         assert 0 < ln["time_to_headers_ms"] and ln["ttft_from_sent_ms"] < ln["ttft_ms"]
-    net = run.result["conditions"]["endpoint"]["network"]
+    net = run.result.conditions["endpoint"]["network"]
     assert net["host"] == "localhost" and "127.0.0.1" in net["resolved_addresses"]
     assert len(net["tcp_connect_ms"]) == 3 and all(v is not None for v in net["cheap_request_ms"])
     pr = run.aggregator.provider_result()

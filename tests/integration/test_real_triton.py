@@ -70,8 +70,9 @@ def _measure(srv: ServerProcess, protocol: str, out: Path, **load: Any) -> tuple
         try:
             await obs.begin()
             run = await measure(ep, cfg, out, install_signal_handlers=False)
-            await obs.end(run.result)
-            return run.result
+            res = run.result.to_dict()
+            await obs.end(res)
+            return res
         finally:
             await ep.close()
             await obs.close()
@@ -220,7 +221,7 @@ def _measure_model(srv: ServerProcess, protocol: str, url: str, model: str, out:
         ep = TritonEndpoint(TritonConfig(url=url, protocol=protocol, model=model))  # type: ignore[arg-type]  # protocol: "http" or "grpc"
         await ep.open()
         try:
-            return (await measure(ep, cfg, out, install_signal_handlers=False)).result
+            return (await measure(ep, cfg, out, install_signal_handlers=False)).result.to_dict()
         finally:
             await ep.close()
 

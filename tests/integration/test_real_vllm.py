@@ -440,7 +440,7 @@ def test_chat_sessions_cached_tokens_rise_and_match_metrics(
         finally:
             await ep.close()
             await obs.close()
-        return run.result
+        return run.result.to_dict()
 
     res = asyncio.run(go())
     recs = [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]

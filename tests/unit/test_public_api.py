@@ -14,6 +14,7 @@ PUBLIC = [
     "MeasuredRun",
     "RequestRecord",
     "RequestSpec",
+    "RunResult",
     "SLOTarget",
     "Sweep",
     "SweepConfig",

@@ -20,12 +20,15 @@ from loadgen.sweep import ProbeJudge, Sweep, SweepConfig
 from loadgen.sweep.config import SweepContext
 from loadgen.sweep.probe import _finish_probe, run_probe
 from loadgen.sweep.verdict import INTERRUPTED, interrupted_answer, probe_verdict_text, text_of
+from tests.fixtures.run_results import run_result
 from tests.unit.test_sweep_logic import MS, P90, FakeRunner, feed, rec, result
 
 
 def finish(j: ProbeJudge, results: list[dict[str, Any]], interrupted: bool) -> Any:
     scfg = SweepConfig(slos=[t.target for t in j.targets], probe_duration_s=2.0)
-    return _finish_probe(j, scfg, results, 50.0, Path("probe-x"), 2.0, len(results), None, interrupted)
+    return _finish_probe(
+        j, scfg, [run_result(r) for r in results], 50.0, Path("probe-x"), 2.0, len(results), None, interrupted
+    )
 
 
 # --------------------------------------------------------------------------- the rule on counts
@@ -74,7 +77,7 @@ def _fake_measure(calls: list[bool], n: int) -> Any:
             kw["on_record"](r, compute(r))
         res = result()
         res.update(interrupted=False, counts={"requests": n, "errors_by_kind": {}}, client={})
-        return SimpleNamespace(result=res)
+        return SimpleNamespace(result=run_result(res))
 
     return fake
 

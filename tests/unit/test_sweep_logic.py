@@ -20,6 +20,7 @@ from loadgen.core.types import Phase, RequestRecord, TokenEvent
 from loadgen.engine.results import Aggregator
 from loadgen.sweep import Probe, ProbeJudge, SweepConfig, cost_per_million, non_monotonic
 from loadgen.sweep.probe import _finish_probe
+from tests.fixtures.run_results import run_result
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -369,7 +370,7 @@ def result(valid: bool = True) -> dict[str, Any]:
 
 def finish(j: ProbeJudge, results: list[dict[str, Any]]) -> Probe:
     scfg = SweepConfig(slos=[t.target for t in j.targets], probe_duration_s=2.0, confidence=0.95)
-    return _finish_probe(j, scfg, results, 50.0, Path("probe-x"), 2.0, len(results), None)
+    return _finish_probe(j, scfg, [run_result(r) for r in results], 50.0, Path("probe-x"), 2.0, len(results), None)
 
 
 def test_finish_decided_and_low_confidence_verdicts() -> None:

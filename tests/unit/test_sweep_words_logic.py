@@ -32,6 +32,7 @@ from loadgen.sweep.plan import SETUP_S, Plan, bisection_steps, calibration_littl
 from loadgen.sweep.probe import _finish_probe
 from loadgen.sweep.unloaded import judge_unloaded
 from loadgen.sweep.verdict import evidence_rule, probe_verdict_text, target_verdict
+from tests.fixtures.run_results import run_result
 
 MS = 1_000_000
 P99 = SLOTarget("ttft", 99.0, 300 * MS)
@@ -87,7 +88,7 @@ def finished(j: ProbeJudge, slos: list[SLOTarget], concurrency: int | None = Non
         "duration_s": 2.0,
         "counts": {"requests": 16, "unsent": 0},
     }
-    p = _finish_probe(j, SweepConfig(slos=slos), [res], 50.0, Path("p"), 2.0, 1, concurrency)
+    p = _finish_probe(j, SweepConfig(slos=slos), [run_result(res)], 50.0, Path("p"), 2.0, 1, concurrency)
     p.verdict_text = probe_verdict_text(p.verdict, low_confidence=p.low_confidence, stopped_early=p.stopped_early)
     return p
 
@@ -148,12 +149,12 @@ def test_closed_loop_extension_sized_to_the_needed_requests() -> None:
 
 def test_closed_loop_sent_rate_is_over_the_probe_not_the_ramp() -> None:
     # 16 users' first sends within 18 ms read 844 req/s as (N - 1) / send span; 16 over 2 s is 8
-    assert closed_loop_sent_rps([{"counts": {"requests": 16, "unsent": 0}, "duration_s": 2.0}]) == 8.0
+    assert closed_loop_sent_rps([run_result({"counts": {"requests": 16, "unsent": 0}, "duration_s": 2.0})]) == 8.0
     segs = [
         {"counts": {"requests": 30, "unsent": 2}, "duration_s": 4.0},
         {"counts": {"requests": 12}, "duration_s": 1.0},
     ]
-    assert closed_loop_sent_rps(segs) == 8.0
+    assert closed_loop_sent_rps([run_result(s) for s in segs]) == 8.0
 
 
 # --------------------------------------------------------------------------- unloaded check
