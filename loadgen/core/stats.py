@@ -1,36 +1,42 @@
 """Small exact statistics used by SLO verdicts: binomial confidence bounds.
 
 Clopper-Pearson ("exact") one-sided bounds for an exceedance fraction, found by
-bisection on the binomial CDF computed in log space (no SciPy needed). MLPerf
+bisection on the binomial CDF computed in log space (numpy; no SciPy needed). MLPerf
 LoadGen's early stopping uses the same kind of binomial test to decide whether a
 latency percentile is met from the count of queries over the bound.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
+import numpy as np
 
-def _log_binom_pmf(i: int, n: int, p: float) -> float:
-    if p <= 0.0:
-        return 0.0 if i == 0 else -math.inf
-    if p >= 1.0:
-        return 0.0 if i == n else -math.inf
-    return math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (n - i) * math.log1p(-p)
+
+@functools.lru_cache(maxsize=32)
+def _log_choose(k: int, n: int) -> np.ndarray:
+    """log C(n, i) for i = 0..k (read-only): what every term of P(X <= k) shares whatever p is, so a
+    bound's bisection (80 values of p) computes it once, not 80 times (k = 10,000 of 1,000,000: 2.5 s -> ms)."""
+    out = np.fromiter((math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(k + 1)),
+                      dtype=np.float64, count=k + 1)  # fmt: skip
+    out.flags.writeable = False
+    return out
 
 
 def binom_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p)."""
+    """P(X <= k) for X ~ Binomial(n, p): the sum of the pmf in log space (the largest term factored out)."""
     if k < 0:
         return 0.0
     if k >= n:
         return 1.0
-    logs = [_log_binom_pmf(i, n, p) for i in range(k + 1)]
-    m = max(logs)
-    if m == -math.inf:
-        return 0.0
-    return min(1.0, math.exp(m) * sum(math.exp(x - m) for x in logs))
+    if p <= 0.0 or p >= 1.0:  # all the mass at 0 (or at n > k)
+        return 1.0 if p <= 0.0 else 0.0
+    i = np.arange(k + 1, dtype=np.float64)
+    logs = _log_choose(k, n) + i * math.log(p) + (n - i) * math.log1p(-p)
+    m = float(logs.max())
+    return min(1.0, math.exp(m) * float(np.exp(logs - m).sum()))
 
 
 def _bisect(f: Callable[[float], float], lo: float, hi: float, iters: int = 80) -> float:

@@ -180,12 +180,18 @@ def test_unloaded_median_over_the_threshold_names_value_and_threshold() -> None:
 # --------------------------------------------------------------------------- search below a client limit
 
 
+async def _no_starving(**_: Any) -> bool:
+    return False
+
+
 def stub_sweep(verdict_of: Any, undecided: Any = lambda r: False, **kw: Any) -> Sweep:
     """A sweep whose probes' verdicts are scripted: ``verdict_of(rate)``; ``undecided(rate)``: the probe
     reached --max-probe-duration undecided (a point estimate)."""
     scfg = SweepConfig(slos=[P99], calibration_s=0, unloaded_requests=0, **kw)
     base = SimpleNamespace(bounds=SimpleNamespace(max_schedule_lag_p99_ms=None))
     sw = Sweep(None, base, scfg, Path("/nonexistent"), config_record={})  # type: ignore[arg-type]  # never sends
+    # no wake-up measurement: on a busy machine a real one refused the scripted sweep as starved (no probe ran)
+    sw.starved.before_load = _no_starving  # type: ignore[method-assign]  # the verdicts are scripted
 
     async def verdict_at(rate: float) -> str:
         v = verdict_of(rate)
