@@ -10,17 +10,14 @@ plus those already on the wire. The others complete.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_run
 
-REPO = Path(__file__).resolve().parents[2]
 ITL_MS = 5.0
 
 
@@ -36,12 +33,10 @@ def test_walk_aways_are_counted_apart_and_the_server_stops(tmp_path: Path, after
     sim_args = ["--ttft-ms", "20", "--itl-ms", str(ITL_MS), "--itl-per-seq-ms", "0", "--truth-log", str(truth_path)]
     with SimProcess(sim_args) as sim:
         assert sim.url is not None
-        proc = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url,
-                               "--rate", "30", "--requests", "90", "--input-tokens", "16", "--output-tokens", "60",
-                               "--abandon", f"30%,{after}", "--slo", "ttft:p99<=2s", "--no-progress",
-                               "--out", str(out)],
-                              capture_output=True, text=True, timeout=120, cwd=str(REPO),
-                              env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+        proc = cli_run("run", "--endpoint", sim.url,
+                       "--rate", "30", "--requests", "90", "--input-tokens", "16", "--output-tokens", "60",
+                       "--abandon", f"30%,{after}", "--slo", "ttft:p99<=2s", "--no-progress",
+                       out=out, timeout=120)  # fmt: skip
     assert (out / "result.json").exists(), proc.stderr[-2000:]
     res = json.loads((out / "result.json").read_text())
     t0 = res["conditions"]["t0_monotonic_ns"]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.node_env import node_python, readme_node_packages
 from tests.fixtures.ray_head import ray_head as start_ray_head
 
@@ -56,14 +57,13 @@ def bare_head() -> Iterator[tuple[str, str]]:
 def test_cli_run_on_nodes_without_loadgen_ships_the_drivers_package(bare_head: tuple[str, str], tmp_path: Path) -> None:
     address, _ = bare_head
     # the driver runs its installed loadgen from another directory: Ray hands the driver's sys.path[0]
-    # (here the checkout, with -m from it) to the actors of a one-host cluster, which would hide the test
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPENAI_API_KEY")}
-    env.update(RAY_USAGE_STATS_ENABLED="0", COLUMNS="200")
+    # (here the checkout, with -m from it) to the actors of a one-host cluster, which would hide the test;
+    # so not this checkout on PYTHONPATH either
     out = tmp_path / "run"
-    p = subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", "--cluster", address, "--workers", "2", "--rate", "20",
-         "--requests", "20", "--input-tokens", "8", "--output-tokens", "4", "--arrival", "constant", "--out", str(out)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+    p = cli_run(
+        "run", "--cluster", address, "--workers", "2", "--rate", "20",
+        "--requests", "20", "--input-tokens", "8", "--output-tokens", "4", "--arrival", "constant", out=out,
+        cwd=tmp_path, env={"PYTHONPATH": None, "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}, timeout=240,
     )  # fmt: skip
     assert p.returncode in (0, 1), p.stderr[-3000:]  # 1: INVALID on a busy machine; the run happened
     assert "shipping the driver's package" in p.stderr

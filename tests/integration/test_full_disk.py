@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+from tests.fixtures.cli_proc import cli_run
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
@@ -24,11 +22,9 @@ def test_a_full_disk_stops_the_run_with_one_line(tmp_path: Path, workers: str) -
     out, truth = tmp_path / "out", tmp_path / "truth.jsonl"
     out.mkdir()
     (out / "requests.jsonl").symlink_to("/dev/full")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "250"}
-    p = subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", "--rate", "20", "--requests", "200", "--output-tokens", "4",
-         "--workers", workers, "--sim-args", f"--ttft-ms 5 --itl-ms 1 --truth-log {truth}", "--out", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    p = cli_run(
+        "run", "--rate", "20", "--requests", "200", "--output-tokens", "4",
+        "--workers", workers, "--sim-args", f"--ttft-ms 5 --itl-ms 1 --truth-log {truth}", out=out, timeout=120,
     )  # fmt: skip
     assert p.returncode == 7, p.stderr
     assert "Traceback" not in p.stderr

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import struct
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.fake_platforms import openai_chat_writes
 from tests.fixtures.scripted_server import ScriptedServer
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _size(url: str) -> tuple[int, int]:
@@ -43,11 +40,9 @@ def test_bodies_carry_the_stated_images(tmp_path: Path, api: str) -> None:
     srv = ScriptedServer([script for _ in range(8)]).start_in_thread()
     out = tmp_path / "run"
     try:
-        proc = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", srv.url, "--api", api,
-                               "--model", "scripted", "--rate", "10", "--requests", "4", "--input-tokens", "16",
-                               "--output-tokens", "2", "--images", "2,96x64", "--no-progress", "--out", str(out)],
-                              capture_output=True, text=True, timeout=120, cwd=str(REPO),
-                              env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+        proc = cli_run("run", "--endpoint", srv.url, "--api", api,
+                       "--model", "scripted", "--rate", "10", "--requests", "4", "--input-tokens", "16",
+                       "--output-tokens", "2", "--images", "2,96x64", "--no-progress", out=out, timeout=120)  # fmt: skip
     finally:
         srv.stop_thread()
     res = json.loads((out / "result.json").read_text())
@@ -142,12 +137,10 @@ def test_url_images_are_fetched_from_the_clients_image_server(tmp_path: Path) ->
     test downloads (every fetch a 200 PNG of the stated size, every image distinct); the helper is gone after."""
     out = tmp_path / "run"
     with _FetchingServer() as srv:
-        proc = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", srv.url, "--api", "chat",
-                               "--model", "fetcher", "--rate", "10", "--requests", "5", "--input-tokens", "16",
-                               "--output-tokens", "2", "--images", "2,80x40,url", "--no-preflight", "--no-progress",
-                               "--out", str(out)],
-                              capture_output=True, text=True, timeout=120, cwd=str(REPO),
-                              env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+        proc = cli_run("run", "--endpoint", srv.url, "--api", "chat",
+                       "--model", "fetcher", "--rate", "10", "--requests", "5", "--input-tokens", "16",
+                       "--output-tokens", "2", "--images", "2,80x40,url", "--no-preflight", "--no-progress",
+                       out=out, timeout=120)  # fmt: skip
     res = json.loads((out / "result.json").read_text())
     assert res["counts"]["completed"] == 5, proc.stderr[-2000:]
     rec = res["config"]["workload"]["images"]

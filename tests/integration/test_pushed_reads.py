@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -26,6 +24,7 @@ from loadgen.core.types import RequestRecord
 from loadgen.endpoints.openai_stream import OpenAIStreamParser
 from loadgen.endpoints.reads import read_pushed
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.raw_http import RawHTTPServer, chunk, read_request, reset
 
 TOKENS = 40
@@ -138,10 +137,9 @@ def test_reader_error_and_reset_surface_in_the_task() -> None:
 def test_fast_server_serves_loadgen_run_with_a_truth_log(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     with SimProcess(["--fast", "--ttft-ms", "5", "--itl-ms", "1", "--truth-log", str(truth)]) as sim:
-        p = subprocess.run(
-            [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url or "", "--concurrency", "4",
-             "--requests", "24", "--output-tokens", "16", "--out", str(tmp_path / "run"), "--quiet"],
-            capture_output=True, text=True, timeout=120,
+        p = cli_run(
+            "run", "--endpoint", sim.url or "", "--concurrency", "4",
+            "--requests", "24", "--output-tokens", "16", "--out", str(tmp_path / "run"), "--quiet", timeout=120,
         )  # fmt: skip
     assert p.returncode in (0, 1), p.stderr[-2000:]
     rows = [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines() if x.strip()]

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from loadgen.serve.vllm import find_server_python, is_cpu_build
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.tiny_model import build_tiny_model
 
 pytestmark = [
@@ -29,8 +28,6 @@ pytestmark = [
     ),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def test_cli_run_serve_vllm_on_cpu_without_engine_options(tmp_path: Path) -> None:
     py, source = find_server_python("vllm")
@@ -40,15 +37,14 @@ def test_cli_run_serve_vllm_on_cpu_without_engine_options(tmp_path: Path) -> Non
         pytest.skip("the vLLM environment is not a CPU build")
     pytest.importorskip("tokenizers")
     model = build_tiny_model(tmp_path / "tiny")
-    env = dict(os.environ, VLLM_CACHE_ROOT=str(tmp_path / "cache"))
-    env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    env: dict[str, str | None] = {"VLLM_CACHE_ROOT": str(tmp_path / "cache"), "VLLM_CPU_KVCACHE_SPACE": None}
     if (os.cpu_count() or 1) <= 4:
         env["VLLM_CPU_OMP_THREADS_BIND"] = "0"  # keep a core for the client (as tests/integration/test_real_vllm.py)
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "loadgen.cli", "run", "--serve", "vllm", "--serve-model", str(model),
-           "--served-model-name", "tiny", "--server-python", py, "--serve-args", "--max-model-len 512 --enforce-eager",
-           "--rate", "2", "--requests", "6", "--input-tokens", "16", "--output-tokens", "8", "--out", str(out)]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env, cwd=REPO)
+    p = cli_run("run", "--serve", "vllm", "--serve-model", str(model),
+                "--served-model-name", "tiny", "--server-python", py, "--serve-args", "--max-model-len 512 --enforce-eager",
+                "--rate", "2", "--requests", "6", "--input-tokens", "16", "--output-tokens", "8", out=out,
+                timeout=400, env=env)  # fmt: skip
     print(p.stdout[-3000:], p.stderr[-3000:])
     # 0, or 1 when the busy machine made the client's timing INVALID; never 4 (no start) or 6 (all failed)
     assert p.returncode in (0, 1), p.stderr[-2000:]

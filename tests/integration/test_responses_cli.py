@@ -10,18 +10,16 @@ chat-only fields). A ``--no-stream`` run reads the whole Responses object.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.scripted_server import ScriptedServer
 
-REPO = Path(__file__).resolve().parents[2]
 TTFT_S, ITL_S, TOKENS = 0.030, 0.006, 8
 
 
@@ -46,11 +44,9 @@ def _stream_script() -> dict[str, Any]:
 
 
 def _run(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", url, "--api", "responses",
-                           "--model", "scripted", "--rate", "10", "--requests", "20", "--input-tokens", "16",
-                           "--output-tokens", str(TOKENS), "--no-progress", "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=120, cwd=str(REPO),
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    return cli_run("run", "--endpoint", url, "--api", "responses",
+                   "--model", "scripted", "--rate", "10", "--requests", "20", "--input-tokens", "16",
+                   "--output-tokens", str(TOKENS), "--no-progress", "--out", str(out), *extra, timeout=120)  # fmt: skip
 
 
 @pytest.mark.timing  # TTFT and ITL against the server's flush times: the serial phase

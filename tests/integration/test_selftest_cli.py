@@ -6,24 +6,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.fixtures.cli_proc import cli_run
 
 
 @pytest.mark.timing
 def test_selftest_writes_and_prints_a_certificate(tmp_path: Path) -> None:
     out = tmp_path / "cert"
-    p = subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "selftest", "--users", "8", "--rates", "50", "--duration", "1.5s",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=180, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )  # fmt: skip
+    p = cli_run("selftest", "--users", "8", "--rates", "50", "--duration", "1.5s", out=out, timeout=180)
     assert p.returncode in (0, 1), p.stdout[-2000:] + p.stderr[-2000:]
     cert = json.loads((out / "selftest.json").read_text())
     assert [(x["kind"], x["level"]) for x in cert["levels"]] == [("closed", 8), ("open", 50)]

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import select
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,11 +25,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.fake_platforms import self_signed_cert
 
 pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
-REPO = Path(__file__).resolve().parents[2]
 HANDSHAKE_S = 0.06
 
 
@@ -137,9 +134,6 @@ def test_slow_tls_handshake_is_not_charged_to_the_generator(
 ) -> None:
     front, cert = slow_tls
     out = tmp_path / "run"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.pop("OPENAI_API_KEY", None)
     args = [
         "--endpoint", f"https://127.0.0.1:{front.port}", "--ca-file", str(cert), "--connection-reuse", "none",
         "--no-preflight", "--network-baseline", "off",
@@ -147,10 +141,7 @@ def test_slow_tls_handshake_is_not_charged_to_the_generator(
         "--rate", "20", "--requests", "40", "--arrival", "constant", "--input-tokens", "8", "--output-tokens", "4",
         "--out", str(out),
     ]  # fmt: skip
-    p = subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    p = cli_run("run", *args, timeout=120)
     assert (out / "result.json").exists(), p.stdout[-2000:] + p.stderr[-3000:]
     res = json.loads((out / "result.json").read_text())
     assert res["counts"]["completed"] == 40, (

@@ -8,25 +8,19 @@ delay): latency counts from that due time (docs/measurement.md, Sessions), so th
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.fixtures.cli_proc import cli_run
 
 
 def test_closed_loop_sessions_record_the_origin_their_latencies_use(tmp_path: Path) -> None:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.pop("OPENAI_API_KEY", None)
     out = tmp_path / "run"
-    p = subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "run", "--sessions", "synthetic,turns=3,input=10,output=3,delay=20ms",
-         "--concurrency", "2", "--requests", "3", "--quiet", "--out", str(out), "--sim-args", "--itl-ms 1 --ttft-ms 2"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    p = cli_run(
+        "run", "--sessions", "synthetic,turns=3,input=10,output=3,delay=20ms",
+        "--concurrency", "2", "--requests", "3", "--quiet", "--out", str(out), "--sim-args", "--itl-ms 1 --ttft-ms 2",
+        timeout=120,
     )  # fmt: skip
     assert p.returncode in (0, 1), p.stderr  # 1: INVALID (client timing) on a busy machine is allowed
     result = json.loads((out / "result.json").read_text())

@@ -8,9 +8,7 @@ flight. A clash with the options the stages replace is one usage line.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +16,11 @@ import numpy as np
 import pytest
 
 from loadgen.sim.launch import SimProcess
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.fixtures.cli_proc import cli_run
 
 
 def _run(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", "run", *args, "--input-tokens", "16",
-                           "--output-tokens", "8", "--no-progress", "--out", str(out)],
-                          capture_output=True, text=True, timeout=120, cwd=str(REPO),
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    return cli_run("run", *args, "--input-tokens", "16", "--output-tokens", "8", "--no-progress", out=out, timeout=120)
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

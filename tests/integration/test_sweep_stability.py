@@ -15,33 +15,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+from tests.fixtures.cli_proc import cli_run
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 
 @pytest.mark.timeout(150)
 def test_an_overloaded_probe_whose_percentile_passes_fails_unstable(tmp_path: Path) -> None:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env["COLUMNS"] = "250"
     out = tmp_path / "sweep"
     args = ["--slo", "ttft:p90<=5s", "--probe-duration", "12s", "--calibration", "0", "--seed", "3",
             "--start-rate", "11", "--min-rate", "11", "--max-rate", "11", "--input-tokens", "16",
             "--output-tokens", "26", "--sim-args", "--slots 1 --ttft-ms 50 --itl-ms 2", "--out", str(out)]  # fmt: skip
-    p = subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "sweep", *args], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=140,
-    )  # fmt: skip
+    p = cli_run("sweep", *args, timeout=140)
     assert "Traceback" not in p.stderr, p.stderr
     res = json.loads((out / "sweep.json").read_text())
     probes = [q for q in res["probes"] if q["verdict"] != "invalid"]  # a client stall is re-run

@@ -10,19 +10,16 @@ worker processes (their histograms and counts merged).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_run
 
 pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
-REPO = Path(__file__).resolve().parents[2]
 TARGET_MS = 8.0
 
 
@@ -52,12 +49,10 @@ def test_late_token_share_matches_the_truth(tmp_path: Path, workers: int) -> Non
     out = tmp_path / "run"
     with SimProcess(sim_args) as sim:
         assert sim.url is not None
-        proc = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url,
-                               "--rate", "12", "--requests", "72", "--warmup", "0", "--workers", str(workers),
-                               "--input-tokens", "16", "--output-tokens", "100", "--no-progress",
-                               "--slo", f"tbt_deadline:p90<={TARGET_MS:g}ms", "--out", str(out)],
-                              capture_output=True, text=True, timeout=180, cwd=str(REPO),
-                              env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+        proc = cli_run("run", "--endpoint", sim.url,
+                       "--rate", "12", "--requests", "72", "--warmup", "0", "--workers", str(workers),
+                       "--input-tokens", "16", "--output-tokens", "100", "--no-progress",
+                       "--slo", f"tbt_deadline:p90<={TARGET_MS:g}ms", out=out, timeout=180)  # fmt: skip
     assert (out / "result.json").exists(), proc.stderr[-2000:]
     res = json.loads((out / "result.json").read_text())
     entry = res["slo"]["targets"][0]

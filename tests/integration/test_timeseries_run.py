@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from loadgen.engine.timeseries import INTERVALS
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.fixtures.cli_proc import cli_run
 
 
 def test_run_writes_timeseries(tmp_path: Path, sim_url: str) -> None:
     out = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim_url,
-                    "--rate", "40", "--requests", "80", "--warmup", "10",
-                    "--input-tokens", "16", "--output-tokens", "8", "--out", str(out)],
-                   capture_output=True, text=True, timeout=120, cwd=str(REPO),
-                   env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    cli_run("run", "--endpoint", sim_url, "--rate", "40", "--requests", "80", "--warmup", "10",
+            "--input-tokens", "16", "--output-tokens", "8", out=out, timeout=120)  # fmt: skip
     res = json.loads((out / "result.json").read_text())
     ts = res["timeseries"]
     assert len(ts["intervals"]) == INTERVALS and ts["latency_origin"] == "scheduled"

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_run
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -48,10 +47,9 @@ def test_verdict_agrees_with_the_truth(tmp_path: Path, load: list[str]) -> None:
     sim_args = ["--slots", "1024", "--ttft-ms", "10", "--itl-ms", "2", "--truth-log", str(truth)]
     with SimProcess(sim_args) as sim:
         assert sim.url is not None
-        p = subprocess.run(
-            [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url, *load, "--duration", "3s",
-             "--warmup", "1s", "--input-tokens", "16", "--output-tokens", "48", "--out", str(out)],
-            capture_output=True, text=True, timeout=180, cwd=str(REPO), env=dict(os.environ, PYTHONPATH=str(REPO)),
+        p = cli_run(
+            "run", "--endpoint", sim.url, *load, "--duration", "3s",
+            "--warmup", "1s", "--input-tokens", "16", "--output-tokens", "48", out=out, timeout=180,
         )  # fmt: skip
     assert (out / "result.json").exists(), p.stderr[-3000:]
     res = json.loads((out / "result.json").read_text())

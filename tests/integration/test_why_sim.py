@@ -9,9 +9,6 @@ simulator's truth log to know which requests queued, stalled or were rate limite
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +17,10 @@ import pytest
 from loadgen.core.slo import parse_slo
 from loadgen.engine.why import attribute, baseline
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_run
 
 pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
-REPO = Path(__file__).resolve().parents[2]
 TTFT_MS = 20.0  # the simulator's prefill cost: a request whose first token came later than this + slack queued
 
 
@@ -39,13 +36,11 @@ def test_misses_name_queueing_stall_and_rate_limit(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with SimProcess(sim_args) as sim:
         assert sim.url is not None
-        proc = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url,
-                               "--rate", "50", "--requests", "150", "--warmup", "10",
-                               "--input-tokens", "16", "--output-tokens", "20", "--no-progress",
-                               "--slo", "ttft:p99<=100ms", "--slo", "itl:p99<=100ms", "--slo", "stall:p99<=150ms",
-                               "--out", str(out)],
-                              capture_output=True, text=True, timeout=180, cwd=str(REPO),
-                              env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+        proc = cli_run("run", "--endpoint", sim.url,
+                       "--rate", "50", "--requests", "150", "--warmup", "10",
+                       "--input-tokens", "16", "--output-tokens", "20", "--no-progress",
+                       "--slo", "ttft:p99<=100ms", "--slo", "itl:p99<=100ms", "--slo", "stall:p99<=150ms",
+                       out=out, timeout=180)  # fmt: skip
     assert (out / "result.json").exists(), proc.stderr[-2000:]
     res = json.loads((out / "result.json").read_text())
     why = res["why"]

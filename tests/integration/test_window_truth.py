@@ -10,18 +10,14 @@ truth by far more than 3 % on the same run: the run can tell the two definitions
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_run
 
 pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def truth_tokens_between(truth_log: Path, start_ns: int, end_ns: int) -> int:
@@ -40,12 +36,10 @@ def test_output_tps_and_goodput_over_the_window(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with SimProcess(sim_args) as sim:
         assert sim.url is not None
-        p = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url,
-                            "--rate", "20", "--requests", "60", "--arrival", "constant", "--seed", "3",
-                            "--input-tokens", "16", "--output-tokens", "uniform:4,150",
-                            "--slo", "ttft:p99<=500ms", "--out", str(out)],
-                           capture_output=True, text=True, timeout=120, cwd=str(REPO),
-                           env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+        p = cli_run("run", "--endpoint", sim.url,
+                    "--rate", "20", "--requests", "60", "--arrival", "constant", "--seed", "3",
+                    "--input-tokens", "16", "--output-tokens", "uniform:4,150",
+                    "--slo", "ttft:p99<=500ms", out=out, timeout=120)  # fmt: skip
     assert (out / "result.json").exists(), p.stderr[-3000:]
     res = json.loads((out / "result.json").read_text())
     w, thr = res["window"], res["throughput"]

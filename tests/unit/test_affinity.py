@@ -11,6 +11,7 @@ import pytest
 from loadgen.core.affinity import check_cpus, format_cpus, parse_cpus
 from loadgen.core.conditions import client_conditions
 from loadgen.core.errors import ConfigError
+from tests.fixtures.cli_proc import cli_run
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
 
@@ -68,8 +69,6 @@ def test_pinned_child_records_its_cpus_and_pins_every_thread() -> None:
     "command", [["run", "--endpoint", "http://127.0.0.1:9", "--rate", "1", "--requests", "1"], ["sim", "--port", "9"]]
 )
 def test_cli_reports_bad_cpus_without_traceback(command: list[str], value: str) -> None:
-    p = subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", *command, "--cpus", value], capture_output=True, text=True, timeout=60
-    )
+    p = cli_run(*command, "--cpus", value, timeout=60)
     assert p.returncode == 2, p.stderr
     assert f"--cpus {value!r}" in p.stderr and "Traceback" not in p.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import textwrap
 import time
@@ -23,8 +22,7 @@ from loadgen.serve.process import (
     last_error_line,
     log_tail,
 )
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.fixtures.cli_proc import cli_run
 
 # A server that forks a grandchild (a worker) into its own process group, then serves
 # /health with 200 after a short delay. Argument: port, then "ignore-term" to make the
@@ -169,11 +167,10 @@ def test_log_tail_and_error_line(tmp_path: Path) -> None:
 
 def test_cli_bad_start_exits_4_with_one_line_error_and_no_process(tmp_path: Path) -> None:
     """`loadgen serve vllm` with an interpreter that has no vLLM: exit 4, one error line, log tail, group gone."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", "serve", "vllm", "--serve-model", "/bad/model/path",
-         "--server-python", sys.executable, "--log-dir", str(tmp_path), "--ready-timeout", "60s"],
-        capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path),
+    out = cli_run(
+        "serve", "vllm", "--serve-model", "/bad/model/path",
+        "--server-python", sys.executable, "--log-dir", str(tmp_path), "--ready-timeout", "60s",
+        timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert out.returncode == EXIT_SERVER_START, out.stderr
     lines = out.stderr.strip().splitlines()
