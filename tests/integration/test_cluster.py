@@ -31,14 +31,13 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.cli_proc import cli_env, cli_run
+from tests.fixtures.cli_proc import cli_env, cli_popen, cli_run
 from tests.fixtures.ray_head import ray_head as start_ray_head
 
 pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install 'loadgen[cluster]' to run the --cluster tests")
 
-REPO = Path(__file__).resolve().parents[2]
 SIM_ARGS = "--slots 64 --ttft-ms 5 --itl-ms 5 --itl-per-seq-ms 0.5"
 
 
@@ -213,10 +212,7 @@ def test_dead_actor_is_reported_and_its_requests_counted(ray_head: str, tmp_path
     out = tmp_path / "run"
     err = tmp_path / "stderr.txt"
     truth = tmp_path / "truth.jsonl"
-    cmd = [
-        sys.executable,
-        "-m",
-        "loadgen.cli",
+    args = [
         "run",
         "--rate",
         "20",
@@ -239,7 +235,7 @@ def test_dead_actor_is_reported_and_its_requests_counted(ray_head: str, tmp_path
         f"{SIM_ARGS} --truth-log {truth}",
     ]
     with open(err, "w") as fh:
-        p = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=fh)
+        p = cli_popen(*args, env=RAY_ENV, stdout=subprocess.DEVNULL, stderr=fh)
     try:
         pid = None
         deadline = time.monotonic() + 60

@@ -20,10 +20,8 @@ hang, each scheduled request accounted for once, no descriptor or task leak).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,8 +31,8 @@ import pytest
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.engine.runplan import LoadConfig
 from loadgen.workload.spec import WorkloadOptions
-from tests.fixtures.cli_proc import cli_run
-from tests.fixtures.fault_matrix import OK, REPO, TOKENS, go, load
+from tests.fixtures.cli_proc import cli_popen, cli_run
+from tests.fixtures.fault_matrix import OK, TOKENS, go, load
 from tests.fixtures.fault_proxy import STREAM_HEAD, FaultServer, b64, check_run, chunk, run_inprocess, text_event
 from tests.fixtures.side_server import SideServer
 
@@ -249,14 +247,10 @@ def test_preflight_stall_names_the_phase(name: str, tmp_path: Path) -> None:
 
 def test_ctrl_c_during_preflight_exits_130(tmp_path: Path) -> None:
     """SIGINT while the pre-flight waits for an answer: exit 130 at once, no traceback."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(q for q in (str(REPO), env.get("PYTHONPATH")) if q)
-    env.pop("OPENAI_API_KEY", None)
     with SideServer({"GET /v1/models": {"kind": "never"}}) as srv:
         args = _run_args(srv.url, tmp_path / "out")
         args[args.index("--timeout") + 1] = "60s"
-        proc = subprocess.Popen([sys.executable, "-m", "loadgen.cli", "run", *args], cwd=REPO, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = cli_popen("run", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 30.0
             while not srv.seen and time.monotonic() < deadline:  # the discovery GET is waiting

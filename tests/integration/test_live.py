@@ -13,7 +13,6 @@ import re
 import select
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -22,12 +21,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.fixtures.cli_proc import cli_popen, cli_run
 from tests.fixtures.promql import histogram_quantile
 
 pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
-
-REPO = Path(__file__).resolve().parents[2]
-ENV = dict(os.environ, PYTHONPATH=str(REPO))
 
 
 def free_port() -> int:
@@ -56,10 +53,10 @@ def bucket_of(buckets: list[tuple[float, float]], q: float) -> float:
 def test_metrics_port_counts_equal_the_result(tmp_path: Path, sim_url: str, workers: str) -> None:
     port = free_port()
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim_url, "--rate", "30", "--duration", "5s",
-           "--warmup", "5", "--input-tokens", "16", "--output-tokens", "8", "--workers", workers,
-           "--metrics-port", str(port), "--out", str(out)]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ["run", "--endpoint", sim_url, "--rate", "30", "--duration", "5s",
+            "--warmup", "5", "--input-tokens", "16", "--output-tokens", "8", "--workers", workers,
+            "--metrics-port", str(port), "--out", str(out)]  # fmt: skip
+    proc = cli_popen(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     scrapes: list[dict[Any, Any]] = []
     deadline = time.monotonic() + 120
     try:
@@ -97,13 +94,13 @@ def test_metrics_port_counts_equal_the_result(tmp_path: Path, sim_url: str, work
         assert abs(est / exact_s - 1) <= 0.01, (name, est, exact_s)
 
 
-def run_in_terminal(cmd: list[str], timeout_s: float) -> tuple[int | None, str]:
-    """Run ``cmd`` with stdout and stderr on a pseudo-terminal; returns (exit code, what it wrote, plain)."""
+def run_in_terminal(args: list[str], timeout_s: float) -> tuple[int | None, str]:
+    """Run ``loadgen ARGS`` with stdout and stderr on a pseudo-terminal; returns (exit code, what it wrote, plain)."""
     import pty
 
     master, slave = pty.openpty()
-    env = dict(ENV, COLUMNS="160", LINES="40", TERM="xterm")
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    env = {"COLUMNS": "160", "LINES": "40", "TERM": "xterm"}
+    proc = cli_popen(*args, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
     os.close(slave)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout_s
@@ -131,7 +128,7 @@ def run_in_terminal(cmd: list[str], timeout_s: float) -> tuple[int | None, str]:
 
 def test_live_view_of_a_run_in_a_terminal(tmp_path: Path, sim_url: str) -> None:
     code, text = run_in_terminal(
-        [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim_url, "--rate", "20", "--duration", "4s",
+        ["run", "--endpoint", sim_url, "--rate", "20", "--duration", "4s",
          "--input-tokens", "16", "--output-tokens", "8", "--out", str(tmp_path / "run")],
         timeout_s=120,
     )  # fmt: skip
@@ -145,7 +142,7 @@ def test_sweep_live_view_and_why(tmp_path: Path) -> None:
     # 4 slots, 20 ms prefill, 20 ms decode, 8 output tokens: capacity ~16.7 req/s; the one probe offers 50
     out = tmp_path / "sweep"
     code, text = run_in_terminal(
-        [sys.executable, "-m", "loadgen.cli", "sweep", "--slo", "ttft:p90<=200ms", "--probe-duration", "4s",
+        ["sweep", "--slo", "ttft:p90<=200ms", "--probe-duration", "4s",
          "--calibration", "0", "--start-rate", "50", "--min-rate", "50", "--input-tokens", "16",
          "--output-tokens", "8", "--sim-args", "--slots 4 --ttft-ms 20 --itl-ms 20", "--out", str(out)],
         timeout_s=150,
@@ -226,10 +223,9 @@ def attrs(point: Any) -> dict[str, str]:
 def test_otlp_push_counts_equal_the_result(tmp_path: Path, sim_url: str) -> None:
     out = tmp_path / "run"
     with OtlpReceiver() as rx:
-        proc = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim_url, "--rate", "30",
-                               "--duration", "4s", "--input-tokens", "16", "--output-tokens", "8",
-                               "--otlp-endpoint", rx.url, "--otlp-interval", "1s", "--out", str(out)],
-                              cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
+        proc = cli_run("run", "--endpoint", sim_url, "--rate", "30",
+                       "--duration", "4s", "--input-tokens", "16", "--output-tokens", "8",
+                       "--otlp-endpoint", rx.url, "--otlp-interval", "1s", out=out, timeout=120)  # fmt: skip
         assert (out / "result.json").exists() and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert len(rx.received) >= 2 and all(p == "/v1/metrics" for p, _ in rx.received)  # pushed during the run too
     res = json.loads((out / "result.json").read_text())

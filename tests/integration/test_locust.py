@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,8 +25,8 @@ import pytest
 
 from loadgen.core.histograms import LatencyHistogram
 from loadgen.sim import SimProcess
+from tests.fixtures.cli_proc import cli_popen
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HAVE_LOCUST = importlib.util.find_spec("locust") is not None
 pytestmark = [
     pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'"),
@@ -46,20 +45,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, **(extra or {})}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    env.pop("OPENAI_API_KEY", None)
-    return env
-
-
 class Child:
     """``loadgen locust ...`` in its own session, output to a file, always reaped."""
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.log = log
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.cli", "locust", *args], cwd=REPO_ROOT, env=child_env(env),
+        self.proc = cli_popen(
+            "locust", *args, env=env,
             stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT, process_group=0,
         )  # fmt: skip
 

@@ -23,6 +23,7 @@ import pytest
 
 from loadgen.core import metrics
 from loadgen.core.types import RequestRecord, TokenEvent
+from tests.fixtures.cli_proc import REPO, cli_env
 from tests.integration.test_cases import (
     CASES,
     STAGGER_S,
@@ -35,7 +36,7 @@ from tests.integration.test_cases import (
     check_invariants,
     materialize,
 )  # fmt: skip
-from tests.integration.test_locust import HAVE_LOCUST, REPO_ROOT, child_env
+from tests.integration.test_locust import HAVE_LOCUST
 
 pytestmark = [
     pytest.mark.skipif(not HAVE_LOCUST, reason="Locust not installed: pip install 'loadgen[locust]'"),
@@ -98,7 +99,7 @@ class GeventReplayer:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD], cwd=REPO_ROOT, env=child_env(), text=True,
+            [sys.executable, "-c", CHILD], cwd=REPO, env=cli_env(), text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
 
@@ -199,5 +200,5 @@ def test_records_survive_the_wire() -> None:
         "print(json.dumps([same, moved.scheduled_ns, moved.sent_ns, moved.end_ns, [e.t_ns for e in moved.events]]))"
     )
     out = subprocess.run([sys.executable, "-c", code], input=json.dumps(_as_dict(rec)), text=True,
-                         capture_output=True, cwd=REPO_ROOT, env=child_env(), timeout=60, check=True)  # fmt: skip
+                         capture_output=True, cwd=REPO, env=cli_env(), timeout=60, check=True)  # fmt: skip
     assert json.loads(out.stdout) == [True, 15, 16, 55, [25, 35]]

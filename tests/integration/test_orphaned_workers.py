@@ -9,24 +9,21 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
+from tests.fixtures.cli_proc import cli_popen
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timing  # asserts timing figures: the serial phase
 
 
 def test_kill_9_of_the_parent_stops_its_workers(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     truth, port_file = tmp_path / "truth.jsonl", tmp_path / "port"
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "loadgen.cli", "sim", "--port", "0", "--port-file", str(port_file),
-         "--truth-log", str(truth), "--ttft-ms", "2", "--itl-ms", "1"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    sim = cli_popen(
+        "sim", "--port", "0", "--port-file", str(port_file), "--truth-log", str(truth), "--ttft-ms", "2", "--itl-ms", "1",
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     run = None
     try:
@@ -35,10 +32,10 @@ def test_kill_9_of_the_parent_stops_its_workers(tmp_path: Path) -> None:
                 break
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port_file.read_text().strip()}"
-        run = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", url, "--workers", "2", "--rate", "40",
-             "--duration", "60s", "--output-tokens", "2", "--out", str(tmp_path / "out")],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0,
+        run = cli_popen(
+            "run", "--endpoint", url, "--workers", "2", "--rate", "40",
+            "--duration", "60s", "--output-tokens", "2", "--out", str(tmp_path / "out"),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0,
         )  # fmt: skip
         for _ in range(300):  # bounded: 30 s until the workers are sending
             if truth.exists() and len(truth.read_text().splitlines()) > 40:

@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,9 @@ from typing import Any
 import pytest
 
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_popen
 
 pytestmark = pytest.mark.timing  # waits on wall-clock instants (a kill at 3 s, a run's end)
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _lines(p: Path) -> list[dict[str, Any]]:
@@ -39,12 +37,9 @@ def _lines(p: Path) -> list[dict[str, Any]]:
 
 
 def _run(a: str, b: str, out: Path, *extra: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO), env.get("PYTHONPATH")) if x)
-    cmd = [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", a, "--endpoint", b, "--rate", "20",
-           "--arrival", "constant", "--input-tokens", "16", "--output-tokens", "4", "--out", str(out), *extra]  # fmt: skip
-    env["COLUMNS"] = "300"
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return cli_popen("run", "--endpoint", a, "--endpoint", b, "--rate", "20", "--arrival", "constant",
+                     "--input-tokens", "16", "--output-tokens", "4", "--out", str(out), *extra,
+                     env={"COLUMNS": "300"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
 def _wait_lines(path: Path, n: int, p: subprocess.Popen[str]) -> None:

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -24,10 +22,9 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from tests.fixtures.cli_proc import cli_run
+from tests.fixtures.cli_proc import cli_popen, cli_run
 from tests.fixtures.recording_server import RecordingServer, http, ok_stream
 
-REPO = Path(__file__).resolve().parents[2]
 ENV_NAME = "LOADGEN_TEST_SENTINEL_KEY"
 
 
@@ -331,13 +328,11 @@ def test_no_process_loadgen_starts_shows_a_secret(tmp_path: Path) -> None:
 
     keys = {"env": new_key(), "header-env": new_key()}
     with RecordingServer(lambda n, r: ok_stream()) as srv:
-        env = dict(os.environ, PYTHONPATH=str(REPO), **{ENV_NAME: keys["env"], "LOADGEN_TEST_H": keys["header-env"]})
-        env.pop("OPENAI_API_KEY", None)
+        env = {ENV_NAME: keys["env"], "LOADGEN_TEST_H": keys["header-env"]}
         args = ["--rate", "20", "--requests", "60", "--output-tokens", "3", "--workers", "2",
                 "--endpoint", f"http://127.0.0.1:{srv.port}", "--api-key-env", ENV_NAME,
                 "--header-env", "x-api-key=LOADGEN_TEST_H", "--out", str(tmp_path / "out")]  # fmt: skip
-        p = subprocess.Popen([sys.executable, "-m", "loadgen.cli", "run", *args], cwd=REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        p = cli_popen("run", *args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen: list[str] = []
         titles = 0
         for _ in range(100):  # bounded: ~5 s of scans while it runs

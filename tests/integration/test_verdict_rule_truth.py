@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_popen
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -43,12 +44,9 @@ def _run(tmp: Path, extra: list[str], *, stall: bool = False) -> tuple[dict[str,
     out = tmp / "run"
     sim_args = ["--slots", "1024", "--ttft-ms", "10", "--itl-ms", "2", "--truth-log", str(truth)]
     with SimProcess(sim_args) as sim:
-        cmd = [sys.executable, "-m", "loadgen.cli", "run", "--endpoint", sim.url or "", "--concurrency", "8",
-               "--duration", "3s", "--warmup", "1s", "--input-tokens", "16", "--output-tokens", "48",
-               "--out", str(out), *extra]  # fmt: skip
-        p = subprocess.Popen(
-            cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
+        p = cli_popen("run", "--endpoint", sim.url or "", "--concurrency", "8",
+                      "--duration", "3s", "--warmup", "1s", "--input-tokens", "16", "--output-tokens", "48",
+                      "--out", str(out), *extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         done = threading.Event()
 
         def stall_it() -> None:

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+from tests.fixtures.cli_proc import cli_popen, cli_run
 
 
 def _lines(p: Path) -> list[dict]:
@@ -28,10 +20,7 @@ def _lines(p: Path) -> list[dict]:
 def test_two_workers_share_one_schedule(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     out = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "loadgen.cli",
+    args = [
         "run",
         "--rate",
         "40",
@@ -51,7 +40,7 @@ def test_two_workers_share_one_schedule(tmp_path: Path) -> None:
         "--sim-args",
         f"--slots 128 --ttft-ms 5 --itl-ms 5 --truth-log {truth}",
     ]
-    p = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    p = cli_run(*args, timeout=120)
     assert p.returncode in (0, 1), p.stderr
     res = json.loads((out / "result.json").read_text())
     recs = _lines(out / "requests.jsonl")
@@ -72,10 +61,7 @@ def test_two_workers_share_one_schedule(tmp_path: Path) -> None:
 @pytest.mark.timing
 def test_sigint_is_forwarded_to_workers(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "loadgen.cli",
+    args = [
         "run",
         "--rate",
         "20",
@@ -92,7 +78,7 @@ def test_sigint_is_forwarded_to_workers(tmp_path: Path) -> None:
         "--sim-args",
         "--ttft-ms 10 --itl-ms 20",
     ]
-    p = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = cli_popen(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -121,10 +107,10 @@ def test_a_killed_worker_has_its_losses_counted_where_they_happened(tmp_path: Pa
 
     truth = tmp_path / "truth.jsonl"
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "loadgen.cli", "run", "--rate", "20", "--requests", "100", "--arrival", "constant",
-           "--output-tokens", "6", "--input-tokens", "8", "--workers", "2", "--no-preflight", "--out", str(out),
-           "--sim-args", f"--slots 64 --ttft-ms 5 --itl-ms 40 --truth-log {truth}"]  # fmt: skip
-    p = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    args = ["run", "--rate", "20", "--requests", "100", "--arrival", "constant",
+            "--output-tokens", "6", "--input-tokens", "8", "--workers", "2", "--no-preflight", "--out", str(out),
+            "--sim-args", f"--slots 64 --ttft-ms 5 --itl-ms 40 --truth-log {truth}"]  # fmt: skip
+    p = cli_popen(*args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         f = out / "requests.jsonl"
