@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,12 +35,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.fixtures.cli_proc import REPO, cli_argv, cli_env
 from tests.fixtures.netns import hosts as netns_hosts
 from tests.fixtures.netns import netns_unavailable
 
 pytestmark = [pytest.mark.timing, pytest.mark.alone]  # 1 ms TTFT tolerance: an idle machine's
 
-REPO = Path(__file__).resolve().parents[2]
 SHIFT_S = 100_000
 WALL_SHIFT_NS = -2_500_000_000
 TOL_MS = 1.0
@@ -70,13 +69,11 @@ def hosts() -> Iterator[dict[str, Any]]:
 
 
 class Proc:
-    """A command in a namespace, in a process group of its own, output to a file, always reaped."""
+    """A command in a namespace (``ip netns exec NS`` + the CLI's :func:`cli_argv`), in a process group of its
+    own, with the CLI's environment (:func:`cli_env`), output to a file, always reaped."""
 
     def __init__(self, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        e = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-        e["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), e.get("PYTHONPATH")) if p)
-        e[TOKEN_ENV] = "multihost-test-token"
-        e.update(env or {})
+        e = cli_env({TOKEN_ENV: "multihost-test-token", **(env or {})})
         self.log = log
         self.p = subprocess.Popen(cmd, cwd=REPO, env=e, stdin=subprocess.DEVNULL, stdout=open(log, "wb"),
                                   stderr=subprocess.STDOUT, process_group=0)  # fmt: skip
@@ -135,7 +132,7 @@ def test_locust_over_three_hosts_with_moved_and_skewed_clocks(hosts: dict[str, A
 def _once(hosts: dict[str, Any], tmp_path: Path) -> None:
     tmp_path.mkdir()
     ns, addr = hosts["ns"], hosts["addr"]
-    py = [sys.executable, "-m", "loadgen.cli"]
+    py = cli_argv()
     truth_path, out = tmp_path / "truth.jsonl", tmp_path / "dist"
     procs: list[Proc] = []
     try:

@@ -48,6 +48,7 @@ import pytest
 
 from loadgen.cli import main as cli_main
 from loadgen.sim.launch import SimProcess
+from tests.fixtures.cli_proc import cli_argv
 from tests.readme_commands import ShellCommand, help_examples, readme_commands
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing]
@@ -400,10 +401,12 @@ def _installed_extras() -> str | None:
 
 
 def _loadgen_argv(argv: list[str]) -> list[str]:
+    """A README command line as written: ``loadgen`` is this environment's console script (what a user types;
+    the fixture's ``python -m loadgen.cli`` only where the script is missing), every other command unchanged."""
     if argv[0] != "loadgen":
         return argv
     script = Path(sys.executable).parent / "loadgen"
-    return [str(script), *argv[1:]] if script.exists() else [sys.executable, "-m", "loadgen.cli", *argv[1:]]
+    return [str(script), *argv[1:]] if script.exists() else cli_argv(*argv[1:])
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
