@@ -29,6 +29,33 @@ if str(REPO_ROOT) not in sys.path:
 from loadgen.sim.launch import SimProcess  # noqa: E402
 from tests.fixtures.scripted_server import ScriptedServer  # noqa: E402
 
+# The timing phase runs a test file to a worker, two at a time (scripts/test: --dist loadfile with
+# --no-loadscope-reorder, so files go out in this order): the files that take longest go first, so the
+# last ones are short and neither worker idles while the other ends on a minute-long file. xdist's own
+# order (most tests first) sent the one-test files last, the 68 s busy-core sweep among them. Seconds in
+# CI (session 21's log, two at a time; refresh from the durations .ci/run prints); unlisted files keep
+# their place after these.
+LONGEST_FILES_S = {
+    "tests/integration/test_readme_commands.py": 110,
+    "tests/integration/test_sweep.py": 100,
+    "tests/integration/test_locust.py": 90,
+    "tests/integration/test_sweep_busy_core.py": 68,
+    "tests/integration/test_scale_cli.py": 35,
+    "tests/integration/test_live.py": 30,
+    "tests/integration/test_sweep_stability.py": 28,
+    "tests/integration/test_capacity_cli.py": 25,
+    "tests/integration/test_max_throughput.py": 22,
+    "tests/integration/test_sweep_words.py": 22,
+    "tests/integration/test_plan_validate_cli.py": 20,
+    "tests/integration/test_check_128_streams.py": 15,
+    "tests/integration/test_server_not_client.py": 14,
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first (:data:`LONGEST_FILES_S`), each file's tests in their own order."""
+    items.sort(key=lambda item: -LONGEST_FILES_S.get(item.nodeid.split("::", 1)[0], 0))
+
 
 @pytest.fixture
 def scripted_server() -> Iterator[Callable[..., ScriptedServer]]:
