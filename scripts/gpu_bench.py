@@ -97,7 +97,16 @@ class Bench:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.doc: dict[str, Any] = {"steps": [], "started_unix_s": round(time.time(), 1)}
-        self.log = open(out / "bench.log", "a", encoding="utf-8")  # open for the whole run
+        self.log = open(out / "bench.log", "a", encoding="utf-8")  # open for the whole run: close() or `with`
+
+    def __enter__(self) -> Bench:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.log.close()
 
     def say(self, msg: str) -> None:
         line = f"[gpu_bench {time.strftime('%H:%M:%S')}] {msg}"
@@ -380,7 +389,12 @@ def main(argv: list[str] | None = None) -> int:
         else ROOT / "results" / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-gpu-bench")
     )
     out.mkdir(parents=True, exist_ok=True)
-    bench = Bench(out)
+    with Bench(out) as bench:  # bench.log closed on every return, a refusal's included
+        return run_steps(args, out, bench)
+
+
+def run_steps(args: argparse.Namespace, out: Path, bench: Bench) -> int:
+    """The steps in order (GPU, vLLM, model, sweep, scorecard) under ``out``; main's exit code."""
     t_all = time.monotonic()
     deadline = t_all + (args.budget or FORMS["cpu" if args.cpu else "gpu"]["budget_s"])
 

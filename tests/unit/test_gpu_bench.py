@@ -108,8 +108,8 @@ def test_a_server_left_by_a_killed_sweep_is_stopped(tmp_path: Path) -> None:
         log.parent.mkdir(parents=True)
         log.write_text(f"# loadgen: python -m vllm ...\n# loadgen: pid {proc.pid}, process group {proc.pid}\n")
         assert group_alive(proc.pid)
-        bench = gb.Bench(tmp_path)
-        gb.stop_leftover_servers(bench, tmp_path / "sweep")
+        with gb.Bench(tmp_path) as bench:
+            gb.stop_leftover_servers(bench, tmp_path / "sweep")
         assert proc.wait(timeout=30) is not None and not group_alive(proc.pid)
         assert "outlived the sweep" in (tmp_path / "bench.log").read_text()
     finally:
