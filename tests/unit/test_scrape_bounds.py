@@ -124,8 +124,9 @@ def test_a_killed_run_leaves_no_scraper_holding_its_pipes(hostile: str) -> None:
     finally:
         if p.poll() is None:
             p.kill()
+    stat = Path(f"/proc/{child}/stat")  # read_text: each read closes the file (-W error: no ResourceWarning)
     for _ in range(100):  # bounded: 5 s
-        if not os.path.exists(f"/proc/{child}") or "Z" in open(f"/proc/{child}/stat").read().split()[2]:
+        if not stat.exists() or "Z" in stat.read_text().split()[2]:
             break
         time.sleep(0.05)
-    assert not os.path.exists(f"/proc/{child}") or "Z" in open(f"/proc/{child}/stat").read().split()[2]
+    assert not stat.exists() or "Z" in stat.read_text().split()[2]
