@@ -134,6 +134,7 @@ class _Server:
         asyncio.run_coroutine_threadsafe(self.srv.stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
 
 
 def _get(d: Any, path: str) -> Any:

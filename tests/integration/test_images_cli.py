@@ -121,6 +121,7 @@ class _FetchingServer:
             ready.set()
             self._loop.run_forever()
             self._loop.run_until_complete(runner.cleanup())
+            self._loop.close()
 
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()

@@ -95,6 +95,7 @@ class _Server:
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop.close()
 
 
 @pytest.fixture()
@@ -269,6 +270,7 @@ def test_cli_wrong_model_and_not_openai_say_status_and_message(tmp_path: Path) -
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         t.join(10)
+        loop.close()
     assert r.exit_code == 2 and "/v1/models answered HTTP 404: Not Found" in r.output, r.output
 
 
