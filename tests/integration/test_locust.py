@@ -50,10 +50,11 @@ class Child:
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.log = log
-        self.proc = cli_popen(
-            "locust", *args, env=env,
-            stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT, process_group=0,
-        )  # fmt: skip
+        with open(log, "wb") as fh:  # the child has its own copy of the descriptor: ours is closed here
+            self.proc = cli_popen(
+                "locust", *args, env=env,
+                stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, process_group=0,
+            )  # fmt: skip
 
     def wait(self, timeout_s: float) -> int:
         try:

@@ -75,8 +75,9 @@ class Proc:
     def __init__(self, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         e = cli_env({TOKEN_ENV: "multihost-test-token", **(env or {})})
         self.log = log
-        self.p = subprocess.Popen(cmd, cwd=REPO, env=e, stdin=subprocess.DEVNULL, stdout=open(log, "wb"),
-                                  stderr=subprocess.STDOUT, process_group=0)  # fmt: skip
+        with open(log, "wb") as fh:  # the child has its own copy of the descriptor: ours is closed here
+            self.p = subprocess.Popen(cmd, cwd=REPO, env=e, stdin=subprocess.DEVNULL, stdout=fh,
+                                      stderr=subprocess.STDOUT, process_group=0)  # fmt: skip
 
     def wait(self, timeout_s: float) -> int:
         try:

@@ -30,7 +30,8 @@ def test_a_run_beside_a_hostile_metrics_page_is_whole(tmp_path: Path, sim_url: s
     assert "Traceback" not in proc.stderr
     res = json.loads((out / "result.json").read_text())
     assert res["counts"]["requests"] == 40
-    assert sum(1 for _ in (out / "requests.jsonl").open()) == 40
+    with (out / "requests.jsonl").open() as fh:
+        assert sum(1 for _ in fh) == 40
     srv = res["server"]
     assert srv["scrapes_failed"] >= 2 and srv["scrapes_failed_by_kind"].get(kind, 0) >= 2, srv
     assert srv["metrics"] is None and srv["scrape_errors"]
