@@ -427,6 +427,8 @@ missing samples fail at once."""
 
 
 @pytest.mark.timing
+# a case whose times were off is replayed (ATTEMPTS), each replay reported by a UserWarning: not an error
+@pytest.mark.filterwarnings(r"always:.*attempt \d+ timing off:UserWarning")
 @pytest.mark.parametrize("case,crlf", _params())
 def test_case(case: dict[str, Any] | None, crlf: bool, scripted_server: Any) -> None:
     assert case is not None
