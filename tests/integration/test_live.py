@@ -71,6 +71,7 @@ def test_metrics_port_counts_equal_the_result(tmp_path: Path, sim_url: str, work
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate(timeout=10)  # reaped, its pipes closed
     # the exit code may say INVALID on a busy machine (the client's timing): the counts must agree whatever it is
     assert (out / "result.json").exists() and "Traceback" not in stderr, stderr[-3000:]
     assert "TTFT p50/p99" not in stderr  # no live view when stderr is not a terminal
@@ -121,6 +122,7 @@ def run_in_terminal(args: list[str], timeout_s: float) -> tuple[int | None, str]
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(10)
         os.close(master)
     text = b"".join(chunks).decode(errors="replace")
     return proc.returncode, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # colours and cursor moves out

@@ -52,5 +52,6 @@ def test_kill_9_of_the_parent_stops_its_workers(tmp_path: Path) -> None:
     finally:
         if run is not None and run.poll() is None:
             os.kill(run.pid, signal.SIGKILL)
+            run.wait(timeout=10)
         sim.terminate()
         sim.wait(timeout=10)

@@ -64,6 +64,7 @@ def test_a_killed_replica_is_ejected_and_the_client_is_not_blamed(policy: str, t
         finally:
             if p.poll() is None:
                 p.kill()
+                p.communicate(timeout=10)  # reaped, its pipes closed
     res = json.loads((out / "result.json").read_text())
     recs = sorted(_lines(out / "requests.jsonl"), key=lambda r: r["sent_s"] if r["sent_s"] is not None else 1e9)
     to_b = [r for r in recs if int(r["replica"]) == 1]
@@ -95,6 +96,7 @@ def test_a_stopped_replica_ends_the_run_within_its_duration_and_header_timeout(t
             os.kill(b.proc.pid, signal.SIGCONT)
             if p.poll() is None:
                 p.kill()
+                p.communicate(timeout=10)  # reaped, its pipes closed
     assert took <= 4 + 2 + 5, took  # the rest of the 4 s run, the 2 s header timeout, start-up and drain slack
     res = json.loads((out / "result.json").read_text())
     kinds = res["counts"]["errors_by_kind"]

@@ -87,10 +87,11 @@ def test_sigint_is_forwarded_to_workers(tmp_path: Path) -> None:
                 break
             time.sleep(0.2)
         p.send_signal(signal.SIGINT)
-        p.wait(timeout=40)
+        p.communicate(timeout=40)  # waits, and closes both pipes (wait() left them to the garbage collector)
     finally:
         if p.poll() is None:
             p.kill()
+            p.communicate(timeout=10)
     assert p.returncode == 130
     res = json.loads((out / "result.json").read_text())
     assert res["interrupted"] is True
@@ -123,6 +124,7 @@ def test_a_killed_worker_has_its_losses_counted_where_they_happened(tmp_path: Pa
     finally:
         if p.poll() is None:
             p.kill()
+            p.communicate(timeout=10)
     assert p.returncode == 1, stderr[-3000:]
     res = json.loads((out / "result.json").read_text())
     checks = {c["name"]: c for c in res["validity"]["checks"]}

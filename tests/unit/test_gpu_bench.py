@@ -115,6 +115,7 @@ def test_a_server_left_by_a_killed_sweep_is_stopped(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(10)
 
 
 def test_gpu_form_refuses_a_cpu_build_of_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

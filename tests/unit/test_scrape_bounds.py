@@ -124,6 +124,7 @@ def test_a_killed_run_leaves_no_scraper_holding_its_pipes(hostile: str) -> None:
     finally:
         if p.poll() is None:
             p.kill()
+            p.communicate(timeout=10)  # reaped, its pipes closed
     stat = Path(f"/proc/{child}/stat")  # read_text: each read closes the file (-W error: no ResourceWarning)
     for _ in range(100):  # bounded: 5 s
         if not stat.exists() or "Z" in stat.read_text().split()[2]:
