@@ -49,8 +49,9 @@ def ray_start(py: str, *args: str) -> list[str]:
 
 
 def popen(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(cmd, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            process_group=0, cwd=log.parent)  # fmt: skip
+    with open(log, "wb") as fh:  # the child has its own copy of the descriptor: ours is closed here
+        return subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                process_group=0, cwd=log.parent)  # fmt: skip
 
 
 def wait_for(text: str, log: Path, timeout_s: float) -> None:
