@@ -83,11 +83,12 @@ def measure_system(label: str, url: str, model: str, tokenizer: Path, out: Path,
 def start_sim(args: str, tokenizer: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port_file = log.with_suffix(".port")
     port_file.unlink(missing_ok=True)
-    p = subprocess.Popen(
-        [sys.executable, "-m", "loadgen.sim", "--port", "0", "--port-file", str(port_file), "--tokenizer", str(tokenizer),
-         *args.split()],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    with open(log, "wb") as fh:  # the child has its own copy of the descriptor: ours is closed here
+        p = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.sim", "--port", "0", "--port-file", str(port_file), "--tokenizer",
+             str(tokenizer), *args.split()],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=fh, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     deadline = time.monotonic() + 30
     while not (port_file.exists() and port_file.read_text().strip()):
         if p.poll() is not None or time.monotonic() > deadline:
