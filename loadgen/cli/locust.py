@@ -55,6 +55,7 @@ from loadgen.cli.runfile import config_file_option, merge_file_headers
 from loadgen.cli.scale import refuse_brace_list
 from loadgen.cli.session_options import session_source
 from loadgen.cli.target import endpoint_from_options
+from loadgen.cli.target_options import EndpointOptions
 from loadgen.cli.url_options import URL
 
 __all__ = ["LOCUSTFILE", "LocustOutcome", "locust_cmdline", "locust_command", "master_args", "web_args"]
@@ -310,7 +311,9 @@ def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
     """Discover the served model and the accepted optional fields, with ``loadgen run``'s code."""
     from loadgen.core.redact import Redactor
 
-    endpoint = endpoint_from_options({**kw, "no_stream": False}, endpoint_url, embedded, Redactor())
+    endpoint = endpoint_from_options(
+        EndpointOptions.from_kw({**kw, "no_stream": False}), endpoint_url, embedded, Redactor()
+    )
 
     async def go() -> None:
         try:

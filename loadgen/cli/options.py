@@ -131,12 +131,12 @@ def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def resolve_headers(kw: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+def resolve_headers(headers: tuple[str, ...], header_envs: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
     """``--header`` then ``--header-env NAME=ENVVAR`` (values from the environment): (headers, the values
     read from the environment, every one a secret whatever its name). Raises click.UsageError."""
-    out = parse_headers(kw.get("headers") or ())
+    out = parse_headers(headers or ())
     secrets: list[str] = []
-    for spec in kw.get("header_envs") or ():
+    for spec in header_envs or ():
         name, sep, var = spec.partition("=")
         if not sep or not name.strip() or not var.strip():
             raise click.UsageError(f"--header-env {spec!r}: expected NAME=ENVVAR")

@@ -22,6 +22,7 @@ from loadgen.cli.url_options import URL
 
 if TYPE_CHECKING:
     from loadgen.capacity.source import SweepCapacity
+    from loadgen.cli.target_options import EndpointOptions
     from loadgen.measurement import MeasuredRun
 
 __all__ = ["run_validation", "validate_options"]
@@ -62,12 +63,14 @@ class _Estimate:
         return f"about {self.requests:,.0f} requests over {self.seconds:g} s spread over {self.replicas} replicas"
 
 
-def _endpoint_kw(cap: SweepCapacity, kw: dict[str, Any]) -> dict[str, Any]:
+def _endpoint_options(cap: SweepCapacity, kw: dict[str, Any]) -> EndpointOptions:
     """The options each replica's endpoint is built from: the capacity sweep's API and model."""
+    from loadgen.cli.target_options import EndpointOptions
+
     cfg = cap.doc.get("config") or {}
-    return {"api": str(cfg.get("api") or "completions"), "model": cfg.get("model"), "headers": (), "header_envs": (),
-            "api_key_env": None, "extra_body": None, "timeout": "600s", "connect_timeout": "10s",
-            "idle_timeout": "120s", "balance": kw["balance"], "workers": "1", "cluster": None, "yes": kw["yes"]}  # fmt: skip
+    return EndpointOptions(api=str(cfg.get("api") or "completions"), model=cfg.get("model"), timeout="600s",
+                           connect_timeout="10s", idle_timeout="120s", balance=kw["balance"], workers="1",
+                           yes=kw["yes"])  # fmt: skip
 
 
 def run_validation(
@@ -98,21 +101,21 @@ def run_validation(
     load = replay_load(cap, sl, run_dir / "replay.jsonl")
     source = f"--validate-endpoint x {n}" if urls else f"loadgen sim {' '.join(profile or [])} x {n}"
     err.print(f"validate: replaying {sl.text()} against {n} replicas ({source}; planned {sl.planned_replicas})")
-    ekw = _endpoint_kw(cap, kw)
+    eopts = _endpoint_options(cap, kw)
     redactor = Redactor()
     sims: list[Any] = []
     try:
         if urls:
             urls = urls[:n]
             for u in urls:
-                confirm_remote(ekw, u, False, _Estimate(sl.expected_requests, sl.replay_s, n), err)
+                confirm_remote(eopts.yes, u, False, _Estimate(sl.expected_requests, sl.replay_s, n), err)
         else:
             for _ in range(n):
                 sims.append(SimProcess(profile or []))
             urls = [str(s.url) for s in sims]
         embedded = not kw["validate_endpoints"]
-        endpoint = (balanced_endpoint(ekw, urls, redactor) if n > 1
-                    else endpoint_from_options(ekw, urls[0], embedded, redactor))  # fmt: skip
+        endpoint = (balanced_endpoint(eopts, urls, redactor) if n > 1
+                    else endpoint_from_options(eopts, urls[0], embedded, redactor))  # fmt: skip
 
         async def go() -> MeasuredRun:
             try:

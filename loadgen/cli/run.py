@@ -28,6 +28,7 @@ from loadgen.cli.options import (
 )
 from loadgen.cli.session_options import session_source
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
+from loadgen.cli.target_options import EndpointOptions, ServerOptions
 from loadgen.cli.url_options import url_secrets
 from loadgen.core.redact import Redactor
 from loadgen.engine.recordlog import default_out_dir
@@ -63,6 +64,8 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
     refuse_brace_list(kw, "run")  # a brace list in --sim-args/--serve-args is a scaling sweep (loadgen sweep)
     # built once, frozen and validated: sessions (issue 17, loadgen.sessions.measured) and prices in it
     load = build_load_config(kw, sessions=session_source(kw), prices=prices(kw))
+    # the target's options, typed once (after build_load_config took the API from a pasted --endpoint path)
+    eopts, sopts = EndpointOptions.from_kw(kw), ServerOptions.from_kw(kw)
     if load.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before anything
         from rich.markup import escape
 
@@ -84,11 +87,11 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
         _dry_run(load, out_dir, console)
         return None
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
-    with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err) as target:
+    with ClusterOption(kw["cluster"], err) as cluster, Target(eopts, sopts, kw, out_dir, err) as target:
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
         if not target.embedded:
-            confirm_remote(kw, target.url, target.embedded, run_estimate(kw, load), err)
-        endpoint = endpoints_from_options(kw, target, redactor, run_estimate(kw, load), err)
+            confirm_remote(eopts.yes, target.url, target.embedded, run_estimate(kw, load), err)
+        endpoint = endpoints_from_options(eopts, target, redactor, run_estimate(kw, load), err)
         use_uvloop()
 
         async def go() -> MeasuredRun:

@@ -29,6 +29,7 @@ from loadgen.cli.options import (
 from loadgen.cli.runfile import load_resume, resume_clashes, write_used_config
 from loadgen.cli.session_options import session_source
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
+from loadgen.cli.target_options import EndpointOptions, ServerOptions
 from loadgen.cli.url_options import URL, url_secrets
 from loadgen.core.redact import Redactor
 from loadgen.engine.recordlog import default_out_dir
@@ -173,6 +174,8 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     scfg = build_sweep_config(kw)
     # issue 17: the session-capacity search (loadgen.sweep.session_search); the probes' prices
     base = base_load_config(kw, sessions=session_source(kw), prices=scfg.prices)
+    # the target's options, typed once (after base_load_config took the API from a pasted --endpoint path)
+    eopts, sopts = EndpointOptions.from_kw(kw), ServerOptions.from_kw(kw)
     if base.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before any probe
         from rich.markup import escape
 
@@ -189,13 +192,16 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     make_out_dir(out_dir)
     cert = client_selftest(out_dir, err) if kw.get("selftest") else None
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
-    with ClusterOption(kw["cluster"], err) as cluster, Target(kw, out_dir, err, out_existed=existed) as target:
+    with (
+        ClusterOption(kw["cluster"], err) as cluster,
+        Target(eopts, sopts, kw, out_dir, err, out_existed=existed) as target,
+    ):
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
         if cluster is not None and kw["workers"] == "auto":
             scfg.workers = cluster.auto_workers()
         if not target.embedded:
-            confirm_remote(kw, target.url, target.embedded, sweep_estimate(kw, scfg), err)
-        endpoint = endpoints_from_options(kw, target, redactor, sweep_estimate(kw, scfg), err)
+            confirm_remote(eopts.yes, target.url, target.embedded, sweep_estimate(kw, scfg), err)
+        endpoint = endpoints_from_options(eopts, target, redactor, sweep_estimate(kw, scfg), err)
         use_uvloop()
         live = LiveView(  # loadgen.cli.live: off the send path
             err, enabled=live_enabled(kw, err), sweep_dir=out_dir, targets=scfg.slos, origin=base.latency_origin

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,6 +25,7 @@ from loadgen.cli.options import (
     resolve_headers,
     usage_errors,
 )
+from loadgen.cli.target_options import EndpointOptions, ServerOptions
 from loadgen.core.redact import Redactor, find_body_secrets, is_sensitive_name, redact_url, split_url_secrets
 
 if TYPE_CHECKING:
@@ -114,12 +116,9 @@ def adopt_endpoint_path(kw: dict[str, Any]) -> None:
     """
     from urllib.parse import urlsplit, urlunsplit
 
-    url = kw.get("endpoint")
-    if (
-        not url
-        or str(kw.get("api") or "").startswith("triton")
-        or kw.get("provider", "openai-compatible") not in ("openai-compatible",)
-    ):
+    opts = EndpointOptions.from_kw(kw)
+    url = opts.endpoint
+    if not url or opts.triton or opts.provider != "openai-compatible":
         return
     try:
         parts = urlsplit(url)
@@ -129,12 +128,10 @@ def adopt_endpoint_path(kw: dict[str, Any]) -> None:
     for suffix, api in _API_PATHS:
         if not path.endswith(suffix):
             continue
-        ctx = click.get_current_context(silent=True)
-        explicit = ctx is not None and ctx.get_parameter_source("api") not in (None, click.core.ParameterSource.DEFAULT)
-        if explicit and kw["api"] != api:
-            raise click.UsageError(f"--endpoint ends in {suffix} (the {api} API): it clashes with --api {kw['api']}")
+        if opts.api_given and opts.api != api:
+            raise click.UsageError(f"--endpoint ends in {suffix} (the {api} API): it clashes with --api {opts.api}")
         stripped = urlunsplit(parts._replace(path=path[: -len(suffix)] + "/v1"))
-        kw["endpoint"], kw["api"] = stripped, api
+        kw["endpoint"], kw["api"] = stripped, api  # the record (config.used.toml, result.json) says what was sent
         click.echo(
             f"--endpoint: took the path {suffix} as --api {api}; sending to {redact_url(stripped)}{suffix[3:]}",
             err=True,
@@ -147,48 +144,29 @@ def _host_url(url: str) -> str:
     return url if "://" in url else "grpc://" + url
 
 
-def resolve_endpoint_url(kw: dict[str, Any]) -> str | None:
+def resolve_endpoint_url(opts: EndpointOptions) -> str | None:
     """The URL to load: --endpoint, else the provider's public API; None starts the embedded sim."""
     from loadgen.endpoints.providers import DEFAULT_BASE_URLS
 
-    if kw["endpoint"]:
-        if not str(kw.get("api") or "").startswith("triton"):  # Triton also takes host:port
-            _check_endpoint(kw["endpoint"])
-        return kw["endpoint"]
-    if kw["provider"] == "azure":
+    if opts.endpoint:
+        if not opts.triton:  # Triton also takes host:port
+            _check_endpoint(opts.endpoint)
+        return opts.endpoint
+    if opts.provider == "azure":
         raise click.UsageError("--provider azure needs --endpoint https://RESOURCE.openai.azure.com")
-    return DEFAULT_BASE_URLS.get(kw["provider"])
+    return DEFAULT_BASE_URLS.get(opts.provider)
 
 
-def _provider_api(kw: dict[str, Any]) -> str:
+def _provider_api(opts: EndpointOptions) -> str:
     """--api, where managed providers default to chat (their only streaming API that matters)."""
-    if kw["provider"] == "openai-compatible":
-        return kw["api"]
-    explicit = click.get_current_context().get_parameter_source("api") != click.core.ParameterSource.DEFAULT
-    if kw["provider"] == "anthropic" and explicit and kw["api"] != "chat":
+    if opts.provider == "openai-compatible":
+        return opts.api
+    if opts.provider == "anthropic" and opts.api_given and opts.api != "chat":
         raise click.UsageError("--provider anthropic speaks the Messages API: leave out --api or give --api chat")
-    return kw["api"] if explicit else "chat"
+    return opts.api if opts.api_given else "chat"
 
 
-_ENDPOINT_DEFAULTS: dict[str, Any] = {
-    "provider": "openai-compatible",
-    "deployment": None,
-    "api_version": None,
-    "azure_ad_token_env": None,
-    "anthropic_version": None,
-    "ca_file": None,
-    "connection_reuse": "keep-alive",
-    "network_baseline": "auto",
-    "retry_429": 0,
-    "max_rpm": None,
-    "max_tpm": None,
-    "no_stream": False,
-    "insecure": False,
-    "no_preflight": False,
-}
-
-
-def header_timeout_s(kw: dict[str, Any]) -> float | None:
+def header_timeout_s(opts: EndpointOptions) -> float | None:
     """``--header-timeout`` in seconds: the value given, else max(30 s, 10x the TTFT target) when an SLO
     (``--slo``, or ``--slo-p99`` of ``--slo-metric``) targets TTFT, else 60 s (the rule of
     :func:`loadgen.endpoints.header_wait.default_header_timeout_s`). None (off) with ``--no-stream``: a
@@ -196,8 +174,8 @@ def header_timeout_s(kw: dict[str, Any]) -> float | None:
     from loadgen.core.slo import parse_slo
     from loadgen.endpoints.header_wait import default_header_timeout_s
 
-    given = kw.get("header_timeout")
-    if kw.get("no_stream"):
+    given = opts.header_timeout
+    if opts.no_stream:
         if given is not None:
             raise click.UsageError(
                 "--header-timeout bounds the wait for a streamed answer's headers: with --no-stream they come "
@@ -207,10 +185,10 @@ def header_timeout_s(kw: dict[str, Any]) -> float | None:
     if given is not None:
         return positive_duration_s(given, "--header-timeout", 0.0)
     slos = []
-    if kw.get("slo_p99"):
+    if opts.slo_p99:
         with usage_errors("--slo-p99: "):
-            slos.append(parse_slo(f"{kw.get('slo_metric') or 'ttft'}:p99<={kw['slo_p99']}"))
-    for text in kw.get("slos") or ():
+            slos.append(parse_slo(f"{opts.slo_metric or 'ttft'}:p99<={opts.slo_p99}"))
+    for text in opts.slos:
         with usage_errors("--slo: "):
             slos.append(parse_slo(text))
     return default_header_timeout_s(slos)
@@ -225,46 +203,43 @@ def model_mix_names(text: str | None) -> tuple[str, ...]:
     return mix.names if mix is not None else ()
 
 
-def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool, redactor: Redactor) -> Endpoint:
+def endpoint_from_options(opts: EndpointOptions, endpoint_url: str, embedded: bool, redactor: Redactor) -> Endpoint:
     """The endpoint for parsed options (other front ends, e.g. ``loadgen locust``, pass a subset)."""
-    kw = {**_ENDPOINT_DEFAULTS, **kw}
     from loadgen.endpoints.providers import DEFAULT_KEY_ENV, is_loopback_url, make_endpoint
     from loadgen.engine.recordlog import new_run_id
 
-    mix = model_mix_names(kw.get("model"))
-    if kw["api"].startswith("triton"):
+    mix = model_mix_names(opts.model)
+    if opts.triton:
         if mix:
             raise click.UsageError("--model with several models: not with Triton (a model is its URL)")
-        if kw["provider"] != "openai-compatible":
-            raise click.UsageError(
-                f"--api {kw['api']} is Triton's protocol: it clashes with --provider {kw['provider']}"
-            )
-        return _triton_endpoint(kw, endpoint_url, redactor)
-    provider = kw["provider"]
-    headers, env_secrets = resolve_headers(kw)
+        if opts.provider != "openai-compatible":
+            raise click.UsageError(f"--api {opts.api} is Triton's protocol: it clashes with --provider {opts.provider}")
+        return _triton_endpoint(opts, endpoint_url, redactor)
+    provider = opts.provider
+    headers, env_secrets = resolve_headers(opts.headers, opts.header_envs)
     for v in env_secrets:
         redactor.add(v)
-    extra = parse_extra_body(kw["extra_body"])
-    if kw.get("tools_file"):
+    extra = parse_extra_body(opts.extra_body)
+    if opts.tools_file:
         if "tools" in extra:
             raise click.UsageError('--tools and a "tools" key in --extra-body clash: give one')
         from loadgen.endpoints.toolcalls import read_tools_file
 
-        extra["tools"] = read_tools_file(kw["tools_file"])  # a bad file: one line naming it (InputFileError)
+        extra["tools"] = read_tools_file(opts.tools_file)  # a bad file: one line naming it (InputFileError)
     api_key = None
     bearer = None
     if not embedded:
         default_env = DEFAULT_KEY_ENV[provider]
-        env_name = kw["api_key_env"] or (default_env if os.environ.get(default_env) else None)
+        env_name = opts.api_key_env or (default_env if os.environ.get(default_env) else None)
         if env_name:
             api_key = os.environ.get(env_name)
-            if api_key is None and kw["api_key_env"]:
+            if api_key is None and opts.api_key_env:
                 raise click.UsageError(f"--api-key-env {env_name}: that environment variable is not set")
-        if kw["azure_ad_token_env"]:
-            bearer = os.environ.get(kw["azure_ad_token_env"])
+        if opts.azure_ad_token_env:
+            bearer = os.environ.get(opts.azure_ad_token_env)
             if bearer is None:
                 raise click.UsageError(
-                    f"--azure-ad-token-env {kw['azure_ad_token_env']}: that environment variable is not set"
+                    f"--azure-ad-token-env {opts.azure_ad_token_env}: that environment variable is not set"
                 )
     for name, value in headers.items():
         if is_sensitive_name(name):
@@ -277,57 +252,55 @@ def endpoint_from_options(kw: dict[str, Any], endpoint_url: str, embedded: bool,
         redactor.add(s)
     redactor.add(api_key)
     redactor.add(bearer)
-    baseline = {"on": True, "off": False}.get(
-        kw["network_baseline"], not embedded and not is_loopback_url(endpoint_url)
-    )
+    baseline = {"on": True, "off": False}.get(opts.network_baseline, not embedded and not is_loopback_url(endpoint_url))
     options: dict[str, Any] = dict(
-        stream=not kw["no_stream"],
+        stream=not opts.no_stream,
         headers=headers,
         extra_body=extra,
-        timeout_s=positive_duration_s(kw["timeout"], "--timeout", 600.0),
-        connect_timeout_s=positive_duration_s(kw["connect_timeout"], "--connect-timeout", 10.0),
-        idle_timeout_s=positive_duration_s(kw.get("idle_timeout"), "--idle-timeout", 120.0),
-        header_timeout_s=header_timeout_s(kw),
-        verify_tls=not kw["insecure"],
-        ca_file=kw["ca_file"],
+        timeout_s=positive_duration_s(opts.timeout, "--timeout", 600.0),
+        connect_timeout_s=positive_duration_s(opts.connect_timeout, "--connect-timeout", 10.0),
+        idle_timeout_s=positive_duration_s(opts.idle_timeout, "--idle-timeout", 120.0),
+        header_timeout_s=header_timeout_s(opts),
+        verify_tls=not opts.insecure,
+        ca_file=opts.ca_file,
         request_id_prefix=new_run_id(),
-        connection_reuse=kw["connection_reuse"],
+        connection_reuse=opts.connection_reuse,
         network_baseline=baseline,
-        retry_429=kw["retry_429"],
-        max_rpm=kw["max_rpm"],
-        max_tpm=kw["max_tpm"],
+        retry_429=opts.retry_429,
+        max_rpm=opts.max_rpm,
+        max_tpm=opts.max_tpm,
     )
     if provider != "anthropic":
-        options["preflight"] = not kw["no_preflight"]
-    if kw.get("images") and provider != "anthropic":
+        options["preflight"] = not opts.no_preflight
+    if opts.images and provider != "anthropic":
         options["probe_image"] = True  # --images: the pre-flight carries one (a text-only model refuses before load)
     if mix and provider != "anthropic":  # --model a=0.7,b=0.3: each names its own; the pre-flight uses the first
         options["mix_models"] = mix
-    if kw.get("session_header"):  # issue 17: session affinity for routers, on each session turn
+    if opts.session_header:  # issue 17: session affinity for routers, on each session turn
         if provider == "anthropic":
             raise click.UsageError("--session-header is for OpenAI-compatible endpoints (routers in front of them)")
-        options["session_header"] = kw["session_header"]
+        options["session_header"] = opts.session_header
     with usage_errors():
         return make_endpoint(
             provider,
             base_url=endpoint_url,
-            api=_provider_api(kw),
-            model=mix[0] if mix else kw["model"],
+            api=_provider_api(opts),
+            model=mix[0] if mix else opts.model,
             api_key=api_key,
             bearer_token=bearer,
-            deployment=kw["deployment"],
-            api_version=kw["api_version"],
-            anthropic_version=kw["anthropic_version"],
+            deployment=opts.deployment,
+            api_version=opts.api_version,
+            anthropic_version=opts.anthropic_version,
             redactor=redactor,
             **options,
         )
 
 
-def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor) -> TritonEndpoint:
+def _triton_endpoint(opts: EndpointOptions, endpoint_url: str, redactor: Redactor) -> TritonEndpoint:
     from loadgen.endpoints.triton import TritonConfig, TritonEndpoint
     from loadgen.engine.recordlog import new_run_id
 
-    headers, env_secrets = resolve_headers(kw)
+    headers, env_secrets = resolve_headers(opts.headers, opts.header_envs)
     for v in env_secrets:
         redactor.add(v)
     for name, value in headers.items():
@@ -336,27 +309,28 @@ def _triton_endpoint(kw: dict[str, Any], endpoint_url: str, redactor: Redactor) 
     return TritonEndpoint(
         TritonConfig(
             url=endpoint_url,
-            protocol="grpc" if kw["api"] == "triton-grpc" else "http",
-            model=kw["model"],
+            protocol="grpc" if opts.api == "triton-grpc" else "http",
+            model=opts.model,
             headers=headers,
-            sampling_parameters=parse_extra_body(kw["extra_body"]),
-            timeout_s=duration_s(kw["timeout"], "--timeout") or 600.0,
-            connect_timeout_s=duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
-            header_timeout_s=header_timeout_s(kw),
+            sampling_parameters=parse_extra_body(opts.extra_body),
+            timeout_s=duration_s(opts.timeout, "--timeout") or 600.0,
+            connect_timeout_s=duration_s(opts.connect_timeout, "--connect-timeout") or 10.0,
+            header_timeout_s=header_timeout_s(opts),
             request_id_prefix=new_run_id(),
         ),
         redactor,
     )
 
 
-def confirm_remote(kw: dict[str, Any], endpoint_url: str, embedded: bool, estimate: Estimate, err: Console) -> None:
-    """Before sending to a non-loopback endpoint: show the estimate, ask on a terminal, refuse without --yes elsewhere."""
+def confirm_remote(yes: bool, endpoint_url: str, embedded: bool, estimate: Estimate, err: Console) -> None:
+    """Before sending to a non-loopback endpoint: show the estimate, ask on a terminal, refuse without ``yes``
+    (``--yes``) elsewhere."""
     from loadgen.endpoints.providers import is_loopback_url
 
     if embedded or is_loopback_url(_host_url(endpoint_url)):
         return
     err.print(f"{redact_url(endpoint_url)} is not a loopback address: {estimate.text()}")
-    if kw["yes"]:
+    if yes:
         return
     if not sys.stdin.isatty():
         raise click.UsageError("not on a terminal: pass --yes to send to a non-loopback endpoint")
@@ -370,50 +344,70 @@ def endpoint_replicas() -> list[str]:
     return list(ctx.meta.get("loadgen.endpoint_replicas") or ()) if ctx is not None else []
 
 
-def balanced_endpoint(kw: dict[str, Any], urls: list[str], redactor: Redactor) -> Endpoint:
+def balanced_endpoint(opts: EndpointOptions, urls: list[str], redactor: Redactor) -> Endpoint:
     """One endpoint over ``urls`` (:class:`loadgen.endpoints.balance.BalancedEndpoint`, policy
-    ``kw["balance"]``): each replica built from the same options but its URL (its own pool, its URL's
+    ``opts.balance``): each replica built from the same options but its URL (its own pool, its URL's
     credentials its own), every secret registered with ``redactor``. Usage errors: a bad URL, workers."""
     from loadgen.endpoints.balance import BalancedEndpoint
 
-    if kw.get("workers") not in (None, "1") or kw.get("cluster"):
+    if opts.workers not in (None, "1") or opts.cluster:
         raise click.UsageError(
             "--endpoint given several times balances in one process: not with --workers or --cluster"
         )
-    if not str(kw.get("api") or "").startswith("triton"):
+    if not opts.triton:
         for url in urls:
             _check_endpoint(url)
     n = len(urls)  # the client's own caps are the run's: each replica enforces its share (as workers do)
-    kw = {**kw, **{k: kw[k] / n for k in ("max_rpm", "max_tpm") if kw.get(k)}}
+    opts = replace(
+        opts,
+        max_rpm=opts.max_rpm / n if opts.max_rpm else opts.max_rpm,
+        max_tpm=opts.max_tpm / n if opts.max_tpm else opts.max_tpm,
+    )
     with usage_errors():
         return BalancedEndpoint(
-            [endpoint_from_options(kw, u, False, redactor) for u in urls], kw.get("balance") or "round-robin"
+            [endpoint_from_options(opts, u, False, redactor) for u in urls], opts.balance or "round-robin"
         )
 
 
 def endpoints_from_options(
-    kw: dict[str, Any], target: Target, redactor: Redactor, estimate: Estimate, err: Console
+    opts: EndpointOptions, target: Target, redactor: Redactor, estimate: Estimate, err: Console
 ) -> Endpoint:
     """``run``/``sweep``'s endpoint: the target's, or with ``--endpoint`` given several times the replicas
     balanced by the client; each further non-loopback replica is confirmed as the first was."""
+    opts = replace(opts, model=target.model)  # --serve: the served model's name when --model is not given
     urls = endpoint_replicas()
     if len(urls) < 2 or target.embedded:
-        return endpoint_from_options(kw, target.url, target.embedded, redactor)
+        return endpoint_from_options(opts, target.url, target.embedded, redactor)
     urls[0] = target.url  # as adopt_endpoint_path left it
     for url in urls[1:]:
-        confirm_remote(kw, url, False, estimate, err)
-    return balanced_endpoint(kw, urls, redactor)
+        confirm_remote(opts.yes, url, False, estimate, err)
+    return balanced_endpoint(opts, urls, redactor)
 
 
 class Target:
-    """The system under test for one command: an external endpoint, a launched server, or the sim."""
+    """The system under test for one command: an external endpoint, a launched server, or the sim.
 
-    def __init__(self, kw: dict[str, Any], out_dir: Path, err: Console, *, out_existed: bool | None = None) -> None:
-        self.kw, self.out_dir, self.err = kw, out_dir, err
+    ``record``: the command's options as they are recorded (``config.used.toml``, written on the way out
+    when a result was; ``--serve`` writes the served model's name into it when ``--model`` is not given)."""
+
+    def __init__(
+        self,
+        endpoint: EndpointOptions,
+        server: ServerOptions,
+        record: dict[str, Any],
+        out_dir: Path,
+        err: Console,
+        *,
+        out_existed: bool | None = None,
+    ) -> None:
+        self.opts, self.server_opts, self.record = endpoint, server, record
+        self.out_dir, self.err = out_dir, err
         self.sim: Any = None
         self.server: Any = None
         self.url = ""
         self.embedded = False
+        self.model = endpoint.model
+        """``--model``, or with ``--serve`` and no ``--model`` the served model's name."""
         # an --out this command made (``out_existed``: whether it was there before the command made it; by
         # default, whether it is there now) and left without a result is removed when the command fails
         self.out_existed = True if out_existed is None else out_existed
@@ -424,45 +418,46 @@ class Target:
                 pass
 
     def __enter__(self) -> Target:
-        kw = self.kw
-        if kw.get("serve"):
+        opts, so = self.opts, self.server_opts
+        if so.serve:
             import shlex
 
             from loadgen.serve import launch
 
-            if kw["endpoint"]:
+            if opts.endpoint:
                 raise click.UsageError("--serve and --endpoint clash: loadgen starts the server itself")
             # a ServerStartError goes up to the command's exit-code mapping (exit 4)
             self.server = launch(
-                kw["serve"],
-                serve_model=kw["serve_model"],
-                served_model_name=kw["served_model_name"] or kw["model"],
-                model_repository=kw["model_repository"],
-                pytriton=kw["pytriton"],
-                triton_model=kw["model"],
-                server_python=kw["server_python"],
-                port=kw["server_port"],
-                engine_args=shlex.split(kw["serve_args"] or ""),
+                so.serve,
+                serve_model=so.serve_model,
+                served_model_name=so.served_model_name or opts.model,
+                model_repository=so.model_repository,
+                pytriton=so.pytriton,
+                triton_model=opts.model,
+                server_python=so.server_python,
+                port=so.server_port,
+                engine_args=shlex.split(so.serve_args or ""),
                 log_dir=str(self.out_dir / "server"),
-                ready_timeout_s=duration_s(kw["serve_timeout"], "--serve-timeout"),
+                ready_timeout_s=duration_s(so.serve_timeout, "--serve-timeout"),
             )
             info = self.server.info
             self.url = {"triton-http": info.get("http_url"), "triton-grpc": info.get("grpc_url")}.get(
-                kw["api"], self.server.base_url
+                opts.api, self.server.base_url
             )
-            kw["model"] = kw["model"] or info.get("served_model_name")
-            self.err.print(f"--serve {kw['serve']}: server ready at {self.url} (logs in {self.out_dir / 'server'})")
-        elif resolve_endpoint_url(kw) is None:
-            if kw["api"].startswith("triton"):
-                raise click.UsageError(f"--api {kw['api']} needs --endpoint or --serve triton")
-            self.sim = _start_sim(kw["sim_args"])
+            self.model = opts.model or info.get("served_model_name")
+            self.record["model"] = self.model
+            self.err.print(f"--serve {so.serve}: server ready at {self.url} (logs in {self.out_dir / 'server'})")
+        elif resolve_endpoint_url(opts) is None:
+            if opts.triton:
+                raise click.UsageError(f"--api {opts.api} needs --endpoint or --serve triton")
+            self.sim = _start_sim(so.sim_args)
             self.embedded = True
             self.url = self.sim.url
             self.err.print(
                 f"no --endpoint: started the embedded simulated endpoint at {self.url} (a test double, not a real server)"
             )
         else:
-            self.url = resolve_endpoint_url(kw) or ""
+            self.url = resolve_endpoint_url(opts) or ""
         return self
 
     def observer(self) -> ServerObserver | None:
@@ -470,7 +465,7 @@ class Target:
             return None
         from loadgen.serve import ServerObserver
 
-        return ServerObserver.for_server(self.server, model=self.kw["model"])
+        return ServerObserver.for_server(self.server, model=self.model)
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         from loadgen.cli.runfile import USED_CONFIG_NAME, write_used_config
@@ -482,7 +477,7 @@ class Target:
             written = False
         if written:
             try:
-                write_used_config(self.kw, self.out_dir)
+                write_used_config(self.record, self.out_dir)
             except OSError as e:
                 self.err.print(f"[yellow]warning:[/] {self.out_dir}: config.used.toml not written: {e.strerror or e}")
         elif not self.out_existed and exc_type is not None:  # failed before any result: no empty results/<time>

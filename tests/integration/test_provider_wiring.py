@@ -235,19 +235,18 @@ def test_confirmation_before_a_non_loopback_endpoint(monkeypatch: pytest.MonkeyP
 
     est = estimate_run(100, 128, 64, None)
     err = Console(stderr=True)
-    kw = {"yes": False}
     # loopback and the embedded sim: nothing asked
-    cli.confirm_remote(kw, "http://127.0.0.1:8000", False, est, err)
-    cli.confirm_remote(kw, "http://203.0.113.7:8000", True, est, err)
+    cli.confirm_remote(False, "http://127.0.0.1:8000", False, est, err)
+    cli.confirm_remote(False, "http://203.0.113.7:8000", True, est, err)
     # a script (no terminal) must say --yes
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False, raising=False)
     with pytest.raises(click.UsageError, match="--yes"):
-        cli.confirm_remote(kw, "http://203.0.113.7:8000", False, est, err)
-    cli.confirm_remote({"yes": True}, "http://203.0.113.7:8000", False, est, err)
+        cli.confirm_remote(False, "http://203.0.113.7:8000", False, est, err)
+    cli.confirm_remote(True, "http://203.0.113.7:8000", False, est, err)
     # a terminal is asked
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
     monkeypatch.setattr(click, "confirm", lambda *a, **k: False)
     with pytest.raises(click.Abort):
-        cli.confirm_remote(kw, "http://203.0.113.7:8000", False, est, err)
+        cli.confirm_remote(False, "http://203.0.113.7:8000", False, est, err)
     monkeypatch.setattr(click, "confirm", lambda *a, **k: True)
-    cli.confirm_remote(kw, "http://203.0.113.7:8000", False, est, err)
+    cli.confirm_remote(False, "http://203.0.113.7:8000", False, est, err)

@@ -142,16 +142,19 @@ def test_cli_replicas_share_the_clients_caps_and_run_in_one_process() -> None:
     import click
 
     from loadgen.cli.target import balanced_endpoint
+    from loadgen.cli.target_options import EndpointOptions
     from loadgen.core.redact import Redactor
 
     kw = {"api": "completions", "model": "m", "headers": (), "header_envs": (), "api_key_env": None,
           "extra_body": None, "timeout": "600s", "connect_timeout": "10s", "max_rpm": 600.0, "balance": "round-robin"}  # fmt: skip
-    ep = balanced_endpoint(kw, ["http://127.0.0.1:1", "http://127.0.0.1:2?key=k"], Redactor())
+    ep = balanced_endpoint(EndpointOptions.from_kw(kw), ["http://127.0.0.1:1", "http://127.0.0.1:2?key=k"], Redactor())
     assert isinstance(ep, BalancedEndpoint)
     assert [r.config.max_rpm for r in ep.replicas] == [300.0, 300.0]  # 600 per minute in all
     assert ep.urls == ["http://127.0.0.1:1/v1/completions", "http://127.0.0.1:2/v1/completions?key=***"]
     with pytest.raises(click.UsageError, match="--workers"):
-        balanced_endpoint({**kw, "workers": "2"}, ["http://127.0.0.1:1", "http://127.0.0.1:2"], Redactor())
+        balanced_endpoint(
+            EndpointOptions.from_kw({**kw, "workers": "2"}), ["http://127.0.0.1:1", "http://127.0.0.1:2"], Redactor()
+        )
 
 
 @dataclass

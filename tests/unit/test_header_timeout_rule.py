@@ -14,6 +14,7 @@ import click
 import pytest
 
 from loadgen.cli.target import header_timeout_s
+from loadgen.cli.target_options import EndpointOptions
 from loadgen.core.errors import HeaderTimeout
 from loadgen.core.slo import parse_slo
 from loadgen.core.types import ERROR_KINDS
@@ -56,7 +57,7 @@ def _kw(**kw: Any) -> dict[str, Any]:
     ],
 )
 def test_resolved_from_the_options(kw: dict[str, Any], want_s: float | None) -> None:
-    assert header_timeout_s(kw) == want_s
+    assert header_timeout_s(EndpointOptions.from_kw(kw)) == want_s
 
 
 @pytest.mark.parametrize(
@@ -64,7 +65,7 @@ def test_resolved_from_the_options(kw: dict[str, Any], want_s: float | None) -> 
 )
 def test_bad_values_are_usage_errors(kw: dict[str, Any]) -> None:
     with pytest.raises(click.UsageError):
-        header_timeout_s(kw)
+        header_timeout_s(EndpointOptions.from_kw(kw))
 
 
 def test_header_timeout_is_its_own_error_kind() -> None:
