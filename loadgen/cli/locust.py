@@ -36,7 +36,7 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -195,30 +195,35 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def build_config(
-    kw: dict[str, Any], endpoint: Any, endpoint_url: str, embedded: bool, locust_args: list[str]
+    kw: dict[str, Any],
+    eopts: EndpointOptions,
+    endpoint: Any,
+    endpoint_url: str,
+    embedded: bool,
+    locust_args: list[str],
 ) -> dict[str, Any]:
     """The JSON configuration the Locust process runs with (no secret values recorded)."""
     from loadgen.core.redact import redact_url
 
     mode = "sessions" if kw["sessions"] else "open" if (kw["rate"] is not None or kw["trace"]) else "closed"
     mine = ("web_token_env", "master_token_env", "allow_remote_workers", "config_file")
-    rec = config_record({k: v for k, v in kw.items() if k not in mine}, endpoint_url, embedded)
+    rec = config_record({k: v for k, v in kw.items() if k not in mine}, eopts, endpoint_url, embedded)
     rec["locust_args"] = [redact_url(a) if "://" in a else a for a in locust_args]
     rec["mode"] = mode
     return {
         "mode": mode,
         "endpoint_url": endpoint_url,
         "endpoint_shown": redact_url(endpoint_url),
-        "api": kw["api"],
+        "api": eopts.api,
         "model": endpoint.config.model,
-        "headers": parse_headers(kw["headers"]),
-        "api_key_env": kw["api_key_env"]
+        "headers": parse_headers(eopts.headers),
+        "api_key_env": eopts.api_key_env
         or (None if embedded or not os.environ.get("OPENAI_API_KEY") else "OPENAI_API_KEY"),
-        "extra_body": parse_extra_body(kw["extra_body"]),
-        "timeout_s": duration_s(kw["timeout"], "--timeout") or 600.0,
-        "connect_timeout_s": duration_s(kw["connect_timeout"], "--connect-timeout") or 10.0,
+        "extra_body": parse_extra_body(eopts.extra_body),
+        "timeout_s": duration_s(eopts.timeout, "--timeout") or 600.0,
+        "connect_timeout_s": duration_s(eopts.connect_timeout, "--connect-timeout") or 10.0,
         "header_timeout_s": endpoint.config.header_timeout_s,  # resolved by endpoint_from_options
-        "verify_tls": not kw["insecure"],
+        "verify_tls": not eopts.insecure,
         "pool_limit": max(kw["max_concurrency"] or DEFAULT_MAX_INFLIGHT, 1) + 16,
         "accepted": dict(endpoint.accepted),
         "describe": endpoint.describe(),
@@ -236,7 +241,7 @@ def build_config(
         "out_dir": str(Path(kw["out_dir"]).resolve()),
         "config_record": rec,
         "sessions": kw["sessions"],  # --sessions SOURCE: a Locust user is a session (loadgen.locust.session_user)
-        "session_header": kw["session_header"],
+        "session_header": eopts.session_header,
     }
 
 
@@ -307,13 +312,11 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
             parse_slo(t)
 
 
-def _preflight(kw: dict[str, Any], endpoint_url: str, embedded: bool) -> Any:
+def _preflight(eopts: EndpointOptions, endpoint_url: str, embedded: bool) -> Any:
     """Discover the served model and the accepted optional fields, with ``loadgen run``'s code."""
     from loadgen.core.redact import Redactor
 
-    endpoint = endpoint_from_options(
-        EndpointOptions.from_kw({**kw, "no_stream": False}), endpoint_url, embedded, Redactor()
-    )
+    endpoint = endpoint_from_options(replace(eopts, no_stream=False), endpoint_url, embedded, Redactor())
 
     async def go() -> None:
         try:
@@ -465,18 +468,19 @@ def locust_command(ctx: click.Context, **kw: Any) -> LocustOutcome:
     from loadgen.cli.options import make_out_dir
 
     make_out_dir(Path(kw["out_dir"]))  # one usage line before any child starts (a name too long, no write access)
+    eopts = EndpointOptions.from_kw(kw)  # the endpoint's options, typed once (issue 29)
     sim = None
-    embedded = kw["endpoint"] is None
+    embedded = eopts.endpoint is None
     try:
         if embedded:
             from loadgen.sim.launch import SimProcess
 
             sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])
             click.echo(f"no --endpoint: started the embedded simulated endpoint at {sim.url} (a test double)", err=True)
-        endpoint_url: str = sim.url if sim is not None and sim.url else kw["endpoint"]
+        endpoint_url: str = sim.url if sim is not None and sim.url else (eopts.endpoint or "")
         # EndpointUnreachable (exit 3) and ConfigError (usage) go up to loadgen.cli's mapping
-        endpoint = _preflight(kw, endpoint_url, embedded)
-        cfg = build_config(kw, endpoint, endpoint_url, embedded, args)
+        endpoint = _preflight(eopts, endpoint_url, embedded)
+        cfg = build_config(kw, eopts, endpoint, endpoint_url, embedded, args)
         extra_env["LOADGEN_LOCUST_CONFIG"] = json.dumps(cfg)
         code = _run_child(locust_cmdline(args, cfg["endpoint_shown"]), _child_env(extra_env))
     finally:

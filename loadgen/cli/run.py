@@ -16,6 +16,7 @@ from rich.console import Console
 from loadgen.cli.compare import export_option, write_exports
 from loadgen.cli.config import build_load_config, config_record, prices, run_estimate
 from loadgen.cli.live import LiveView, live_enabled, live_options, server_observer, telemetry_from_options, with_dcgm
+from loadgen.cli.load_options import LoadOptions, OutputOptions, RunOptions
 from loadgen.cli.options import (
     common_endpoint_options,
     cpus_option,
@@ -63,8 +64,10 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
 
     refuse_brace_list(kw, "run")  # a brace list in --sim-args/--serve-args is a scaling sweep (loadgen sweep)
     # built once, frozen and validated: sessions (issue 17, loadgen.sessions.measured) and prices in it
-    load = build_load_config(kw, sessions=session_source(kw), prices=prices(kw))
-    # the target's options, typed once (after build_load_config took the API from a pasted --endpoint path)
+    # the options typed once (issue 29: frozen groups built from click's values, --config merged into them)
+    lopts, ropts, oopts = LoadOptions.from_kw(kw), RunOptions.from_kw(kw), OutputOptions.from_kw(kw)
+    load = build_load_config(ropts, lopts, oopts, kw, sessions=session_source(kw), prices=prices(lopts))
+    # the target's, after build_load_config took the API from an --endpoint pasted with its path
     eopts, sopts = EndpointOptions.from_kw(kw), ServerOptions.from_kw(kw)
     if load.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before anything
         from rich.markup import escape
@@ -75,23 +78,23 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
         for line in check_sessions(load.sessions, seed=load.seed, own_starts=own):
             err.print(f"[yellow]warning:[/] {escape(line)}")
     cpus = cpus_option(kw)
-    out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir()
-    if kw["dry_run"] and load.sessions is not None:
+    out_dir = Path(oopts.out_dir) if oopts.out_dir else default_out_dir()
+    if ropts.dry_run and load.sessions is not None:
         from loadgen.sessions.measured import write_session_schedule
 
         make_out_dir(out_dir)
         n, turns = write_session_schedule(load, load.sessions, out_dir / "schedule.jsonl")
         console.print(f"dry run: {n} sessions, {turns} turns written to {out_dir / 'schedule.jsonl'}; nothing sent")
         return None
-    if kw["dry_run"]:
+    if ropts.dry_run:
         _dry_run(load, out_dir, console)
         return None
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
-    with ClusterOption(kw["cluster"], err) as cluster, Target(eopts, sopts, kw, out_dir, err) as target:
+    with ClusterOption(lopts.cluster, err) as cluster, Target(eopts, sopts, kw, out_dir, err) as target:
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
         if not target.embedded:
-            confirm_remote(eopts.yes, target.url, target.embedded, run_estimate(kw, load), err)
-        endpoint = endpoints_from_options(eopts, target, redactor, run_estimate(kw, load), err)
+            confirm_remote(eopts.yes, target.url, target.embedded, run_estimate(lopts, load), err)
+        endpoint = endpoints_from_options(eopts, target, redactor, run_estimate(lopts, load), err)
         use_uvloop()
 
         async def go() -> MeasuredRun:
@@ -117,7 +120,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                 if load.sessions is not None:
                     from loadgen.sessions.measured import measure_sessions
 
-                    cfg_rec = config_record(kw, target.url, target.embedded)
+                    cfg_rec = config_record(kw, eopts, target.url, target.embedded)
                     return await measure_sessions(
                         endpoint,
                         load,
@@ -127,7 +130,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                         redactor=redactor,
                         server_observer=observer,
                         conditions_extra=extra,
-                        workers=parse_workers(kw["workers"]),  # whole sessions per process (loadgen.sessions.spread)
+                        workers=parse_workers(lopts.workers),  # whole sessions per process (loadgen.sessions.spread)
                     )
                 with live, telemetry_from_options(kw, out_dir / "requests.jsonl", err, redactor) as tele:
 
@@ -142,10 +145,10 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                         endpoint,
                         load,
                         out_dir,
-                        config_record=config_record(kw, target.url, target.embedded),
+                        config_record=config_record(kw, eopts, target.url, target.embedded),
                         redactor=redactor,
                         runner_hook=hook,
-                        workers=parse_workers(kw["workers"], cluster),
+                        workers=parse_workers(lopts.workers, cluster),
                         server_observer=observer,
                         conditions_extra=extra,
                         cluster=cluster,

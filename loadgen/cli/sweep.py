@@ -18,6 +18,7 @@ from rich.console import Console
 from loadgen.cli.compare import export_option, write_exports
 from loadgen.cli.config import base_load_config, build_sweep_config, config_record, sweep_estimate
 from loadgen.cli.live import LiveView, live_enabled, server_metrics_options, server_observer, view_options, with_dcgm
+from loadgen.cli.load_options import LoadOptions, OutputOptions, SweepOptions
 from loadgen.cli.options import (
     common_endpoint_options,
     cpus_option,
@@ -171,10 +172,12 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     from loadgen.sweep import Sweep
 
     replay = _replay(kw)  # --resume DIR: read before this sweep writes its progress there again
-    scfg = build_sweep_config(kw)
+    # the options typed once (issue 29: frozen groups built from click's values, --config merged into them)
+    lopts, oopts = LoadOptions.from_kw(kw), OutputOptions.from_kw(kw)
+    scfg = build_sweep_config(SweepOptions.from_kw(kw), lopts)
     # issue 17: the session-capacity search (loadgen.sweep.session_search); the probes' prices
-    base = base_load_config(kw, sessions=session_source(kw), prices=scfg.prices)
-    # the target's options, typed once (after base_load_config took the API from a pasted --endpoint path)
+    base = base_load_config(lopts, oopts, kw, sessions=session_source(kw), prices=scfg.prices)
+    # the target's, after base_load_config took the API from an --endpoint pasted with its path
     eopts, sopts = EndpointOptions.from_kw(kw), ServerOptions.from_kw(kw)
     if base.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before any probe
         from rich.markup import escape
@@ -184,24 +187,24 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
         for line in check_sessions(base.sessions, seed=base.seed):
             err.print(f"[yellow]warning:[/] {escape(line)}")
     cpus = cpus_option(kw)
-    out_dir = Path(kw["out_dir"]) if kw["out_dir"] else default_out_dir("sweep")
+    out_dir = Path(oopts.out_dir) if oopts.out_dir else default_out_dir("sweep")
     try:  # (a default one is new) Target removes one this command made when it fails before any result
-        existed = out_dir.exists() if kw["out_dir"] else False
+        existed = out_dir.exists() if oopts.out_dir else False
     except OSError:  # a name too long, a directory not traversable: make_out_dir says so in one line
         existed = True
     make_out_dir(out_dir)
     cert = client_selftest(out_dir, err) if kw.get("selftest") else None
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
     with (
-        ClusterOption(kw["cluster"], err) as cluster,
+        ClusterOption(lopts.cluster, err) as cluster,
         Target(eopts, sopts, kw, out_dir, err, out_existed=existed) as target,
     ):
         pin_client(cpus)  # after the target started: an embedded or launched server keeps every CPU
-        if cluster is not None and kw["workers"] == "auto":
+        if cluster is not None and lopts.workers == "auto":
             scfg.workers = cluster.auto_workers()
         if not target.embedded:
-            confirm_remote(eopts.yes, target.url, target.embedded, sweep_estimate(kw, scfg), err)
-        endpoint = endpoints_from_options(eopts, target, redactor, sweep_estimate(kw, scfg), err)
+            confirm_remote(eopts.yes, target.url, target.embedded, sweep_estimate(lopts, scfg), err)
+        endpoint = endpoints_from_options(eopts, target, redactor, sweep_estimate(lopts, scfg), err)
         use_uvloop()
         live = LiveView(  # loadgen.cli.live: off the send path
             err, enabled=live_enabled(kw, err), sweep_dir=out_dir, targets=scfg.slos, origin=base.latency_origin
@@ -230,7 +233,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
                     base,
                     scfg,
                     out_dir,
-                    config_record=config_record(kw, target.url, target.embedded),
+                    config_record=config_record(kw, eopts, target.url, target.embedded),
                     redactor=redactor,
                     progress=progress,
                     server_observer=observer,
@@ -253,7 +256,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
                     cond["workers"] = scfg.workers
                     cond["cluster"] = cluster.last_conditions  # the last probe's; each probe's result.json has its own
                 out.result["conditions"] = cond
-                out.result["config"] = config_record(kw, target.url, target.embedded)
+                out.result["config"] = config_record(kw, eopts, target.url, target.embedded)
                 if replay is not None:  # where the resumed sweep's probes came from (loadgen.sweep.resume)
                     out.result["resumed"] = replay.describe()
                 return out

@@ -107,23 +107,25 @@ class ClusterOption:
 _API_PATHS = (("/v1/chat/completions", "chat"), ("/v1/completions", "completions"), ("/v1/responses", "responses"))
 
 
-def adopt_endpoint_path(kw: dict[str, Any]) -> None:
+def adopt_endpoint_path(kw: dict[str, Any]) -> str | None:
     """An ``--endpoint`` pasted with its API path (``http://h:8000/v1/chat/completions``, as AIPerf and
     vLLM users write it): strip the path to ``.../v1``, take ``--api`` from it and say so on stderr.
 
-    Changes ``kw`` in place (a second call finds nothing to do); an explicit ``--api`` that names the
-    other API is a usage error. Must run before the workload is built: chat prompts differ.
+    Returns the API taken (None: nothing to take). Changes the options ``kw`` in place, so the typed
+    options built from it after (:class:`~loadgen.cli.target_options.EndpointOptions`) and the record
+    say what is sent (a second call finds nothing to do); an explicit ``--api`` that names the other
+    API is a usage error. Must run before the workload is built: chat prompts differ.
     """
     from urllib.parse import urlsplit, urlunsplit
 
     opts = EndpointOptions.from_kw(kw)
     url = opts.endpoint
     if not url or opts.triton or opts.provider != "openai-compatible":
-        return
+        return None
     try:
         parts = urlsplit(url)
     except ValueError:
-        return  # _check_endpoint names it
+        return None  # _check_endpoint names it
     path = parts.path.rstrip("/")
     for suffix, api in _API_PATHS:
         if not path.endswith(suffix):
@@ -136,7 +138,8 @@ def adopt_endpoint_path(kw: dict[str, Any]) -> None:
             f"--endpoint: took the path {suffix} as --api {api}; sending to {redact_url(stripped)}{suffix[3:]}",
             err=True,
         )
-        return
+        return api
+    return None
 
 
 def _host_url(url: str) -> str:

@@ -12,22 +12,12 @@ the same usage error at the same point as before.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Self
 
-import click
+from loadgen.cli.load_options import given, picked
 
 __all__ = ["EndpointOptions", "ServerOptions"]
-
-
-def _picked(cls: type[Any], kw: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``kw`` that name a field of ``cls`` (multiple options as tuples)."""
-    out = {}
-    for f in fields(cls):
-        if f.name in kw:
-            v = kw[f.name]
-            out[f.name] = tuple(v) if isinstance(v, list) else v
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +75,9 @@ class EndpointOptions:
     def from_kw(cls, kw: dict[str, Any]) -> Self:
         """The options of ``kw`` (click's values, or a front end's subset); ``api_given`` from the current
         click context's source of ``--api`` when ``kw`` does not say it."""
-        picked = _picked(cls, kw)
-        if "api_given" not in kw:
-            ctx = click.get_current_context(silent=True)
-            source = ctx.get_parameter_source("api") if ctx is not None else None
-            picked["api_given"] = source not in (None, click.core.ParameterSource.DEFAULT)
-        return cls(**picked)
+        values = picked(cls, kw)
+        values.setdefault("api_given", given("api"))
+        return cls(**values)
 
     @property
     def triton(self) -> bool:
@@ -118,4 +105,4 @@ class ServerOptions:
     @classmethod
     def from_kw(cls, kw: dict[str, Any]) -> Self:
         """The options of ``kw`` (click's values)."""
-        return cls(**_picked(cls, kw))
+        return cls(**picked(cls, kw))
