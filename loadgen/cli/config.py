@@ -184,14 +184,11 @@ def base_load_config(opts: LoadOptions, out: OutputOptions, record: dict[str, An
     ``--endpoint`` pasted with its API path is written there as the URL and ``--api`` sent)."""
     from loadgen.cli.target import adopt_endpoint_path
     from loadgen.engine.runplan import LoadConfig
-    from loadgen.workload.arrivals import Arrivals
     from loadgen.workload.spec import WorkloadOptions
 
     api = adopt_endpoint_path(record) or opts.api  # before the workload: the API it names shapes the prompts
-    with usage_errors():
-        Arrivals(arrival=opts.arrival, burstiness=opts.burstiness).check()  # a sweep's probes take these as they are
-    if opts.max_concurrency is not None and opts.max_concurrency < 1:
-        raise click.UsageError("--max-concurrency must be at least 1")
+    with usage_errors():  # the rules on what a sweep's probes keep as given, before the workload is built
+        LoadConfig(arrival=opts.arrival, burstiness=opts.burstiness, max_concurrency=opts.max_concurrency).check_kept()
     if opts.prompt_format == "token-ids" and api != "completions":
         raise click.UsageError("--prompt-format token-ids works with --api completions only")
     # Triton's text_input takes a plain text prompt, as the completions API does

@@ -300,12 +300,12 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
                 )
     if kw["n_requests"] is not None and kw["duration"] is not None:
         raise click.UsageError("--requests and --duration clash: give one")
-    from loadgen.workload.arrivals import Arrivals
+    from loadgen.engine.runplan import LoadConfig
 
-    with usage_errors():  # the arrival settings' rule, one place (issue 29)
-        Arrivals(arrival=kw["arrival"], burstiness=kw["burstiness"]).check()
-    if kw["max_concurrency"] is not None and kw["max_concurrency"] < 1:
-        raise click.UsageError("--max-concurrency must be at least 1")
+    with usage_errors():  # the arrival settings' and the in-flight cap's rules, one place (issue 29)
+        LoadConfig(
+            arrival=kw["arrival"], burstiness=kw["burstiness"], max_concurrency=kw["max_concurrency"]
+        ).check_kept()
     with usage_errors():
         Workload(WorkloadOptions(**{**workload_dict(kw), "api": kw["api"], "salt": kw["salt"] or "check"}))
         for t in kw["slos"]:

@@ -117,6 +117,15 @@ class LoadConfig:
             b = replace(b, max_stamp_error_ms=EDGE_ERROR_MS)
         return b
 
+    def check_kept(self) -> None:
+        """The rules on the settings a sweep's probes keep as given: the arrival settings' (:meth:`Arrivals.check
+        <loadgen.workload.arrivals.Arrivals.check>`: ``--requests``/``--duration``, ``--arrival``,
+        ``--burstiness``) and the in-flight cap's (ConfigError). Part of :meth:`validate`; the CLI checks a
+        sweep's base (whose probes set their rate and length) and ``loadgen locust``'s options by it."""
+        self.arrivals.check()
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ConfigError("--max-concurrency must be at least 1")
+
     def validate(self) -> None:
         """Every rule between the settings, in one place (ConfigError; the CLI shows it as a usage error).
 
@@ -130,16 +139,12 @@ class LoadConfig:
             raise ConfigError("give --rate R (open loop), --concurrency N (closed loop) or --trace FILE")
         if rate is not None and not rate > 0:  # NaN too
             raise ConfigError("--rate must be > 0")
-        if self.requests is not None and self.duration_s is not None:
-            raise ConfigError("--requests and --duration clash: give one")
+        self.check_kept()  # --requests/--duration, the arrival process, the in-flight cap
         if self.duration_s is not None and not self.duration_s > 0:
             raise ConfigError("--duration must be > 0")
         if self.concurrency is not None and self.max_concurrency is not None and self.sessions is None:
             # (sessions: --concurrency N holds N conversations open, --max-concurrency caps their turns in flight)
             raise ConfigError("--max-concurrency caps open-loop runs; it clashes with --concurrency")
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise ConfigError("--max-concurrency must be at least 1")
-        self.arrivals.check()  # (the requests/duration clash is raised above, first)
         if self.max_throughput:
             check_max_throughput(self)
         elif self.cost_per_hour_usd is not None or self.power_w is not None:
