@@ -11,6 +11,7 @@ import click
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from loadgen.cli.load_options import LoadOptions, RunOptions
     from loadgen.endpoints.base import Endpoint
     from loadgen.engine.runplan import LoadConfig
     from loadgen.serve.observe import ObserverPair, ServerObserver
@@ -31,7 +32,8 @@ def parse_share(text: str, flag: str) -> float:
 
 
 async def plan_cache_target(
-    kw: dict[str, Any],
+    run: RunOptions,
+    opts: LoadOptions,
     load: LoadConfig,
     endpoint: Endpoint,
     observer: ServerObserver | ObserverPair | None,  # with --dcgm-metrics a pair (its scrape: the server's page)
@@ -52,13 +54,13 @@ async def plan_cache_target(
     from loadgen.workload.prompts import new_salt
     from loadgen.workload.spec import WorkloadOptions
 
-    target = parse_share(kw["cache_hit_target"], "--cache-hit-target")
-    if kw.get("shared_prefix_tokens") or load.has_trace or (load.workload and load.workload.dataset):
+    target = parse_share(run.cache_hit_target or "", "--cache-hit-target")
+    if opts.shared_prefix_tokens or load.has_trace or (load.workload and load.workload.dataset):
         raise click.UsageError("--cache-hit-target builds its own shared prefixes: it clashes with "
                                "--shared-prefix-tokens, --trace and --dataset")  # fmt: skip
     if load.sessions is not None:
         raise click.UsageError("--cache-hit-target is for request runs (a session's history is its own prefix)")
-    block, source = kw.get("cache_block_size"), "--cache-block-size"
+    block, source = run.cache_block_size, "--cache-block-size"
     if block is None and observer is not None:
         block, source = server_block_size(await observer.scrape()), "the server's /metrics (vllm:cache_config_info)"
     if block is None:

@@ -23,14 +23,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Self, Unpack
 
 import click
 import numpy as np
 import orjson
 from rich.console import Console
 
+from loadgen.cli.load_options import picked
 from loadgen.cli.options import usage_errors
 from loadgen.cli.url_options import URL
 from loadgen.core.redact import redact_url
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LiveStats",
     "LiveView",
+    "ViewOptions",
     "live_enabled",
     "live_options",
     "server_observer",
@@ -141,12 +144,37 @@ def live_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return view_options(f)
 
 
-def live_enabled(kw: dict[str, Any], err: Console) -> bool:
+@dataclass(frozen=True, slots=True)
+class ViewOptions:
+    """What a command shows and exports as it runs (the options of this module), built once from click's
+    values by :meth:`from_kw` (a command without an option gets its default)."""
+
+    quiet: bool = False
+    progress: bool | None = None
+    """``--progress`` / ``--no-progress``; None: the view runs on a terminal."""
+    server_metrics: str | None = field(default=None, repr=False)
+    """``--server-metrics URL`` (may hold credentials)."""
+    server_metrics_interval: str | None = "1s"
+    dcgm_metrics: str | None = field(default=None, repr=False)
+    metrics_port: int | None = None
+    metrics_host: str | None = "127.0.0.1"
+    metrics_token_env: str | None = None
+    """The name of the environment variable with the metrics page's token (never the token)."""
+    otlp_endpoint: str | None = field(default=None, repr=False)
+    otlp_interval: str | None = "5s"
+
+    @classmethod
+    def from_kw(cls, kw: dict[str, Any]) -> Self:
+        """The options of ``kw`` (click's values)."""
+        return cls(**picked(cls, kw))
+
+
+def live_enabled(view: ViewOptions, err: Console) -> bool:
     """Whether the live view runs: ``--progress`` forces it, ``--quiet``/``--no-progress`` stop it, else a TTY."""
-    if kw.get("quiet"):
+    if view.quiet:
         return False
-    if kw.get("progress") is not None:
-        return bool(kw["progress"])
+    if view.progress is not None:
+        return bool(view.progress)
     return err.is_terminal
 
 
@@ -295,36 +323,36 @@ class _Exporters:
             e.attach(runner)
 
 
-def with_dcgm(kw: dict[str, Any], observer: ServerObserver | None) -> ServerObserver | ObserverPair | None:
+def with_dcgm(view: ViewOptions, observer: ServerObserver | None) -> ServerObserver | ObserverPair | None:
     """``observer`` paired with the :class:`~loadgen.serve.observe.DcgmObserver` of ``--dcgm-metrics URL``
     (issue 33), or ``observer`` itself without the option."""
-    url = kw.get("dcgm_metrics")
+    url = view.dcgm_metrics
     if not url:
         return observer
     from loadgen.serve.observe import DcgmObserver, ObserverPair
 
-    _, period_s = _metrics_url(kw, "--dcgm-metrics", url, "http://127.0.0.1:9400/metrics")
+    _, period_s = _metrics_url(view, "--dcgm-metrics", url, "http://127.0.0.1:9400/metrics")
     return ObserverPair(observer, DcgmObserver(url, sample_period_s=period_s))
 
 
-def server_observer(kw: dict[str, Any], endpoint_url: str | None) -> ServerObserver | None:
+def server_observer(view: ViewOptions, endpoint_url: str | None, model: str | None) -> ServerObserver | None:
     """The :class:`~loadgen.serve.ServerObserver` of ``--server-metrics URL`` (the server's kind told by
-    its metric names), or None without the option."""
-    url = kw.get("server_metrics")
+    its metric names; ``model``: ``--model``), or None without the option."""
+    url = view.server_metrics
     if not url:
         return None
     from urllib.parse import urlsplit
 
     from loadgen.serve import ServerObserver
 
-    p, period_s = _metrics_url(kw, "--server-metrics", url, "http://127.0.0.1:8000/metrics")
+    p, period_s = _metrics_url(view, "--server-metrics", url, "http://127.0.0.1:8000/metrics")
     base = endpoint_url or f"{p.scheme}://{p.netloc}"
     q = urlsplit(base)
-    return ServerObserver("auto", f"{q.scheme}://{q.netloc}", metrics_url=url, model=kw.get("model"),
+    return ServerObserver("auto", f"{q.scheme}://{q.netloc}", metrics_url=url, model=model,
                           sample_period_s=period_s, energy=False)  # fmt: skip
 
 
-def _metrics_url(kw: dict[str, Any], flag: str, url: str, example: str) -> tuple[Any, float]:
+def _metrics_url(view: ViewOptions, flag: str, url: str, example: str) -> tuple[Any, float]:
     """A /metrics URL option checked (http(s) with a host) and the sampling period of
     ``--server-metrics-interval`` (> 0): usage errors naming the option, the URL's secrets redacted."""
     from urllib.parse import urlsplit
@@ -333,7 +361,7 @@ def _metrics_url(kw: dict[str, Any], flag: str, url: str, example: str) -> tuple
     if p.scheme not in ("http", "https") or not p.hostname:
         raise click.UsageError(f"{flag} {redact_url(url)!r}: expected an http(s) URL, e.g. {example}")
     with usage_errors():
-        period_s = parse_duration_ns(kw.get("server_metrics_interval") or "1s") / 1e9
+        period_s = parse_duration_ns(view.server_metrics_interval or "1s") / 1e9
     if period_s <= 0:
         raise click.UsageError("--server-metrics-interval must be more than 0")
     return p, period_s
@@ -360,26 +388,24 @@ def metrics_token(host: str, env_name: str | None) -> str | None:
 
 
 @contextlib.contextmanager
-def telemetry_from_options(
-    kw: dict[str, Any], jsonl: Path, err: Console, redact: Callable[[str], str]
-) -> Iterator[Any]:
+def telemetry_from_options(view: ViewOptions, jsonl: Path, err: Console, redact: Callable[[str], str]) -> Iterator[Any]:
     """The live exporters of ``--metrics-port`` and ``--otlp-endpoint`` around a run (:mod:`loadgen.telemetry`);
     ``redact``: the run's :class:`~loadgen.core.redact.Redactor` (the OTLP exporter's log lines name its URL)."""
     out = _Exporters()
     with contextlib.ExitStack() as stack:
-        port = kw.get("metrics_port")
+        port = view.metrics_port
         if port is not None:
             from loadgen.telemetry.prom import PromExporter  # its own page and server: no extra needed
 
-            host = kw.get("metrics_host") or "127.0.0.1"
-            token = metrics_token(host, kw.get("metrics_token_env"))
+            host = view.metrics_host or "127.0.0.1"
+            token = metrics_token(host, view.metrics_token_env)
             try:
                 prom = stack.enter_context(PromExporter(jsonl, port, host, token=token))
             except OSError as exc:
                 raise click.UsageError(f"--metrics-port {port}: cannot listen: {exc.strerror or exc}") from None
             err.print(f"live metrics on {prom.url}", markup=False)
             out.exporters.append(prom)
-        url = kw.get("otlp_endpoint")
+        url = view.otlp_endpoint
         if url:
             try:
                 import opentelemetry.exporter.otlp.proto.http  # noqa: F401
@@ -390,7 +416,7 @@ def telemetry_from_options(
                     "--otlp-endpoint needs the OpenTelemetry SDK: pip install 'loadgen[otlp]'"
                 ) from None
             with usage_errors():
-                interval_s = parse_duration_ns(kw.get("otlp_interval") or "5s") / 1e9
+                interval_s = parse_duration_ns(view.otlp_interval or "5s") / 1e9
             out.exporters.append(stack.enter_context(OtlpPusher(jsonl, url, interval_s, redact=redact)))
             err.print(f"pushing live metrics over OTLP to {redact_url(url)} every {interval_s:g} s", markup=False)
         yield out

@@ -84,6 +84,8 @@ class LoadOptions:
     """USD per hour of the system under test (run: the max-throughput scorecard; sweep: cost per answer)."""
     workers: str = "1"
     cluster: str | None = None
+    cpus: str | None = None
+    """``--cpus``: the CPUs the client runs on (e.g. 0-3)."""
 
     @classmethod
     def from_kw(cls, kw: dict[str, Any]) -> Self:
@@ -113,6 +115,9 @@ class RunOptions:
     slos: tuple[str, ...] = ()
     power_w: float | None = None
     dry_run: bool = False
+    cache_hit_target: str | None = None
+    """``--cache-hit-target F``: the share (0.6 or 60%) of each prompt the server's prefix cache can serve."""
+    cache_block_size: int | None = None
 
     @classmethod
     def from_kw(cls, kw: dict[str, Any]) -> Self:
@@ -128,6 +133,8 @@ class OutputOptions:
     """``--out`` (default: a new ``results/<UTC time>/``)."""
     save_text: bool = False
     no_token_lists: bool = False
+    exports: tuple[str, ...] = ()
+    """``--export FORMAT`` (repeatable): the result also written in these formats."""
 
     @classmethod
     def from_kw(cls, kw: dict[str, Any]) -> Self:
@@ -156,6 +163,10 @@ class SweepOptions:
     max_probe_duration: str | None = None
     accelerators: int | None = None
     concurrency_levels: str | None = None
+    selftest: bool = False
+    """``--selftest``: the machine's client certified first."""
+    resume: str | None = None
+    """``--resume DIR``: the interrupted sweep there, gone on with."""
 
     @classmethod
     def from_kw(cls, kw: dict[str, Any]) -> Self:

@@ -44,6 +44,7 @@ from typing import Any
 import click
 
 from loadgen.cli.config import config_record
+from loadgen.cli.locust_options import LocustOptions
 from loadgen.cli.options import (
     _header_name,
     duration_s,
@@ -123,17 +124,17 @@ def master_args(args: list[str], token_env: str | None, allow_remote: bool) -> l
     return list(args)
 
 
-def worker_secrets(kw: dict[str, Any]) -> dict[str, Any]:
+def worker_secrets(eopts: EndpointOptions) -> dict[str, Any]:
     """What a worker was given to send with (its own credentials: the master sends none)."""
     out: dict[str, Any] = {}
-    if kw["endpoint"]:
-        out["endpoint_url"] = kw["endpoint"]
-    if kw["headers"]:
-        out["headers"] = parse_headers(kw["headers"])
-    if kw["api_key_env"]:
-        out["api_key_env"] = kw["api_key_env"]
-    if kw["extra_body"]:
-        out["extra_body"] = parse_extra_body(kw["extra_body"])
+    if eopts.endpoint:
+        out["endpoint_url"] = eopts.endpoint
+    if eopts.headers:
+        out["headers"] = parse_headers(eopts.headers)
+    if eopts.api_key_env:
+        out["api_key_env"] = eopts.api_key_env
+    if eopts.extra_body:
+        out["extra_body"] = parse_extra_body(eopts.extra_body)
     return out
 
 
@@ -195,19 +196,21 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def build_config(
-    kw: dict[str, Any],
+    record: dict[str, Any],
+    lo: LocustOptions,
     eopts: EndpointOptions,
     endpoint: Any,
     endpoint_url: str,
     embedded: bool,
     locust_args: list[str],
 ) -> dict[str, Any]:
-    """The JSON configuration the Locust process runs with (no secret values recorded)."""
+    """The JSON configuration the Locust process runs with (no secret values recorded; ``record``: the
+    command's options as recorded in result.json)."""
     from loadgen.core.redact import redact_url
 
-    mode = "sessions" if kw["sessions"] else "open" if (kw["rate"] is not None or kw["trace"]) else "closed"
+    mode = "sessions" if lo.sessions else "open" if lo.open_loop else "closed"
     mine = ("web_token_env", "master_token_env", "allow_remote_workers", "config_file")
-    rec = config_record({k: v for k, v in kw.items() if k not in mine}, eopts, endpoint_url, embedded)
+    rec = config_record({k: v for k, v in record.items() if k not in mine}, eopts, endpoint_url, embedded)
     rec["locust_args"] = [redact_url(a) if "://" in a else a for a in locust_args]
     rec["mode"] = mode
     return {
@@ -224,62 +227,41 @@ def build_config(
         "connect_timeout_s": duration_s(eopts.connect_timeout, "--connect-timeout") or 10.0,
         "header_timeout_s": endpoint.config.header_timeout_s,  # resolved by endpoint_from_options
         "verify_tls": not eopts.insecure,
-        "pool_limit": max(kw["max_concurrency"] or DEFAULT_MAX_INFLIGHT, 1) + 16,
+        "pool_limit": max(lo.max_concurrency or DEFAULT_MAX_INFLIGHT, 1) + 16,
         "accepted": dict(endpoint.accepted),
         "describe": endpoint.describe(),
-        "workload": workload_dict(kw),
-        "rate": kw["rate"],
-        "arrival": kw["arrival"],
-        "burstiness": kw["burstiness"],
-        "requests": kw["n_requests"],
-        "duration_s": duration_s(kw["duration"], "--duration"),
-        "max_concurrency": kw["max_concurrency"] or DEFAULT_MAX_INFLIGHT,
-        "origin": kw["latency_origin"],
-        "slos": list(kw["slos"]),
-        "save_text": kw["save_text"],
-        "token_lists": not kw["no_token_lists"],
-        "out_dir": str(Path(kw["out_dir"]).resolve()),
+        "workload": lo.workload(),
+        "rate": lo.rate,
+        "arrival": lo.arrival,
+        "burstiness": lo.burstiness,
+        "requests": lo.n_requests,
+        "duration_s": duration_s(lo.duration, "--duration"),
+        "max_concurrency": lo.max_concurrency or DEFAULT_MAX_INFLIGHT,
+        "origin": lo.latency_origin,
+        "slos": list(lo.slos),
+        "save_text": lo.save_text,
+        "token_lists": not lo.no_token_lists,
+        "out_dir": str(Path(lo.out_dir or "").resolve()),
         "config_record": rec,
-        "sessions": kw["sessions"],  # --sessions SOURCE: a Locust user is a session (loadgen.locust.session_user)
+        "sessions": lo.sessions,  # --sessions SOURCE: a Locust user is a session (loadgen.locust.session_user)
         "session_header": eopts.session_header,
     }
 
 
-def workload_dict(kw: dict[str, Any]) -> dict[str, Any]:
-    """WorkloadOptions fields (as JSON) from the command's options; ``api``/``salt`` are set later."""
-    return {
-        "input_tokens": kw["input_tokens"],
-        "output_tokens": kw["output_tokens"],
-        "output_tokens_override": kw["output_tokens_override"],
-        "trace": kw["trace"],
-        "trace_format": kw["trace_format"],
-        "trace_time_scale": kw["trace_time_scale"],
-        "trace_start_s": kw["trace_start"],
-        "trace_duration_s": kw["trace_duration"],
-        "trace_max_requests": kw["trace_max_requests"],
-        "dataset": kw["dataset"],
-        "tokenizer": kw["tokenizer"],
-        "prompt_format": kw["prompt_format"],
-        "shared_prefix_tokens": kw["shared_prefix_tokens"],
-        "prefix_groups": kw["prefix_groups"],
-        "seed": kw["seed"],
-        "salt": kw["salt"],
-    }
-
-
-def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
-    """Option checks that need no endpoint; raises UsageError."""
+def validate(kw: dict[str, Any], lo: LocustOptions, api: str) -> None:
+    """Option checks that need no endpoint (``kw``: click's values, for the checks shared with run and
+    sweep); raises UsageError."""
     from loadgen.core.slo import parse_slo
     from loadgen.workload.spec import Workload, WorkloadOptions
 
-    if kw["rate"] is not None and kw["rate"] <= 0:
+    if lo.rate is not None and lo.rate <= 0:
         raise click.UsageError("--rate must be > 0")
     refuse_brace_list(kw, "locust")
     src = session_source(kw)  # usage errors: --session-header without --sessions, --trace/--dataset with it
     if src is not None:
-        for name, flag in (("rate", "--rate"), ("n_requests", "--requests"), ("duration", "--duration"),
-                           ("max_concurrency", "--max-concurrency")):  # fmt: skip
-            if kw[name] is not None:
+        for value, flag in ((lo.rate, "--rate"), (lo.n_requests, "--requests"), (lo.duration, "--duration"),
+                            (lo.max_concurrency, "--max-concurrency")):  # fmt: skip
+            if value is not None:
                 raise click.UsageError(
                     f"{flag} with --sessions: a Locust user is a session (closed loop): -u N runs N sessions at "
                     "once, each replaced when it ends, until -t or the stop button"
@@ -288,27 +270,24 @@ def validate(kw: dict[str, Any], locust_args: list[str]) -> None:
 
         # the whole source checked once, before any user starts: a bad one fails here, naming its file, line and
         # field (issue 32); the waits its sessions will have capped are said once
-        for line in check_sessions(src, seed=kw["seed"]):
+        for line in check_sessions(src, seed=lo.seed):
             click.echo(f"warning: {line}", err=True)
-    open_loop = kw["rate"] is not None or kw["trace"]
-    if not open_loop:
-        for name in ("n_requests", "duration", "max_concurrency"):
-            if kw[name] is not None:
-                flag = "--requests" if name == "n_requests" else "--" + name.replace("_", "-")
+    if not lo.open_loop:
+        for value, flag in ((lo.n_requests, "--requests"), (lo.duration, "--duration"),
+                            (lo.max_concurrency, "--max-concurrency")):  # fmt: skip
+            if value is not None:
                 raise click.UsageError(
                     f"{flag} shapes an open-loop schedule: give --rate (closed-loop users run until -t or stop)"
                 )
-    if kw["n_requests"] is not None and kw["duration"] is not None:
+    if lo.n_requests is not None and lo.duration is not None:
         raise click.UsageError("--requests and --duration clash: give one")
     from loadgen.engine.runplan import LoadConfig
 
     with usage_errors():  # the arrival settings' and the in-flight cap's rules, one place (issue 29)
-        LoadConfig(
-            arrival=kw["arrival"], burstiness=kw["burstiness"], max_concurrency=kw["max_concurrency"]
-        ).check_kept()
+        LoadConfig(arrival=lo.arrival, burstiness=lo.burstiness, max_concurrency=lo.max_concurrency).check_kept()
     with usage_errors():
-        Workload(WorkloadOptions(**{**workload_dict(kw), "api": kw["api"], "salt": kw["salt"] or "check"}))
-        for t in kw["slos"]:
+        Workload(WorkloadOptions(**{**lo.workload(), "api": api, "salt": lo.salt or "check"}))
+        for t in lo.slos:
             parse_slo(t)
 
 
@@ -454,33 +433,36 @@ def locust_command(ctx: click.Context, **kw: Any) -> LocustOutcome:
     if importlib.util.find_spec("locust") is None:
         raise click.ClickException("Locust is not installed: pip install 'loadgen[locust]'")
     args = list(ctx.args)
-    token_env = kw["web_token_env"]
+    # the options typed once (issue 29: frozen values built from click's, --config merged into them)
+    lo, eopts = LocustOptions.from_kw(kw), EndpointOptions.from_kw(kw)
+    token_env = lo.web_token_env
     extra_env = _token_env("LOADGEN_LOCUST_WEB_TOKEN", "--web-token-env", token_env)
-    extra_env.update(_token_env(MASTER_TOKEN_ENV, "--master-token-env", kw["master_token_env"]))
+    extra_env.update(_token_env(MASTER_TOKEN_ENV, "--master-token-env", lo.master_token_env))
     if _has(args, "--worker"):  # the master sends the configuration (no secrets) at each test start
-        extra_env[WORKER_SECRETS_ENV] = json.dumps(worker_secrets(kw))
+        extra_env[WORKER_SECRETS_ENV] = json.dumps(worker_secrets(eopts))
         return LocustOutcome(_run_child(locust_cmdline(args, None), _child_env(extra_env)), worker=True)
-    args = master_args(web_args(args, token_env), kw["master_token_env"], kw["allow_remote_workers"])
-    validate(kw, args)
+    args = master_args(web_args(args, token_env), lo.master_token_env, lo.allow_remote_workers)
+    validate(kw, lo, eopts.api)
     from loadgen.engine.recordlog import default_out_dir
 
-    kw["out_dir"] = kw["out_dir"] or str(default_out_dir("locust"))
+    out_dir = lo.out_dir or str(default_out_dir("locust"))
+    lo = replace(lo, out_dir=out_dir)
+    kw["out_dir"] = out_dir  # the record (result.json's config) names the directory written
     from loadgen.cli.options import make_out_dir
 
-    make_out_dir(Path(kw["out_dir"]))  # one usage line before any child starts (a name too long, no write access)
-    eopts = EndpointOptions.from_kw(kw)  # the endpoint's options, typed once (issue 29)
+    make_out_dir(Path(out_dir))  # one usage line before any child starts (a name too long, no write access)
     sim = None
     embedded = eopts.endpoint is None
     try:
         if embedded:
             from loadgen.sim.launch import SimProcess
 
-            sim = SimProcess(kw["sim_args"].split() if kw["sim_args"] else [])
+            sim = SimProcess(lo.sim_args.split() if lo.sim_args else [])
             click.echo(f"no --endpoint: started the embedded simulated endpoint at {sim.url} (a test double)", err=True)
         endpoint_url: str = sim.url if sim is not None and sim.url else (eopts.endpoint or "")
         # EndpointUnreachable (exit 3) and ConfigError (usage) go up to loadgen.cli's mapping
         endpoint = _preflight(eopts, endpoint_url, embedded)
-        cfg = build_config(kw, eopts, endpoint, endpoint_url, embedded, args)
+        cfg = build_config(kw, lo, eopts, endpoint, endpoint_url, embedded, args)
         extra_env["LOADGEN_LOCUST_CONFIG"] = json.dumps(cfg)
         code = _run_child(locust_cmdline(args, cfg["endpoint_shown"]), _child_env(extra_env))
     finally:

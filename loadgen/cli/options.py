@@ -164,13 +164,13 @@ def parse_extra_body(text: str | None) -> dict[str, Any]:
     return obj
 
 
-def cpus_option(kw: dict[str, Any]) -> set[int] | None:
+def cpus_option(text: str | None) -> set[int] | None:
     """``--cpus`` parsed (checked before anything starts)."""
-    if kw.get("cpus") is None:
+    if text is None:
         return None
     from loadgen.core.affinity import check_cpus, parse_cpus
 
-    cpus = parse_cpus(kw["cpus"])
+    cpus = parse_cpus(text)
     check_cpus(cpus)
     return cpus
 

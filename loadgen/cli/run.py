@@ -15,7 +15,15 @@ from rich.console import Console
 
 from loadgen.cli.compare import export_option, write_exports
 from loadgen.cli.config import build_load_config, config_record, prices, run_estimate
-from loadgen.cli.live import LiveView, live_enabled, live_options, server_observer, telemetry_from_options, with_dcgm
+from loadgen.cli.live import (
+    LiveView,
+    ViewOptions,
+    live_enabled,
+    live_options,
+    server_observer,
+    telemetry_from_options,
+    with_dcgm,
+)
 from loadgen.cli.load_options import LoadOptions, OutputOptions, RunOptions
 from loadgen.cli.options import (
     common_endpoint_options,
@@ -66,6 +74,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
     # built once, frozen and validated: sessions (issue 17, loadgen.sessions.measured) and prices in it
     # the options typed once (issue 29: frozen groups built from click's values, --config merged into them)
     lopts, ropts, oopts = LoadOptions.from_kw(kw), RunOptions.from_kw(kw), OutputOptions.from_kw(kw)
+    view = ViewOptions.from_kw(kw)
     load = build_load_config(ropts, lopts, oopts, kw, sessions=session_source(kw), prices=prices(lopts))
     # the target's, after build_load_config took the API from an --endpoint pasted with its path
     eopts, sopts = EndpointOptions.from_kw(kw), ServerOptions.from_kw(kw)
@@ -77,7 +86,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
         own = load.rate_rps is None and load.concurrency is None  # the source's own session starts
         for line in check_sessions(load.sessions, seed=load.seed, own_starts=own):
             err.print(f"[yellow]warning:[/] {escape(line)}")
-    cpus = cpus_option(kw)
+    cpus = cpus_option(lopts.cpus)
     out_dir = Path(oopts.out_dir) if oopts.out_dir else default_out_dir()
     if ropts.dry_run and load.sessions is not None:
         from loadgen.sessions.measured import write_session_schedule
@@ -99,22 +108,22 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
 
         async def go() -> MeasuredRun:
             observer = with_dcgm(
-                kw, target.observer() or server_observer(kw, target.url)
+                view, target.observer() or server_observer(view, target.url, target.model)
             )  # --serve, or --server-metrics URL
             try:
                 await endpoint.open()
                 extra = {"server": await observer.conditions()} if observer is not None else None
                 nonlocal load
                 blocks = None
-                if kw.get("cache_hit_target"):  # issue 32: shared prefixes sized for it, the cache primed
+                if ropts.cache_hit_target:  # issue 32: shared prefixes sized for it, the cache primed
                     from loadgen.cli.cache_opt import plan_cache_target
 
-                    load, blocks = await plan_cache_target(kw, load, endpoint, observer, err)
+                    load, blocks = await plan_cache_target(ropts, lopts, load, endpoint, observer, err)
                 make_out_dir(out_dir)
                 exact = load.exact_requests()  # --rate R --duration D: round(R x D) requests, known now
                 total = sum(exact) if exact else None if load.requests is None else load.requests + load.warmup_requests
                 live = LiveView(  # loadgen.cli.live: a thread tailing requests.jsonl, off the send path
-                    err, enabled=live_enabled(kw, err), run_file=out_dir / "requests.jsonl",
+                    err, enabled=live_enabled(view, err), run_file=out_dir / "requests.jsonl",
                     total=total, rate_rps=None if load.max_throughput else load.rate_rps,
                 )  # fmt: skip
                 if load.sessions is not None:
@@ -132,7 +141,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
                         conditions_extra=extra,
                         workers=parse_workers(lopts.workers),  # whole sessions per process (loadgen.sessions.spread)
                     )
-                with live, telemetry_from_options(kw, out_dir / "requests.jsonl", err, redactor) as tele:
+                with live, telemetry_from_options(view, out_dir / "requests.jsonl", err, redactor) as tele:
 
                     def hook(
                         runner: Runner | SessionRunner,
@@ -178,7 +187,7 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
         from loadgen.report.batch import render_batch
 
         render_batch(result["max_throughput"], console)
-    write_exports(kw.get("exports") or (), out_dir, lambda line: console.print(line, markup=False))
+    write_exports(oopts.exports, out_dir, lambda line: console.print(line, markup=False))
     return run
 
 

@@ -17,7 +17,15 @@ from rich.console import Console
 
 from loadgen.cli.compare import export_option, write_exports
 from loadgen.cli.config import base_load_config, build_sweep_config, config_record, sweep_estimate
-from loadgen.cli.live import LiveView, live_enabled, server_metrics_options, server_observer, view_options, with_dcgm
+from loadgen.cli.live import (
+    LiveView,
+    ViewOptions,
+    live_enabled,
+    server_metrics_options,
+    server_observer,
+    view_options,
+    with_dcgm,
+)
 from loadgen.cli.load_options import LoadOptions, OutputOptions, SweepOptions
 from loadgen.cli.options import (
     common_endpoint_options,
@@ -171,10 +179,11 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     from loadgen.report.sweep_report import render_sweep, write_report
     from loadgen.sweep import Sweep
 
-    replay = _replay(kw)  # --resume DIR: read before this sweep writes its progress there again
     # the options typed once (issue 29: frozen groups built from click's values, --config merged into them)
-    lopts, oopts = LoadOptions.from_kw(kw), OutputOptions.from_kw(kw)
-    scfg = build_sweep_config(SweepOptions.from_kw(kw), lopts)
+    lopts, oopts, view = LoadOptions.from_kw(kw), OutputOptions.from_kw(kw), ViewOptions.from_kw(kw)
+    sw = SweepOptions.from_kw(kw)
+    replay = _replay(sw.resume, kw)  # --resume DIR: read before this sweep writes its progress there again
+    scfg = build_sweep_config(sw, lopts)
     # issue 17: the session-capacity search (loadgen.sweep.session_search); the probes' prices
     base = base_load_config(lopts, oopts, kw, sessions=session_source(kw), prices=scfg.prices)
     # the target's, after base_load_config took the API from an --endpoint pasted with its path
@@ -186,14 +195,14 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
 
         for line in check_sessions(base.sessions, seed=base.seed):
             err.print(f"[yellow]warning:[/] {escape(line)}")
-    cpus = cpus_option(kw)
+    cpus = cpus_option(lopts.cpus)
     out_dir = Path(oopts.out_dir) if oopts.out_dir else default_out_dir("sweep")
     try:  # (a default one is new) Target removes one this command made when it fails before any result
         existed = out_dir.exists() if oopts.out_dir else False
     except OSError:  # a name too long, a directory not traversable: make_out_dir says so in one line
         existed = True
     make_out_dir(out_dir)
-    cert = client_selftest(out_dir, err) if kw.get("selftest") else None
+    cert = client_selftest(out_dir, err) if sw.selftest else None
     redactor = Redactor(url_secrets(kw))  # the credentials of every URL option (loadgen.cli.url_options)
     with (
         ClusterOption(lopts.cluster, err) as cluster,
@@ -207,20 +216,20 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
         endpoint = endpoints_from_options(eopts, target, redactor, sweep_estimate(lopts, scfg), err)
         use_uvloop()
         live = LiveView(  # loadgen.cli.live: off the send path
-            err, enabled=live_enabled(kw, err), sweep_dir=out_dir, targets=scfg.slos, origin=base.latency_origin
+            err, enabled=live_enabled(view, err), sweep_dir=out_dir, targets=scfg.slos, origin=base.latency_origin
         )
 
         async def go() -> SweepOutcome:
             loop = asyncio.get_running_loop()
             observer = with_dcgm(
-                kw, target.observer() or server_observer(kw, target.url)
+                view, target.observer() or server_observer(view, target.url, target.model)
             )  # --serve, or --server-metrics URL
             sweep = None
 
             def progress(msg: str) -> None:
                 if sweep is not None:  # a finished probe is in sweep.probes before its line: the view's row
                     live.probes_done(sweep.probes)
-                if not kw["quiet"]:
+                if not view.quiet:
                     live.print(redactor(msg))
 
             try:
@@ -291,14 +300,14 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     from loadgen.report.why import render_sweep_why
 
     render_sweep_why(out.result, console)
-    write_exports(kw.get("exports") or (), out_dir, lambda line: console.print(line, markup=False))
+    write_exports(oopts.exports, out_dir, lambda line: console.print(line, markup=False))
     return out
 
 
-def _replay(kw: dict[str, Any]) -> Replay | None:
-    """``--resume DIR``: what the interrupted sweep there finished, after its options are checked against the
-    recorded ones (a resumed sweep keeps its configuration; a clash is one usage line)."""
-    if not kw.get("resume"):
+def _replay(resume: str | None, kw: dict[str, Any]) -> Replay | None:
+    """``--resume DIR``: what the interrupted sweep there finished, after the options ``kw`` (click's values)
+    are checked against the recorded ones (a resumed sweep keeps its configuration; a clash is one usage line)."""
+    if not resume:
         return None
     from loadgen.sweep.resume import Replay
 
@@ -307,10 +316,10 @@ def _replay(kw: dict[str, Any]) -> Replay | None:
     clash = resume_clashes(click.get_current_context(), kw)
     if clash:
         raise click.UsageError(
-            f"--resume {kw['resume']}: a resumed sweep keeps the options it was started with; these differ: "
+            f"--resume {resume}: a resumed sweep keeps the options it was started with; these differ: "
             + "; ".join(clash)
         )
-    return Replay(Path(kw["resume"]))
+    return Replay(Path(resume))
 
 
 def client_selftest(out_dir: Path, err: Console) -> dict[str, Any]:

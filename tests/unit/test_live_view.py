@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from loadgen.cli.live import LiveView, live_enabled
+from loadgen.cli.live import LiveView, ViewOptions, live_enabled
 from loadgen.core.clock import now_ns
 from loadgen.core.schedule import Schedule
 from loadgen.core.types import RequestSpec
@@ -55,11 +55,11 @@ def test_figures_and_progress_from_a_file_being_written(tmp_path: Path) -> None:
 def test_shown_on_a_terminal_unless_told_otherwise() -> None:
     tty = Console(file=io.StringIO(), force_terminal=True)
     pipe = Console(file=io.StringIO(), force_terminal=False)
-    assert live_enabled({"progress": None, "quiet": False}, tty)
-    assert not live_enabled({"progress": None, "quiet": False}, pipe)
-    assert live_enabled({"progress": True, "quiet": False}, pipe)
-    assert not live_enabled({"progress": False, "quiet": False}, tty)
-    assert not live_enabled({"progress": True, "quiet": True}, tty)
+    assert live_enabled(ViewOptions(progress=None, quiet=False), tty)
+    assert not live_enabled(ViewOptions(progress=None, quiet=False), pipe)
+    assert live_enabled(ViewOptions(progress=True, quiet=False), pipe)
+    assert not live_enabled(ViewOptions(progress=False, quiet=False), tty)
+    assert not live_enabled(ViewOptions(progress=True, quiet=True), tty)
 
 
 @pytest.mark.timing
