@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from loadgen.cli.options import make_out_dir
-from loadgen.cli.plan_validate import validate_options
+from loadgen.cli.plan_validate import ValidateOptions, validate_options
 from loadgen.core.units import parse_percent
 from loadgen.engine.recordlog import default_out_dir
 
@@ -96,13 +96,14 @@ def plan_cmd(capacities: tuple[str, ...], labels: tuple[str, ...], demand: str, 
     doc = plan_document(caps, dem, prices, _fraction(headroom, "--headroom"), confidence)
     out = Path(out_dir) if out_dir else default_out_dir("plan")
     make_out_dir(out)  # one usage line for an --out that cannot be made or written
-    if validate_kw["validate"]:  # the plan's claim replayed (loadgen.capacity.validate): the first system
+    vo = ValidateOptions.from_kw(validate_kw)
+    if vo.validate:  # the plan's claim replayed (loadgen.capacity.validate): the first system
         from loadgen.cli.plan_validate import run_validation
 
         err = Console(stderr=True, soft_wrap=True)
         if len(caps) > 1:
             err.print(f"validate: the first --capacity only ({caps[0].label})")
-        doc["plans"][0]["validation"] = run_validation(validate_kw, caps[0], doc["plans"][0], out, err)
+        doc["plans"][0]["validation"] = run_validation(vo, caps[0], doc["plans"][0], out, err)
     write_plan(doc, out)
     _print_plan(doc)
     Console().print(f"plan.json, plan.csv, plan.html in {out}")

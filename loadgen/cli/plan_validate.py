@@ -11,12 +11,14 @@ under ``OUT/validate/``.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import click
 from rich.console import Console
 
+from loadgen.cli.load_options import picked
 from loadgen.cli.options import F, duration_s
 from loadgen.cli.url_options import URL
 
@@ -25,7 +27,29 @@ if TYPE_CHECKING:
     from loadgen.cli.target_options import EndpointOptions
     from loadgen.measurement import MeasuredRun
 
-__all__ = ["run_validation", "validate_options"]
+__all__ = ["ValidateOptions", "run_validation", "validate_options"]
+
+
+@dataclass(frozen=True, slots=True)
+class ValidateOptions:
+    """``loadgen plan``'s ``--validate*`` options (:func:`validate_options`), built once from click's values."""
+
+    validate: bool = False
+    validate_seconds: str | None = "15s"
+    """The replay's wall time, as written (15s)."""
+    validate_time_scale: float | None = None
+    validate_start: float | None = None
+    """Trace time (s) where the slice starts (None: the peak interval's)."""
+    validate_replicas: int | None = None
+    validate_endpoints: tuple[str, ...] = field(default=(), repr=False)
+    """``--validate-endpoint`` URLs, once per replica (may hold credentials)."""
+    balance: str = "round-robin"
+    yes: bool = False
+
+    @classmethod
+    def from_kw(cls, kw: dict[str, Any]) -> Self:
+        """The options of ``kw`` (click's values)."""
+        return cls(**picked(cls, kw))
 
 
 def validate_options(f: F) -> F:
@@ -63,18 +87,18 @@ class _Estimate:
         return f"about {self.requests:,.0f} requests over {self.seconds:g} s spread over {self.replicas} replicas"
 
 
-def _endpoint_options(cap: SweepCapacity, kw: dict[str, Any]) -> EndpointOptions:
+def _endpoint_options(cap: SweepCapacity, vo: ValidateOptions) -> EndpointOptions:
     """The options each replica's endpoint is built from: the capacity sweep's API and model."""
     from loadgen.cli.target_options import EndpointOptions
 
     cfg = cap.doc.get("config") or {}
     return EndpointOptions(api=str(cfg.get("api") or "completions"), model=cfg.get("model"), timeout="600s",
-                           connect_timeout="10s", idle_timeout="120s", balance=kw["balance"], workers="1",
-                           yes=kw["yes"])  # fmt: skip
+                           connect_timeout="10s", idle_timeout="120s", balance=vo.balance, workers="1",
+                           yes=vo.yes)  # fmt: skip
 
 
 def run_validation(
-    kw: dict[str, Any], cap: SweepCapacity, plan: dict[str, Any], out_dir: Path, err: Console
+    vo: ValidateOptions, cap: SweepCapacity, plan: dict[str, Any], out_dir: Path, err: Console
 ) -> dict[str, Any]:
     """Replay the slice of ``plan`` (one system's ``plan.json`` entry, measured as ``cap``) and judge it:
     the ``validation`` block of ``plan.json``. Raises ConfigError / click.UsageError for bad options,
@@ -85,13 +109,13 @@ def run_validation(
     from loadgen.measurement import measure
     from loadgen.sim.launch import SimProcess
 
-    seconds = duration_s(kw["validate_seconds"], "--validate-seconds") or 0.0
-    sl = replay_slice(plan, seconds=seconds, time_scale=kw["validate_time_scale"], start_s=kw["validate_start"])
-    n = kw["validate_replicas"] or sl.planned_replicas
+    seconds = duration_s(vo.validate_seconds, "--validate-seconds") or 0.0
+    sl = replay_slice(plan, seconds=seconds, time_scale=vo.validate_time_scale, start_s=vo.validate_start)
+    n = vo.validate_replicas or sl.planned_replicas
     if n < 1:
         raise click.UsageError("the slice has no demand (0 replicas planned): choose another --validate-start")
     profile = sim_profile(cap)
-    urls = list(kw["validate_endpoints"])
+    urls = list(vo.validate_endpoints)
     if urls and len(urls) < n:
         raise click.UsageError(f"--validate-endpoint given {len(urls)} times: the validation needs {n} replicas")
     if not urls and profile is None:
@@ -101,7 +125,7 @@ def run_validation(
     load = replay_load(cap, sl, run_dir / "replay.jsonl")
     source = f"--validate-endpoint x {n}" if urls else f"loadgen sim {' '.join(profile or [])} x {n}"
     err.print(f"validate: replaying {sl.text()} against {n} replicas ({source}; planned {sl.planned_replicas})")
-    eopts = _endpoint_options(cap, kw)
+    eopts = _endpoint_options(cap, vo)
     redactor = Redactor()
     sims: list[Any] = []
     try:
@@ -113,14 +137,14 @@ def run_validation(
             for _ in range(n):
                 sims.append(SimProcess(profile or []))
             urls = [str(s.url) for s in sims]
-        embedded = not kw["validate_endpoints"]
+        embedded = not vo.validate_endpoints
         endpoint = (balanced_endpoint(eopts, urls, redactor) if n > 1
                     else endpoint_from_options(eopts, urls[0], embedded, redactor))  # fmt: skip
 
         async def go() -> MeasuredRun:
             try:
                 await endpoint.open()
-                rec = {"validate": True, "replicas": [redact_url(u) for u in urls], "balance": kw["balance"],
+                rec = {"validate": True, "replicas": [redact_url(u) for u in urls], "balance": vo.balance,
                        "slice": sl.to_json(), "capacity": cap.path}  # fmt: skip
                 return await measure(endpoint, load, run_dir, config_record=rec, redactor=redactor)
             finally:
@@ -141,7 +165,7 @@ def run_validation(
         "replicas": n,
         "planned_replicas": sl.planned_replicas,
         "replicas_source": source,
-        "balance": kw["balance"] if n > 1 else None,
+        "balance": vo.balance if n > 1 else None,
         "per_replica": [
             {k: r.get(k) for k in ("replica", "url", "requests", "ok", "failed")} for r in bal.get("replicas") or []
         ],
