@@ -53,10 +53,8 @@ def build_load_config(
             raise click.UsageError("--profile throughput is --rate inf: it clashes with --rate R")
         rate = float("inf")
     inf = rate == float("inf")  # max-throughput mode (loadgen.engine.throughput)
-    if inf and not opts.latency_origin_given:
-        opts = replace(
-            opts, latency_origin="sent"
-        )  # no schedule: latency counts from the send (an explicit "scheduled" is refused)
+    if inf and not opts.latency_origin_given:  # no schedule: latency counts from the send (an explicit
+        opts = replace(opts, latency_origin="sent")  # "scheduled" is refused)
     warm_n, warm_s = 0, 0.0
     if run.warmup:
         if run.warmup.isdigit():

@@ -54,7 +54,7 @@ from loadgen.cli.options import (
 )
 from loadgen.cli.runfile import config_file_option, merge_file_headers
 from loadgen.cli.scale import refuse_brace_list
-from loadgen.cli.session_options import session_source
+from loadgen.cli.session_options import SessionOptions, session_source
 from loadgen.cli.target import endpoint_from_options
 from loadgen.cli.target_options import EndpointOptions
 from loadgen.cli.url_options import URL
@@ -257,7 +257,9 @@ def validate(kw: dict[str, Any], lo: LocustOptions, api: str) -> None:
     if lo.rate is not None and lo.rate <= 0:
         raise click.UsageError("--rate must be > 0")
     refuse_brace_list(kw, "locust")
-    src = session_source(kw)  # usage errors: --session-header without --sessions, --trace/--dataset with it
+    src = session_source(
+        SessionOptions.from_kw(kw)
+    )  # usage errors: --session-header without --sessions, --trace/--dataset with it
     if src is not None:
         for value, flag in ((lo.rate, "--rate"), (lo.n_requests, "--requests"), (lo.duration, "--duration"),
                             (lo.max_concurrency, "--max-concurrency")):  # fmt: skip

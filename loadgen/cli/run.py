@@ -35,7 +35,7 @@ from loadgen.cli.options import (
     use_uvloop,
     workload_options,
 )
-from loadgen.cli.session_options import session_source
+from loadgen.cli.session_options import SessionOptions, session_source
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
 from loadgen.cli.target_options import EndpointOptions, ServerOptions
 from loadgen.cli.url_options import url_secrets
@@ -71,11 +71,13 @@ def _run(kw: dict[str, Any], console: Console, err: Console) -> MeasuredRun | No
     from loadgen.report.console import render_run
 
     refuse_brace_list(kw, "run")  # a brace list in --sim-args/--serve-args is a scaling sweep (loadgen sweep)
-    # built once, frozen and validated: sessions (issue 17, loadgen.sessions.measured) and prices in it
     # the options typed once (issue 29: frozen groups built from click's values, --config merged into them)
     lopts, ropts, oopts = LoadOptions.from_kw(kw), RunOptions.from_kw(kw), OutputOptions.from_kw(kw)
     view = ViewOptions.from_kw(kw)
-    load = build_load_config(ropts, lopts, oopts, kw, sessions=session_source(kw), prices=prices(lopts))
+    # built once, frozen and validated: sessions (issue 17, loadgen.sessions.measured) and prices in it
+    load = build_load_config(
+        ropts, lopts, oopts, kw, sessions=session_source(SessionOptions.from_kw(kw)), prices=prices(lopts)
+    )
     # the target's, after build_load_config took the API from an --endpoint pasted with its path
     eopts, sopts = EndpointOptions.from_kw(kw), ServerOptions.from_kw(kw)
     if load.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before anything

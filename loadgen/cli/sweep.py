@@ -36,7 +36,7 @@ from loadgen.cli.options import (
     workload_options,
 )
 from loadgen.cli.runfile import load_resume, resume_clashes, write_used_config
-from loadgen.cli.session_options import session_source
+from loadgen.cli.session_options import SessionOptions, session_source
 from loadgen.cli.target import ClusterOption, Target, confirm_remote, endpoints_from_options
 from loadgen.cli.target_options import EndpointOptions, ServerOptions
 from loadgen.cli.url_options import URL, url_secrets
@@ -185,7 +185,7 @@ def _sweep(kw: dict[str, Any], console: Console, err: Console, tail: TailSignals
     replay = _replay(sw.resume, kw)  # --resume DIR: read before this sweep writes its progress there again
     scfg = build_sweep_config(sw, lopts)
     # issue 17: the session-capacity search (loadgen.sweep.session_search); the probes' prices
-    base = base_load_config(lopts, oopts, kw, sessions=session_source(kw), prices=scfg.prices)
+    base = base_load_config(lopts, oopts, kw, sessions=session_source(SessionOptions.from_kw(kw)), prices=scfg.prices)
     # the target's, after base_load_config took the API from an --endpoint pasted with its path
     eopts, sopts = EndpointOptions.from_kw(kw), ServerOptions.from_kw(kw)
     if base.sessions is not None:  # issue 32: the whole source checked, its capped waits said, before any probe
