@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from loadgen.cli.load_options import slo_targets
 from loadgen.cli.options import duration_s, parse_extra_body, parse_headers, parse_ratio, parse_workers, usage_errors
 from loadgen.cli.url_options import record_urls, url_option_names
 from loadgen.core.redact import redact_body, redact_url
-from loadgen.core.slo import parse_slo
 
 if TYPE_CHECKING:
     from loadgen.cli.load_options import LoadOptions, OutputOptions, RunOptions, SweepOptions
@@ -78,11 +78,7 @@ def build_load_config(
         and not (rate is not None and concurrency is not None)  # that clash is the error to show
     ):
         duration = 60.0
-    slos = []
-    for s in run.slos:
-        with usage_errors("--slo: "):
-            slos.append(parse_slo(s))
-    slos, _ = scoped_slos(slos, opts.model)
+    slos, _ = scoped_slos(slo_targets(None, None, run.slos), opts.model)
     record.update(rate=rate, concurrency=concurrency, latency_origin=opts.latency_origin)  # the level run
     load = base_load_config(
         opts,
@@ -316,13 +312,7 @@ def build_sweep_config(sweep: SweepOptions, opts: LoadOptions) -> SweepConfig:
     """``loadgen sweep``'s options as a :class:`~loadgen.sweep.SweepConfig` (usage errors for bad ones)."""
     from loadgen.sweep import SweepConfig
 
-    slos = []
-    if sweep.slo_p99:
-        with usage_errors("--slo-p99: "):
-            slos.append(parse_slo(f"{sweep.slo_metric}:p99<={sweep.slo_p99}"))
-    for s in sweep.slos:
-        with usage_errors("--slo: "):
-            slos.append(parse_slo(s))
+    slos = slo_targets(sweep.slo_p99, sweep.slo_metric, sweep.slos)
     if not slos:
         raise click.UsageError("give an SLO: --slo-p99 300ms or --slo METRIC:pNN<=VALUE")
     slos, share = scoped_slos(slos, opts.model)

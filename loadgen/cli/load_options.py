@@ -13,11 +13,14 @@ as before. Whether an option was given (not its default) is read once from the c
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import click
 
-__all__ = ["LoadOptions", "OutputOptions", "RunOptions", "SweepOptions"]
+if TYPE_CHECKING:
+    from loadgen.core.slo import SLOTarget
+
+__all__ = ["LoadOptions", "OutputOptions", "RunOptions", "SweepOptions", "slo_targets"]
 
 
 def picked(cls: type[Any], kw: dict[str, Any]) -> dict[str, Any]:
@@ -27,6 +30,22 @@ def picked(cls: type[Any], kw: dict[str, Any]) -> dict[str, Any]:
         if f.name in kw:
             v = kw[f.name]
             out[f.name] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
+def slo_targets(slo_p99: str | None, slo_metric: str | None, slos: tuple[str, ...]) -> list[SLOTarget]:
+    """The SLO targets of ``--slo-p99 T`` (on ``--slo-metric``, default ttft) and each ``--slo METRIC:pNN<=T``,
+    in that order; a bad one is a usage error naming its option."""
+    from loadgen.cli.options import usage_errors
+    from loadgen.core.slo import parse_slo
+
+    out = []
+    if slo_p99:
+        with usage_errors("--slo-p99: "):
+            out.append(parse_slo(f"{slo_metric or 'ttft'}:p99<={slo_p99}"))
+    for text in slos:
+        with usage_errors("--slo: "):
+            out.append(parse_slo(text))
     return out
 
 

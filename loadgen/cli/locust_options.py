@@ -70,22 +70,16 @@ class LocustOptions:
         return self.rate is not None or bool(self.trace)
 
     def workload(self) -> dict[str, Any]:
-        """WorkloadOptions fields (as JSON); ``api``/``salt`` are set later."""
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "output_tokens_override": self.output_tokens_override,
-            "trace": self.trace,
-            "trace_format": self.trace_format,
-            "trace_time_scale": self.trace_time_scale,
-            "trace_start_s": self.trace_start,
-            "trace_duration_s": self.trace_duration,
-            "trace_max_requests": self.trace_max_requests,
-            "dataset": self.dataset,
-            "tokenizer": self.tokenizer,
-            "prompt_format": self.prompt_format,
-            "shared_prefix_tokens": self.shared_prefix_tokens,
-            "prefix_groups": self.prefix_groups,
-            "seed": self.seed,
-            "salt": self.salt,
-        }
+        """WorkloadOptions fields (as JSON); ``api``/``salt`` are set later. Each has its option's name but
+        the trace window's two, which are seconds here (``trace_start_s``, ``trace_duration_s``)."""
+        out = {name: getattr(self, name) for name in _WORKLOAD_FIELDS}
+        out.update(trace_start_s=self.trace_start, trace_duration_s=self.trace_duration)
+        return out
+
+
+# the options that are WorkloadOptions fields of the same name (LocustOptions.workload)
+_WORKLOAD_FIELDS = (
+    "input_tokens", "output_tokens", "output_tokens_override", "trace", "trace_format", "trace_time_scale",
+    "trace_max_requests", "dataset", "tokenizer", "prompt_format", "shared_prefix_tokens", "prefix_groups", "seed",
+    "salt",
+)  # fmt: skip

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import click
 from rich.console import Console
 
+from loadgen.cli.load_options import slo_targets
 from loadgen.cli.options import (
     duration_s,
     parse_extra_body,
@@ -174,7 +175,6 @@ def header_timeout_s(opts: EndpointOptions) -> float | None:
     (``--slo``, or ``--slo-p99`` of ``--slo-metric``) targets TTFT, else 60 s (the rule of
     :func:`loadgen.endpoints.header_wait.default_header_timeout_s`). None (off) with ``--no-stream``: a
     whole answer's headers come with its last byte (``--timeout`` bounds it); giving both is a usage error."""
-    from loadgen.core.slo import parse_slo
     from loadgen.endpoints.header_wait import default_header_timeout_s
 
     given = opts.header_timeout
@@ -187,14 +187,7 @@ def header_timeout_s(opts: EndpointOptions) -> float | None:
         return None
     if given is not None:
         return positive_duration_s(given, "--header-timeout", 0.0)
-    slos = []
-    if opts.slo_p99:
-        with usage_errors("--slo-p99: "):
-            slos.append(parse_slo(f"{opts.slo_metric or 'ttft'}:p99<={opts.slo_p99}"))
-    for text in opts.slos:
-        with usage_errors("--slo: "):
-            slos.append(parse_slo(text))
-    return default_header_timeout_s(slos)
+    return default_header_timeout_s(slo_targets(opts.slo_p99, opts.slo_metric, opts.slos))
 
 
 def model_mix_names(text: str | None) -> tuple[str, ...]:
