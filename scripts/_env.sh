@@ -16,9 +16,7 @@ EXTRAS="${LOADGEN_EXTRAS:-fast,tokenizers,report}"
 stamp="$VENV/.loadgen-installed-$(cat "$ROOT/pyproject.toml" | sha1sum | cut -c1-12)-${EXTRAS//,/_}"
 if [ ! -f "$stamp" ]; then
   "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-  # --no-compile: no .pyc for the ~8,000 files of the extras up front (18 s of CPU on 2 cores, on the path of
-  # every first install); Python writes one for each module the first time it is imported
-  "$PY" -m pip install --quiet --disable-pip-version-check --no-compile -e "$ROOT[$EXTRAS]"
+  "$PY" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$EXTRAS]"
   rm -f "$VENV"/.loadgen-installed-*
   touch "$stamp"
 fi
