@@ -28,6 +28,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
+@pytest.mark.alone  # beside another test 2 of its 15 stalled requests' misses were put down to something else (session 23's CI, 2b7bb09); it passed alone
 def test_misses_name_queueing_stall_and_rate_limit(tmp_path: Path) -> None:
     truth_path = tmp_path / "truth.jsonl"
     sim_args = ["--slots", "4", "--ttft-ms", str(TTFT_MS), "--itl-ms", "5", "--itl-per-seq-ms", "0",
