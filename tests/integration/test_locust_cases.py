@@ -126,6 +126,9 @@ class GeventReplayer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        for pipe in (self.proc.stdout, self.proc.stderr):  # unclosed, the collector reports them in the next test
+            if pipe is not None:
+                pipe.close()
 
 
 @pytest.fixture(scope="module")
