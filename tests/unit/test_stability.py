@@ -68,14 +68,14 @@ def demo_probe_alarm(rate: float, seed: int) -> bool:
     return any(t.growing for t in backlog_trend(sched, first, _tpot(res), np.arange(w + n) >= w))
 
 
-@pytest.mark.parametrize("frac", [0.6, 0.8, 0.9])  # one load a test: three shorter tests for the parallel phase
-def test_heavy_tailed_lengths_do_not_look_like_a_backlog(frac: float) -> None:
+def test_heavy_tailed_lengths_do_not_look_like_a_backlog() -> None:
     # the demo's profile and length mix (p50 13, p99 287, max 1,899 output tokens), stable, at 60-90 %
     # of its reference: the in-flight count the test first used was still filling up over a 10 s probe
     # (5, 7 and 11 alarms in these 100 seeds); the decode pace with a rise of half its median 2-5 in 150;
     # the first-token delay and the pace that must double: 0, 0 and 0 (3 at 100 %)
-    alarms = [s for s in range(100) if demo_probe_alarm(frac * DEMO_REF_RPS, s)]
-    assert len(alarms) <= 3, (frac, alarms)
+    for frac in (0.6, 0.8, 0.9):
+        alarms = [s for s in range(100) if demo_probe_alarm(frac * DEMO_REF_RPS, s)]
+        assert len(alarms) <= 3, (frac, alarms)
 
 
 def test_demo_overload_is_caught() -> None:
