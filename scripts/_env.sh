@@ -15,8 +15,8 @@ PY="$VENV/bin/python"
 EXTRAS="${LOADGEN_EXTRAS:-fast,tokenizers,report}"
 stamp="$VENV/.loadgen-installed-$(cat "$ROOT/pyproject.toml" | sha1sum | cut -c1-12)-${EXTRAS//,/_}"
 if [ ! -f "$stamp" ]; then
-  "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-  "$PY" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$EXTRAS]"
+  source "$ROOT/scripts/_install.sh"  # uv where it can (CI: 4 s against pip's 62 s), else pip
+  pkg_install "$PY" -e "$ROOT[$EXTRAS]"
   rm -f "$VENV"/.loadgen-installed-*
   touch "$stamp"
 fi
