@@ -10,12 +10,11 @@ or the file, line and field of a data file; never a traceback; and nothing writt
 that a later run could mistake for a result (no ``result.json``, no ``requests.jsonl``,
 no ``schedule.jsonl``). Server-side malformed input is in ``tests/unit/test_bad_inputs.py``.
 
-The cases run in parallel (a few at a time) in one module fixture; each test checks one.
+Each test runs its case (a module fixture holds the server and the data files); xdist spreads them.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import gzip
 import re
 import shutil
@@ -30,8 +29,7 @@ import pytest
 from tests.fixtures.cli_proc import cli_run
 from tests.fixtures.fault_proxy import FaultServer
 
-# one worker runs the module fixture (all cases, a few at a time): --dist loadgroup (scripts/test), not once a worker
-pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("bad_inputs_cli")]
+pytestmark = [pytest.mark.timeout(240)]
 
 RUN = [
     "run",
@@ -266,23 +264,32 @@ def _cli(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+class _Cases:
+    """The cases' outcomes, each run when a test first asks for it: a worker runs only the cases of the tests
+    it is given (xdist spreads them), never the whole corpus once a worker (a module fixture did: xdist's
+    ``loadgroup`` no longer groups on pytest 9, whose node ids it cannot suffix)."""
+
+    def __init__(self, root: Path, url: str) -> None:
+        self.root, self.url = root, url
+        self.done: dict[str, tuple[subprocess.CompletedProcess[str], Path]] = {}
+
+    def __getitem__(self, case_id: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+        if case_id not in self.done:
+            c = next(c for c in CASES if c.id == case_id)
+            d = self.root / c.id
+            d.mkdir()
+            args = [a.replace("{url}", self.url).replace("{dir}", str(self.root)) for a in c.args]
+            self.done[case_id] = (_cli(args, d / "out"), d / "out")
+        return self.done[case_id]
+
+
 @pytest.fixture(scope="module")
-def results(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, tuple[subprocess.CompletedProcess[str], Path]]]:
+def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Cases]:
     root = tmp_path_factory.mktemp("badcli")
     _write_data(root)
     ok = {"kind": "ok", "tokens": 4, "first_s": 0.001, "itl_s": 0.001}
     with FaultServer({"mode": "raw", "default": ok}) as srv:
-        jobs = {}
-        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-            for c in CASES:
-                d = root / c.id
-                d.mkdir()
-                args = [a.replace("{url}", srv.url).replace("{dir}", str(root)) for a in c.args]
-                jobs[c.id] = (pool.submit(_cli, args, d / "out"), d / "out")
-            done = {k: (f.result(), out) for k, (f, out) in jobs.items()}
-    yield done
+        yield _Cases(root, srv.url)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -294,7 +301,7 @@ def _params() -> list[Any]:
 
 
 @pytest.mark.parametrize("case", _params())
-def test_bad_config_input(case: Case, results: dict[str, Any]) -> None:
+def test_bad_config_input(case: Case, results: _Cases) -> None:
     p, out = results[case.id]
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
     written = sorted(x.name for x in out.iterdir()) if out.exists() else []
