@@ -43,6 +43,20 @@ _SERVER_ERRORS = ("timeout", "header_timeout", "rate_limited", "http_error", "in
                   "protocol")  # fmt: skip
 
 
+def _held_unsent_ns(s: RequestSummary) -> int | None:
+    """A request cancelled before its send (a probe's early stop): how long the client itself held it, for the
+    flip test (its send lag, had it been sent): its age at the cancel less its wait at ``--max-concurrency``
+    (``throttle_ns``). None where it waited for a pooled connection (``pool_queued``: every connection held by
+    a request in flight at the server, the server's backlog) or has no end: nothing of it is the client's.
+
+    Without this, a generator too slow for its rate (its requests scheduled, never sent) had every such
+    request counted as over on its age with no send lag to take out, and its FAIL stood on the client's
+    own lateness (``test_client_limited_ends_with_exit_5`` beside a busy neighbour, session 24)."""
+    if s.pool_queued or s.end_ns is None:
+        return None
+    return max(0, s.end_ns - s.scheduled_ns - s.throttle_ns)
+
+
 class ProbeJudge:
     """Counts exceedances as records arrive and watches in-flight requests for early stop."""
 
@@ -106,10 +120,11 @@ class ProbeJudge:
                     self.dep.add(i, s.scheduled_ns, MISS)  # over, its value unknown: a miss in its run
                     # for the flip test, the least it can be: its first token's value, or its age when cancelled
                     # (judged over on a clock that carries its own send lag: the flip test takes that out)
+                    lag = s.schedule_lag_ns if s.sent_ns is not None else _held_unsent_ns(s)
                     if t.metric != "e2e" and s.first_event_ns is not None:
-                        self.logs[i].add(float(s.first_event_ns - s.scheduled_ns), s.schedule_lag_ns)
+                        self.logs[i].add(float(s.first_event_ns - s.scheduled_ns), lag)
                     elif s.end_ns is not None:
-                        self.logs[i].add(float(s.end_ns - s.scheduled_ns), s.schedule_lag_ns)
+                        self.logs[i].add(float(s.end_ns - s.scheduled_ns), lag)
                 elif state == CANCELLED_UNDER:
                     tj.n += 1  # measured before the stop, and it conforms: not censored
                 else:
