@@ -15,7 +15,7 @@ PY="$VENV/bin/python"
 EXTRAS="${LOADGEN_EXTRAS:-fast,tokenizers,report}"
 stamp="$VENV/.loadgen-installed-$(cat "$ROOT/pyproject.toml" | sha1sum | cut -c1-12)-${EXTRAS//,/_}"
 if [ ! -f "$stamp" ]; then
-  source "$ROOT/scripts/_install.sh"  # uv where it can (CI: 4 s against pip's 62 s), else pip
+  source "$ROOT/scripts/_install.sh"  # uv where it can (CI: ~16 s against pip's 62 s), else pip
   pkg_install "$PY" -e "$ROOT[$EXTRAS]"
   rm -f "$VENV"/.loadgen-installed-*
   touch "$stamp"
