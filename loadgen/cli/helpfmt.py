@@ -42,7 +42,7 @@ SECTIONS: tuple[tuple[str, frozenset[str]], ...] = (
         "endpoint", "balance", "api", "model", "headers", "header_envs", "api_key_env", "timeout", "connect_timeout",
         "extra_body", "tools_file",
         "no_preflight", "no_stream", "insecure", "provider", "deployment", "api_version", "azure_ad_token_env",
-        "anthropic_version", "ca_file", "connection_reuse", "network_baseline", "retry_429", "max_rpm", "max_tpm",
+        "anthropic_version", "ca_file", "connection_reuse", "http_client", "network_baseline", "retry_429", "max_rpm", "max_tpm",
         "yes", "sim_args", "idle_timeout", "header_timeout",
     })),
     ("Server launch", frozenset({

@@ -311,6 +311,14 @@ def common_endpoint_options(f: F) -> F:
             help="none: a new connection (DNS, TCP, TLS) for every request.",
         ),
         click.option(
+            "--http-client",
+            type=click.Choice(["aiohttp", "lean"]),
+            default="aiohttp",
+            show_default=True,
+            help="The load's HTTP client: lean is loadgen's own HTTP/1.1 on asyncio (less CPU a request; "
+            "OpenAI-compatible endpoints only; recorded as conditions.endpoint.client.library).",
+        ),
+        click.option(
             "--network-baseline",
             type=click.Choice(["auto", "on", "off"]),
             default="auto",

@@ -32,6 +32,8 @@ from loadgen.core.metrics import stream_buffered
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import EndpointBase
 from loadgen.endpoints.header_wait import HeaderDeadline
+from loadgen.endpoints.lean_http import LIBRARY as LEAN_LIBRARY
+from loadgen.endpoints.lean_http import LeanSender
 from loadgen.endpoints.pool import connect_error_text, current_record, fresh_connection, open_session, peer_closed
 from loadgen.endpoints.quota import (
     ClientRateCap,
@@ -40,7 +42,7 @@ from loadgen.endpoints.quota import (
     request_token_cost,
     retry_after_from_headers,
 )
-from loadgen.endpoints.reads import IdleTimeout
+from loadgen.endpoints.reads import IdleTimeout, SelfReading
 
 if TYPE_CHECKING:
     from aiohttp.abc import AbstractStreamWriter
@@ -131,11 +133,14 @@ DRAIN_AFTER_END_S = 1.0
 connection is dropped."""
 
 
-async def drain_after_end(resp: aiohttp.ClientResponse) -> None:
+async def drain_after_end(resp: aiohttp.ClientResponse | SelfReading) -> None:
     """Read the rest of a body whose stream has already ended, so the connection can be reused,
     but never longer than :data:`DRAIN_AFTER_END_S`: a server that keeps the body open after
     the stream's end (``[DONE]``, ``message_stop``, an error event) costs its connection, not the
     request, whose outcome and end are already on its record."""
+    if not isinstance(resp, aiohttp.ClientResponse):  # --http-client lean
+        await resp.drain(DRAIN_AFTER_END_S)
+        return
     try:
         async with asyncio.timeout(DRAIN_AFTER_END_S):
             async for _ in resp.content.iter_any():
@@ -427,7 +432,7 @@ STALE_RESENDS_MAX = 2
 """How many times a prepared request is prepared again on a fresh connection after the server
 closed its pooled one before any byte of it was written (each is a new connection: bounded anyway)."""
 
-_STALE_RESET = (
+STALE_RESET = (
     *_ATTEMPT_RESET,
     ("sent_ns", None),
     ("connect_ns", 0),
@@ -457,9 +462,13 @@ class HTTPSendMixin(EndpointBase):
     """
 
     _session: aiohttp.ClientSession | None
+    _lean: LeanSender | None = None  # --http-client lean: the load's requests go through it
 
     async def close(self) -> None:
         """Close the HTTP session and its pooled connections; a second call does nothing."""
+        if self._lean is not None:
+            await self._lean.close()
+            self._lean = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -522,8 +531,9 @@ class HTTPSendMixin(EndpointBase):
         """The HTTP client's settings as recorded in ``conditions.endpoint.client``."""
         self_: Any = self
         cfg = self_.config
+        lean = getattr(cfg, "http_client", "aiohttp") == "lean"
         return {
-            "library": f"aiohttp {aiohttp.__version__}",
+            "library": LEAN_LIBRARY if lean else f"aiohttp {aiohttp.__version__}",
             "pool_limit": cfg.pool_limit,
             "connect_timeout_s": cfg.connect_timeout_s,
             "request_timeout_s": cfg.timeout_s,
@@ -548,15 +558,23 @@ class HTTPSendMixin(EndpointBase):
         assert self_._session is not None, "open() first"
         cfg = self_.config
         headers = self_._headers
+        extra: dict[str, str] = {}
         if cfg.request_id_prefix is not None:
-            headers = dict(headers)
-            headers["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
+            extra["x-request-id"] = f"{cfg.request_id_prefix}-{spec.index}"
         session_header = getattr(cfg, "session_header", None)
         if session_header and spec.session_id is not None:  # session affinity for routers (--session-header)
-            headers = {**headers, session_header: spec.session_id}
+            extra[session_header] = spec.session_id
         body = orjson.dumps(self_.build_body(spec))
         read_ok = self_._read_stream if cfg.stream else self_._read_body
         header_s = self._header_timeout_s()
+        if self._lean is not None:  # --http-client lean (loadgen.endpoints.lean_pool)
+            n = await self._lean.send(self._lean.request_bytes(headers, extra, body), record,
+                                      timeout_s=cfg.timeout_s, redact=self_.redactor, read_ok=read_ok,
+                                      header_timeout_s=header_s, gate=gate)  # fmt: skip
+            self_.stale_resends = getattr(self_, "stale_resends", 0) + n
+            return
+        if extra:
+            headers = {**headers, **extra}
         if gate is None:
             await http_attempt(self_._session, self_._url, body, headers, record, timeout_s=cfg.timeout_s,
                                redact=self_.redactor, read_ok=read_ok, header_timeout_s=header_s)  # fmt: skip
@@ -575,7 +593,7 @@ class HTTPSendMixin(EndpointBase):
             if payload.wrote or not closed_before_send(record) or n == STALE_RESENDS_MAX:
                 break
             self_.stale_resends = getattr(self_, "stale_resends", 0) + 1
-            for name, value in _STALE_RESET:
+            for name, value in STALE_RESET:
                 setattr(record, name, value)
         if n:
             record.connect_late_ns = 0  # the pool's dead connection is the client's delay: schedule lag

@@ -35,6 +35,8 @@ from loadgen.core.redact import Redactor, redact_headers, split_url_secrets
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
 from loadgen.endpoints.http import ERROR_BODY_LIMIT, HTTPSendMixin, drain_after_end
+from loadgen.endpoints.lean_http import LeanResponse
+from loadgen.endpoints.lean_pool import LeanPool
 from loadgen.endpoints.openai_stream import OpenAIStreamParser, _error_text, apply_body, apply_stream_event
 from loadgen.endpoints.pool import network_baseline
 from loadgen.endpoints.quota import ClientRateCap
@@ -100,6 +102,7 @@ class OpenAIConfig:
     max_tpm: float | None = None  # ... and on tokens (prompt + max_tokens) per minute
     mix_models: tuple[str, ...] = ()  # --model a=0.7,b=0.3: every model of the mix, checked against /v1/models
     probe_image: bool = False  # --images: the pre-flight carries an image (a text-only model refuses before load)
+    http_client: str = "aiohttp"  # --http-client: "lean" sends the load's requests over loadgen.endpoints.lean_pool
 
 
 def _split_base(url: str) -> tuple[str, str]:
@@ -179,7 +182,13 @@ class OpenAIEndpoint(HTTPSendMixin):
 
     async def open(self) -> None:
         cfg = self.config
-        self._session = self._open_session()
+        self._session = self._open_session()  # discovery, the pre-flight and (by default) the load
+        if cfg.http_client == "lean":
+            self._lean = LeanPool(self._url, limit=cfg.pool_limit, connect_timeout_s=cfg.connect_timeout_s,
+                                  verify_tls=cfg.verify_tls, ca_file=cfg.ca_file,
+                                  connection_reuse=cfg.connection_reuse)  # fmt: skip
+        elif cfg.http_client != "aiohttp":
+            raise ConfigError(f"--http-client {cfg.http_client!r}: expected aiohttp or lean")
         if cfg.network_baseline:
             self.network = await network_baseline(self._url)
             self.network["cheap_request_ms"] = await self._timed_gets(self._root + "/models")
@@ -381,14 +390,14 @@ class OpenAIEndpoint(HTTPSendMixin):
         body.update(cfg.extra_body)
         return body
 
-    async def _read_body(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+    async def _read_body(self, resp: aiohttp.ClientResponse | LeanResponse, record: RequestRecord) -> None:
         obj = await read_json_body(resp, record, self.config.max_event_bytes, self.config.idle_timeout_s)
         if self.config.api == "responses":
             apply_responses_body(record, obj, redact=self.redactor)
             return
         apply_body(record, obj, chat=self.config.api == "chat", redact=self.redactor)
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+    async def _read_stream(self, resp: aiohttp.ClientResponse | LeanResponse, record: RequestRecord) -> None:
         parser: OpenAIStreamParser | ResponsesStreamParser
         if self.config.api == "responses":
             parser = ResponsesStreamParser(record, redact=self.redactor, max_event_bytes=self.config.max_event_bytes)

@@ -71,7 +71,7 @@ _COMMON = (
     "max_rpm",
     "max_tpm",
 )
-_OPENAI_ONLY = ("preflight", "discover", "accepted", "session_header", "mix_models", "probe_image")
+_OPENAI_ONLY = ("preflight", "discover", "accepted", "session_header", "mix_models", "probe_image", "http_client")
 
 
 def azure_url(endpoint: str, *, deployment: str | None, api_version: str | None, api: str = "chat") -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 import orjson
@@ -41,6 +41,7 @@ __all__ = [
     "BodyTooLarge",
     "IdleGuard",
     "IdleTimeout",
+    "SelfReading",
     "error_body_line",
     "idle_guard",
     "read_bounded",
@@ -135,6 +136,18 @@ class IdleGuard:
                 raise IdleTimeout(self._idle_s) from None
 
 
+class SelfReading(Protocol):
+    """An answer that reads its own body (``--http-client lean``'s
+    :class:`~loadgen.endpoints.lean_http.LeanResponse`): :func:`read_pushed`, :func:`read_bounded` and
+    :func:`~loadgen.endpoints.http.drain_after_end` hand it their work, with the same contract."""
+
+    async def push(self, on_read: Callable[[bytes, int], bool], idle_s: float | None) -> None: ...
+
+    async def read_all(self, limit: int, idle_s: float | None, *, what: str = ...) -> bytes: ...
+
+    async def drain(self, timeout_s: float) -> None: ...
+
+
 def idle_guard(idle_s: float | None) -> IdleGuard:
     """Bound the quiet time of a body read inside ``async with``: :class:`IdleTimeout` when no
     :meth:`IdleGuard.touch` came for ``idle_s`` (None: no idle timeout). A cancel from elsewhere
@@ -143,11 +156,14 @@ def idle_guard(idle_s: float | None) -> IdleGuard:
 
 
 async def read_bounded(
-    resp: aiohttp.ClientResponse, limit: int, *, what: str = "response body", idle_s: float | None = None
+    resp: aiohttp.ClientResponse | SelfReading, limit: int, *, what: str = "response body", idle_s: float | None = None
 ) -> bytes:
     """The whole body of ``resp``, at most ``limit`` bytes (decoded: a compressed body is
     bounded by what it expands to). Past the limit (or a ``Content-Length`` over it) the
-    connection is dropped and :class:`BodyTooLarge` raised; ``idle_s``: see :func:`idle_guard`."""
+    connection is dropped and :class:`BodyTooLarge` raised; ``idle_s``: see :func:`idle_guard`.
+    A lean answer (``--http-client lean``) reads itself: :meth:`SelfReading.read_all`, the same bounds."""
+    if not isinstance(resp, aiohttp.ClientResponse):
+        return await resp.read_all(limit, idle_s, what=what)
     length = resp.content_length
     if length is not None and length > limit:
         resp.close()
@@ -164,7 +180,7 @@ async def read_bounded(
 
 
 async def read_json_body(
-    resp: aiohttp.ClientResponse, record: RequestRecord, limit: int, idle_s: float | None
+    resp: aiohttp.ClientResponse | SelfReading, record: RequestRecord, limit: int, idle_s: float | None
 ) -> object:
     """A non-streamed answer's body (:func:`read_bounded`): ``record``'s end stamped once it is read, then
     decoded as JSON (:class:`ProtocolError` when it is not)."""
@@ -300,7 +316,7 @@ class _PushReader(aiohttp.StreamReader):
 
 
 async def read_pushed(
-    resp: aiohttp.ClientResponse, on_read: Callable[[bytes, int], bool], idle_s: float | None
+    resp: aiohttp.ClientResponse | SelfReading, on_read: Callable[[bytes, int], bool], idle_s: float | None
 ) -> None:
     """Read a streamed body into ``on_read(piece, t_ns)`` (True: the stream has ended) until it
     says so or the body ends; ``idle_s``: see :func:`idle_guard`.
@@ -313,7 +329,11 @@ async def read_pushed(
     (a broken chunked body, a reset) is raised here as :meth:`StreamReader.readany` would raise
     it; a cancel (the request's deadline, the idle timeout) leaves the reader as it found it.
     A body already at its end, or a reader of another kind (decompressing, empty), is read with
-    ``iter_any`` instead, the same calls."""
+    ``iter_any`` instead, the same calls. A lean answer (``--http-client lean``) pushes from its own
+    ``data_received``: :meth:`SelfReading.push`, the same contract."""
+    if not isinstance(resp, aiohttp.ClientResponse):
+        await resp.push(on_read, idle_s)
+        return
     content = resp.content
     if not PUSH_READS or type(content) is not aiohttp.StreamReader:
         async with idle_guard(idle_s) as guard:
