@@ -28,16 +28,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol, cast
 
 from loadgen.core.clock import now_ns
 from loadgen.core.errors import ProtocolError
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints.lean_parse import LeanHeaders, ResponseHead, ResponseParser
 from loadgen.endpoints.reads import BodyTooLarge, IdleGuard, idle_guard
-
-if TYPE_CHECKING:
-    from loadgen.endpoints.lean_pool import LeanPool
 
 __all__ = ["LIBRARY", "LeanConnection", "LeanResponse", "LeanSender"]
 
@@ -68,6 +65,12 @@ class LeanSender(Protocol):
     async def close(self) -> None: ...
 
 
+class _Owner(Protocol):
+    """Told when one of its idle connections closes (:meth:`~loadgen.endpoints.lean_pool.LeanPool.lost`)."""
+
+    def lost(self, conn: LeanConnection) -> None: ...
+
+
 def _discard(piece: bytes, t_ns: int) -> bool:
     return False
 
@@ -80,7 +83,7 @@ class LeanConnection(asyncio.Protocol):
     go to :attr:`sink` when a reader has set one (stamped at the read, the idle guard's
     ``last_ns`` moved), else are kept with their stamps until one does (what came with the head)."""
 
-    def __init__(self, pool: LeanPool | None = None) -> None:
+    def __init__(self, pool: _Owner | None = None) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.dead = False
