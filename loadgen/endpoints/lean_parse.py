@@ -126,6 +126,10 @@ class ResponseParser:
         pos = 0
         n = len(data)
         while pos < n or state == _DONE:
+            if state == _CHUNK_SIZE:  # the hot path: whole chunks, many to a read (one SSE event each)
+                pos = self._whole_chunks(data, pos, out)
+                if pos >= n:
+                    break
             if state == _CHUNK_DATA:
                 take = min(self._left, n - pos)
                 out.append(data[pos : pos + take])
@@ -193,6 +197,30 @@ class ResponseParser:
                 raise AssertionError(state)
         self._state = state
         return b"".join(out) if len(out) != 1 else out[0]
+
+    @staticmethod
+    def _whole_chunks(data: bytes, pos: int, out: list[bytes]) -> int:
+        """Take the whole chunks (size line without extensions, data, CRLF) at ``pos`` of ``data`` into
+        ``out``; return where the first chunk that is not whole (or the last chunk) begins."""
+        find = data.find
+        n = len(data)
+        while True:
+            end = find(b"\r\n", pos)
+            if end < 0:
+                return pos
+            line = data[pos:end]
+            if not line.isalnum():
+                return pos  # an extension, or malformed: the general path says which
+            try:
+                size = int(line, 16)
+            except ValueError:
+                return pos
+            start = end + 2
+            stop = start + size
+            if size == 0 or stop + 2 > n or data[stop : stop + 2] != b"\r\n":
+                return pos
+            out.append(data[start:stop])
+            pos = stop + 2
 
     def _body_state(self, head: ResponseHead) -> int:
         if head.status in (204, 304):
