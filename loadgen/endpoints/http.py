@@ -568,9 +568,8 @@ class HTTPSendMixin(EndpointBase):
         read_ok = self_._read_stream if cfg.stream else self_._read_body
         header_s = self._header_timeout_s()
         if self._lean is not None:  # --http-client lean (loadgen.endpoints.lean_pool)
-            n = await self._lean.send(self._lean.request_bytes(headers, extra, body), record,
-                                      timeout_s=cfg.timeout_s, redact=self_.redactor, read_ok=read_ok,
-                                      header_timeout_s=header_s, gate=gate)  # fmt: skip
+            n = await self._lean.send(headers, extra, body, record, timeout_s=cfg.timeout_s, redact=self_.redactor,
+                                      read_ok=read_ok, header_timeout_s=header_s, gate=gate)  # fmt: skip
             self_.stale_resends = getattr(self_, "stale_resends", 0) + n
             return
         if extra:

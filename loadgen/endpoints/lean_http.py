@@ -48,11 +48,11 @@ class LeanSender(Protocol):
     """What :class:`~loadgen.endpoints.http.HTTPSendMixin` sends the load through with ``--http-client lean``
     (:class:`~loadgen.endpoints.lean_pool.LeanPool`)."""
 
-    def request_bytes(self, headers: Mapping[str, str], extra: Mapping[str, str] | None, body: bytes) -> bytes: ...
-
     async def send(
         self,
-        data: bytes,
+        headers: Mapping[str, str],
+        extra: Mapping[str, str] | None,
+        body: bytes,
         record: RequestRecord,
         *,
         timeout_s: float,

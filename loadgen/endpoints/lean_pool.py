@@ -106,8 +106,9 @@ class LeanPool:
 
     def request_bytes(self, headers: Mapping[str, str], extra: Mapping[str, str] | None, body: bytes) -> bytes:
         """``POST`` of ``body`` with ``headers`` (its head built once per headers mapping and kept),
-        ``extra`` (per request: ``x-request-id``, a session header) and ``Content-Length``; the
-        client asks for an uncompressed answer (``Accept-Encoding: identity``)."""
+        ``extra`` (per request: ``x-request-id``, a session header) and ``Content-Length``, in UTF-8 (as
+        aiohttp writes them); the client asks for an uncompressed answer (``Accept-Encoding: identity``)
+        unless ``headers`` ask otherwise. Raises :class:`ConfigError` on a line break in a header."""
         key = id(headers)
         kept = self._prefixes.get(key)
         if kept is None or kept[0] is not headers:
@@ -115,12 +116,13 @@ class LeanPool:
             base = {"User-Agent": "loadgen"} if "user-agent" not in names else {}
             prefix = (
                 f"POST {self.target} HTTP/1.1\r\nHost: {self.authority}\r\n{_header_lines(base)}"
-                f"{_header_lines(headers)}Accept-Encoding: identity\r\n"
+                f"{_header_lines(headers)}"
+                + ("" if "accept-encoding" in names else "Accept-Encoding: identity\r\n")
                 + ("" if self.keep_alive else "Connection: close\r\n")
-            ).encode("latin-1")
+            ).encode()
             kept = self._prefixes[key] = (headers, prefix)  # the mapping is held: its id is not reused
         tail = (_header_lines(extra) if extra else "") + f"Content-Length: {len(body)}\r\n\r\n"
-        return kept[1] + tail.encode("latin-1") + body
+        return kept[1] + tail.encode() + body
 
     # --- connections -----------------------------------------------------------------
 
@@ -269,7 +271,9 @@ class LeanPool:
 
     async def send(
         self,
-        data: bytes,
+        headers: Mapping[str, str],
+        extra: Mapping[str, str] | None,
+        body: bytes,
         record: RequestRecord,
         *,
         timeout_s: float,
@@ -278,7 +282,14 @@ class LeanPool:
         header_timeout_s: float | None,
         gate: asyncio.Event | None,
     ) -> int:
-        """:func:`lean_send` over this pool (what :class:`~loadgen.endpoints.http.HTTPSendMixin` calls)."""
+        """:func:`lean_send` of :meth:`request_bytes` over this pool (what
+        :class:`~loadgen.endpoints.http.HTTPSendMixin` calls); a header value HTTP cannot carry (a line
+        break) fails the request as ``protocol``, never raises."""
+        try:
+            data = self.request_bytes(headers, extra, body)
+        except ConfigError as exc:
+            fail(record, "protocol", str(exc))
+            return 0
         return await lean_send(self, data, record, timeout_s=timeout_s, redact=redact, read_ok=read_ok,
                                header_timeout_s=header_timeout_s, gate=gate)  # fmt: skip
 

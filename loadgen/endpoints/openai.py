@@ -187,6 +187,7 @@ class OpenAIEndpoint(HTTPSendMixin):
             self._lean = LeanPool(self._url, limit=cfg.pool_limit, connect_timeout_s=cfg.connect_timeout_s,
                                   verify_tls=cfg.verify_tls, ca_file=cfg.ca_file,
                                   connection_reuse=cfg.connection_reuse)  # fmt: skip
+            self._lean.request_bytes(self._headers, None, b"")  # a header HTTP cannot carry: ConfigError now
         elif cfg.http_client != "aiohttp":
             raise ConfigError(f"--http-client {cfg.http_client!r}: expected aiohttp or lean")
         if cfg.network_baseline:
