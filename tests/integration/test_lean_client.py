@@ -254,3 +254,28 @@ def test_tls_through_the_standard_library(tmp_path: Path) -> None:
     assert [r.connection_reused for r in recs] == [False, True, True] and recs[1].tls_ns is None
     refused = asyncio.run(go(None, 1))[0]
     assert refused.error_kind == "connect" and "certificate" in (refused.error_detail or "").lower()
+
+
+def test_pool_limit_queues_the_next_request() -> None:
+    """``pool_limit=1``: a second request in flight waits for the one connection (``pool_queued``), then reuses it."""
+
+    async def go() -> tuple[list[RequestRecord], Scripted]:
+        async with Scripted(answer(STREAM)) as srv:
+            ep = endpoint(srv.url, pool_limit=1)
+            await ep.open()
+            recs = [RequestRecord(index=i, scheduled_ns=0, phase="measure") for i in range(3)]
+            try:
+                await asyncio.gather(
+                    *(
+                        ep.send(RequestSpec(index=i, prompt="hi", requested_output_tokens=2), r)
+                        for i, r in enumerate(recs)
+                    )
+                )
+            finally:
+                await ep.close()
+        return recs, srv
+
+    recs, srv = asyncio.run(go())
+    assert [r.status for r in recs] == ["ok"] * 3 and srv.connections == 1
+    assert [r.pool_queued for r in recs] == [False, True, True]
+    assert [r.connection_reused for r in recs] == [False, True, True]
