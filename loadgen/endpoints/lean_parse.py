@@ -57,7 +57,10 @@ class ResponseHead:
         self.reason = reason
         self.headers = headers
         self.keep_alive = keep_alive
-        self.chunked = "chunked" in (headers.get("transfer-encoding") or "").lower()
+        coding = (headers.get("transfer-encoding") or "").strip().lower()
+        if coding not in ("", "chunked", "identity"):
+            raise ProtocolError(f"Transfer-Encoding {coding[:30]}: the lean client reads chunked only")
+        self.chunked = coding == "chunked"
         length = headers.get("content-length")
         self.content_length: int | None = None
         if length is not None and not self.chunked:
