@@ -51,7 +51,8 @@ def _gap_trace(path: Path, gaps_ms: list[int]) -> Path:
     return path
 
 
-def test_keepalive_close_race_resends_unsent_prepared_request(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_keepalive_close_race_resends_unsent_prepared_request(tmp_path: Path, client: str) -> None:
     """Item 8. The server closes a connection idle for 60 ms; the gaps (98..123 ms, one
     request at a time: each ends ~45 ms after it is sent) put that close, for some of them,
     after the request was prepared on the pooled connection (10 ms ahead) and before its gate.
@@ -64,7 +65,7 @@ def test_keepalive_close_race_resends_unsent_prepared_request(tmp_path: Path) ->
                                                input_tokens=8))  # fmt: skip
     n = len(gaps) + 1
     with FaultServer({"mode": "raw", "default": OK, "idle_close_s": IDLE_CLOSE_S}) as srv:
-        run = go(run_inprocess(srv.url, load, tmp_path / "out"))
+        run = go(run_inprocess(srv.url, load, tmp_path / "out", http_client=client))
         seen = srv.wait_events("req", n, 5.0)
         closes = srv.events("idle_close")
     check_run(run, max_wall_s=15.0)
@@ -109,13 +110,15 @@ def _vm_hwm() -> int:
     return 0
 
 
-def test_no_stream_body_over_limit_is_protocol_with_bounded_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_no_stream_body_over_limit_is_protocol_with_bounded_memory(tmp_path: Path, client: str) -> None:
     """A 64 MiB ``--no-stream`` body (chunked, no length): the request ends as ``protocol``
     once 16 MiB are read; the client's peak RSS grows by far less than the body."""
     huge = {"kind": "huge_line", "bytes": HUGE, "after": 0}
     with FaultServer({"mode": "raw", "default": huge}) as srv:
         base = _peak_reset()
-        run = go(run_inprocess(srv.url, load(1, rate=4), tmp_path / "out", stream=False, timeout_s=30.0))
+        run = go(run_inprocess(srv.url, load(1, rate=4), tmp_path / "out", stream=False, timeout_s=30.0,
+                               http_client=client))  # fmt: skip
         peak = _vm_hwm()
     check_run(run, max_wall_s=20.0)
     (r,) = run.records
@@ -177,12 +180,13 @@ def test_discovery_and_preflight_reads_are_bounded() -> None:
 # --------------------------------------------------------------------------- item 10: chunked body, idle timeout
 
 
-def test_malformed_chunk_size_is_a_protocol_error_at_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_malformed_chunk_size_is_a_protocol_error_at_once(tmp_path: Path, client: str) -> None:
     """A bad chunk size after a first event, then the server closes: ``protocol`` at once, not
     held to the (30 s) total deadline; the good requests around it are untouched."""
     bad = {"kind": "raw", "then": "close", "writes": [[0, b64(STREAM_HEAD + chunk(text_event(" a")) + b"zz\r\n")]]}
     with FaultServer({"mode": "raw", "default": OK, "by_index": {"1": bad}}) as srv:
-        run = go(run_inprocess(srv.url, load(3, rate=4), tmp_path / "out", timeout_s=30.0))
+        run = go(run_inprocess(srv.url, load(3, rate=4), tmp_path / "out", timeout_s=30.0, http_client=client))
     check_run(run, max_wall_s=10.0)
     recs = run.by_index()
     assert recs[1].error_kind == "protocol" and "chunk size" in (recs[1].error_detail or ""), recs[1]
