@@ -41,7 +41,8 @@ def _vm_hwm() -> int:
     return 0
 
 
-def test_single_64mib_line_aborts_with_bounded_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_single_64mib_line_aborts_with_bounded_memory(tmp_path: Path, client: str) -> None:
     """One SSE line of 64 MiB (no newline until its end): the request is aborted as a
     ``protocol`` error once the line passes 16 Mi characters; the client's peak RSS grows
     by far less than the line."""
@@ -50,7 +51,7 @@ def test_single_64mib_line_aborts_with_bounded_memory(tmp_path: Path) -> None:
         with open("/proc/self/clear_refs", "w") as fh:  # reset this process's peak RSS (VmHWM)
             fh.write("5")
         base = _vm_hwm()
-        run = go(run_inprocess(srv.url, load(2, rate=4), tmp_path / "out", timeout_s=30.0))
+        run = go(run_inprocess(srv.url, load(2, rate=4), tmp_path / "out", timeout_s=30.0, http_client=client))
         peak = _vm_hwm()
         check_no_retries(srv, 2)
     check_run(run, max_wall_s=15.0)
@@ -86,7 +87,8 @@ def test_64mib_line_costs_linear_time() -> None:
 # --------------------------------------------------------------------------- client limits
 
 
-def test_descriptors_exhausted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_descriptors_exhausted(tmp_path: Path, client: str) -> None:
     """The open-file soft limit is lowered (in this process, after measure() raised it) to a
     few descriptors above what is open: the requests that find none fail as client_limit,
     the others succeed, and the run is INVALID, limited by the client."""
@@ -98,7 +100,9 @@ def test_descriptors_exhausted(tmp_path: Path) -> None:
 
     with FaultServer({"mode": "raw", "default": slow_ok}) as srv:
         try:
-            run = go(run_inprocess(srv.url, load(30, rate=100), tmp_path / "out", runner_hook=lower))
+            run = go(
+                run_inprocess(srv.url, load(30, rate=100), tmp_path / "out", runner_hook=lower, http_client=client)
+            )
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         n_ok = sum(r.ok for r in run.records)
@@ -114,13 +118,14 @@ def test_descriptors_exhausted(tmp_path: Path) -> None:
     assert {c["name"]: c["ok"] for c in v["checks"]}["client_resources"] is False
 
 
-def test_connection_pool_exhausted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_connection_pool_exhausted(tmp_path: Path, client: str) -> None:
     """A pool of 4 connections under a load needing ~30: requests wait for a slot (no error), and
     the run says so: every connection held a request in flight at the server, a saturated server
     (a warning, the wait in latency), not a slow client (issue 20 item 14: was INVALID, "limited by client")."""
     slow_ok = dict(OK, first_s=0.2)
     with FaultServer({"mode": "raw", "default": slow_ok}) as srv:
-        run = go(run_inprocess(srv.url, load(20, rate=100), tmp_path / "out", pool_limit=4))
+        run = go(run_inprocess(srv.url, load(20, rate=100), tmp_path / "out", pool_limit=4, http_client=client))
         check_no_retries(srv, 20)
     check_run(run, max_wall_s=8.0)
     assert all(r.ok for r in run.records)
@@ -197,12 +202,13 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]
     return {"ip": make_self_signed(d, "127.0.0.1"), "other": make_self_signed(d, "example.test")}
 
 
-def test_tls_bad_certificate_in_process(certs: dict[str, tuple[str, str]], tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_tls_bad_certificate_in_process(certs: dict[str, tuple[str, str]], tmp_path: Path, client: str) -> None:
     cert, key = certs["ip"]
     with FaultServer({"mode": "raw", "default": OK, "tls": {"cert": cert, "key": key}}) as srv:
-        bad = go(run_inprocess(srv.url, load(4), tmp_path / "verify"))
+        bad = go(run_inprocess(srv.url, load(4), tmp_path / "verify", http_client=client))
         assert srv.requests() == []  # nothing was sent over the untrusted connection
-        good = go(run_inprocess(srv.url, load(4), tmp_path / "insecure", verify_tls=False))
+        good = go(run_inprocess(srv.url, load(4), tmp_path / "insecure", verify_tls=False, http_client=client))
         check_no_retries(srv, 4)
     check_run(bad, max_wall_s=5.0)
     check_run(good, max_wall_s=5.0)
@@ -254,7 +260,8 @@ def test_tls_hostname_mismatch_with_a_trusted_certificate(certs: dict[str, tuple
 REDIRECTS = [301, 302, 303, 307, 308]
 
 
-def test_redirect_to_another_origin_forwards_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_redirect_to_another_origin_forwards_nothing(tmp_path: Path, client: str) -> None:
     """Each redirect status, pointing at another origin (another port) that records what it
     gets: loadgen does not follow (``http_error`` with the status kept), and the other
     origin sees no connection at all, so no credential can reach it."""
@@ -266,7 +273,8 @@ def test_redirect_to_another_origin_forwards_nothing(tmp_path: Path) -> None:
         }
         n = 2 * len(REDIRECTS) + 1
         with FaultServer({"mode": "raw", "default": OK, "by_index": by_index}) as srv:
-            run = go(run_inprocess(srv.url, load(n, rate=50), tmp_path / "out", api_key="sk-SENTINEL-redirect"))
+            run = go(run_inprocess(srv.url, load(n, rate=50), tmp_path / "out", api_key="sk-SENTINEL-redirect",
+                                  http_client=client))  # fmt: skip
             check_no_retries(srv, n)
             assert all(p["auth"] for p in srv.requests())  # the origin itself got the credentials
         time.sleep(0.1)
