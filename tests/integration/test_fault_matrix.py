@@ -99,11 +99,12 @@ MIXED: dict[str, tuple[dict[str, Any], str, dict[str, Any], int | None]] = {
 }
 
 
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
 @pytest.mark.parametrize("name", list(MIXED))
-def test_mixed_fault(name: str, tmp_path: Path) -> None:
+def test_mixed_fault(name: str, tmp_path: Path, client: str) -> None:
     beh, kind, ep_kw, events_before = MIXED[name]
     with FaultServer({"mode": "raw", "cycle": [OK, beh, OK]}) as srv:
-        run = go(run_inprocess(srv.url, load(N_MIXED), tmp_path / "out", **ep_kw))
+        run = go(run_inprocess(srv.url, load(N_MIXED), tmp_path / "out", http_client=client, **ep_kw))
         check_run(run, max_wall_s=8.0)
         check_no_retries(srv, N_MIXED)
     recs = run.by_index()
@@ -264,12 +265,13 @@ def test_freeze_2s_open_loop_analytic(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- slow close
 
 
-def test_slow_close_after_done(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_slow_close_after_done(tmp_path: Path, client: str) -> None:
     """[DONE] arrives, the body's end only 1.5 s later: the requests are ok and their
     E2E ends at [DONE], not at the close."""
     slow = {"kind": "slow_close", "close_after_s": 1.5}
     with FaultServer({"mode": "raw", "cycle": [OK, slow, OK]}) as srv:
-        run = go(run_inprocess(srv.url, load(6), tmp_path / "out", timeout_s=10.0))
+        run = go(run_inprocess(srv.url, load(6), tmp_path / "out", timeout_s=10.0, http_client=client))
         check_no_retries(srv, 6)
     check_run(run, max_wall_s=6.0)
     assert all(r.ok for r in run.records), [(r.index, r.error_kind) for r in run.records]
@@ -295,9 +297,10 @@ HOLD_AFTER_DONE = {
 }
 
 
-def test_server_never_closes_after_done(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_server_never_closes_after_done(tmp_path: Path, client: str) -> None:
     with FaultServer({"mode": "raw", "cycle": [OK, HOLD_AFTER_DONE, OK]}) as srv:
-        run = go(run_inprocess(srv.url, load(3), tmp_path / "out", timeout_s=2.0))
+        run = go(run_inprocess(srv.url, load(3), tmp_path / "out", timeout_s=2.0, http_client=client))
     check_run(run, max_wall_s=10.0)
     r = run.by_index()[1]
     assert (r.status, r.error_kind) == ("ok", None), (r.error_kind, r.error_detail)
@@ -326,14 +329,15 @@ STATUSES: list[tuple[int, dict[str, str], str, float | None]] = [
 ]
 
 
-def test_http_4xx_5xx(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_http_4xx_5xx(tmp_path: Path, client: str) -> None:
     by_index = {}
     for k, (status, headers, _, _) in enumerate(STATUSES):
         body = {"error": {"message": f"status {status} from the server", "type": "x"}}
         by_index[str(2 * k + 1)] = {"kind": "status", "status": status, "headers": headers, "body": body}
     n = 2 * len(STATUSES) + 1
     with FaultServer({"mode": "raw", "default": OK, "by_index": by_index}) as srv:
-        run = go(run_inprocess(srv.url, load(n, rate=50), tmp_path / "out"))
+        run = go(run_inprocess(srv.url, load(n, rate=50), tmp_path / "out", http_client=client))
         check_no_retries(srv, n)
     check_run(run, max_wall_s=6.0)
     recs = run.by_index()
