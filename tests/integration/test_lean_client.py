@@ -281,3 +281,18 @@ def test_pool_limit_queues_the_next_request() -> None:
     assert [r.status for r in recs] == ["ok"] * 3 and srv.connections == 1
     assert [r.pool_queued for r in recs] == [False, True, True]
     assert [r.connection_reused for r in recs] == [False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["--provider", "anthropic", "--api", "chat"], "--provider anthropic"),
+        (["--api", "triton-http"], "--api triton"),
+    ],
+)
+def test_cli_refuses_lean_beside_other_endpoints(args: list[str], what: str, tmp_path: Path) -> None:
+    """``--http-client lean`` is the OpenAI-compatible endpoint's: another endpoint gets one usage line, no load."""
+    p = cli_run("run", "--http-client", "lean", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--rate", "1",
+                "--requests", "1", *args, out=tmp_path / "out")  # fmt: skip
+    assert p.returncode == 2 and "--http-client lean: OpenAI-compatible endpoints only" in p.stderr, p.stderr
+    assert what in p.stderr and not (tmp_path / "out" / "result.json").exists()
