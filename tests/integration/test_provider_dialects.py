@@ -49,7 +49,8 @@ def check_stamps(rec: RequestRecord, flushes: list[int], token_write_idx: list[i
 
 
 @pytest.mark.timing
-def test_azure_deployment_stream_with_content_filter_chunks() -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_azure_deployment_stream_with_content_filter_chunks(client: str) -> None:
     async def go() -> None:
         writes = azure_chat_writes(
             ["Hel", "lo", " wor", "ld"],
@@ -73,8 +74,9 @@ def test_azure_deployment_stream_with_content_filter_chunks() -> None:
         ) as srv:
             key = "azure-KEY-0123456789abcdef"
             ep = make_endpoint(
-                "azure", base_url=srv.url, deployment="gpt4o", api_key=key, preflight=False, redactor=Redactor()
-            )
+                "azure", base_url=srv.url, deployment="gpt4o", api_key=key, preflight=False, redactor=Redactor(),
+                http_client=client,
+            )  # fmt: skip
             await ep.open()
             try:
                 rec = await one(ep)
@@ -191,7 +193,8 @@ def test_anthropic_failures() -> None:
     asyncio.run(go())
 
 
-def test_openai_quota_headers_retry_after_ms_and_opt_in_retry() -> None:
+@pytest.mark.parametrize("client", ["aiohttp", "lean"])
+def test_openai_quota_headers_retry_after_ms_and_opt_in_retry(client: str) -> None:
     async def go() -> None:
         ok = openai_chat_writes(
             ["a", "b"], [0.01, 0.02], usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
@@ -207,10 +210,10 @@ def test_openai_quota_headers_retry_after_ms_and_opt_in_retry() -> None:
             "body": {"error": {"message": "Rate limit reached", "type": "requests"}},
         }
         async with PlatformServer([dict(limited), dict(limited), {"writes": ok}]) as srv:
-            plain = make_endpoint("openai-compatible", base_url=srv.url, model="m", preflight=False, discover=False)
-            retrying = make_endpoint(
-                "openai-compatible", base_url=srv.url, model="m", preflight=False, discover=False, retry_429=2
-            )
+            plain = make_endpoint("openai-compatible", base_url=srv.url, model="m", preflight=False, discover=False,
+                                  http_client=client)  # fmt: skip
+            retrying = make_endpoint("openai-compatible", base_url=srv.url, model="m", preflight=False,
+                                     discover=False, retry_429=2, http_client=client)  # fmt: skip
             await plain.open()
             await retrying.open()
             try:
