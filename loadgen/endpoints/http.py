@@ -531,10 +531,9 @@ class HTTPSendMixin(EndpointBase):
         """The HTTP client's settings as recorded in ``conditions.endpoint.client``."""
         self_: Any = self
         cfg = self_.config
-        client = getattr(cfg, "http_client", "aiohttp")  # --http-client (OpenAI-compatible endpoints)
+        lean = getattr(cfg, "http_client", "aiohttp") == "lean"  # --http-client (OpenAI-compatible endpoints)
         return {
-            "library": LEAN_LIBRARY if client == "lean" else f"aiohttp {aiohttp.__version__}",
-            "http_client": client,
+            "library": LEAN_LIBRARY if lean else f"aiohttp {aiohttp.__version__}",
             "pool_limit": cfg.pool_limit,
             "connect_timeout_s": cfg.connect_timeout_s,
             "request_timeout_s": cfg.timeout_s,
