@@ -51,8 +51,7 @@ def _gap_trace(path: Path, gaps_ms: list[int]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_keepalive_close_race_resends_unsent_prepared_request(tmp_path: Path, client: str) -> None:
+def test_keepalive_close_race_resends_unsent_prepared_request(tmp_path: Path, client: str = "aiohttp") -> None:
     """Item 8. The server closes a connection idle for 60 ms; the gaps (98..123 ms, one
     request at a time: each ends ~45 ms after it is sent) put that close, for some of them,
     after the request was prepared on the pooled connection (10 ms ahead) and before its gate.
@@ -90,6 +89,11 @@ def test_keepalive_close_race_resends_unsent_prepared_request(tmp_path: Path, cl
     assert rids == [i for i in range(n) if i not in crossed]  # every other request reached the server, once
 
 
+def test_keepalive_close_race_resends_unsent_prepared_request_lean(tmp_path: Path) -> None:
+    """``test_keepalive_close_race_resends_unsent_prepared_request`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_keepalive_close_race_resends_unsent_prepared_request(tmp_path, client="lean")
+
+
 # --------------------------------------------------------------------------- item 9: bounded reads
 
 HUGE = 64 * 1024 * 1024
@@ -110,8 +114,7 @@ def _vm_hwm() -> int:
     return 0
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_no_stream_body_over_limit_is_protocol_with_bounded_memory(tmp_path: Path, client: str) -> None:
+def test_no_stream_body_over_limit_is_protocol_with_bounded_memory(tmp_path: Path, client: str = "aiohttp") -> None:
     """A 64 MiB ``--no-stream`` body (chunked, no length): the request ends as ``protocol``
     once 16 MiB are read; the client's peak RSS grows by far less than the body."""
     huge = {"kind": "huge_line", "bytes": HUGE, "after": 0}
@@ -124,6 +127,11 @@ def test_no_stream_body_over_limit_is_protocol_with_bounded_memory(tmp_path: Pat
     (r,) = run.records
     assert (r.error_kind, r.error_detail) == ("protocol", LIMIT_DETAIL)
     assert peak - base < 48 * 1024 * 1024, f"peak RSS grew by {(peak - base) / 2**20:.0f} MiB"
+
+
+def test_no_stream_body_over_limit_is_protocol_with_bounded_memory_lean(tmp_path: Path) -> None:
+    """``test_no_stream_body_over_limit_is_protocol_with_bounded_memory`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_no_stream_body_over_limit_is_protocol_with_bounded_memory(tmp_path, client="lean")
 
 
 def test_anthropic_no_stream_body_over_limit() -> None:
@@ -180,8 +188,7 @@ def test_discovery_and_preflight_reads_are_bounded() -> None:
 # --------------------------------------------------------------------------- item 10: chunked body, idle timeout
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_malformed_chunk_size_is_a_protocol_error_at_once(tmp_path: Path, client: str) -> None:
+def test_malformed_chunk_size_is_a_protocol_error_at_once(tmp_path: Path, client: str = "aiohttp") -> None:
     """A bad chunk size after a first event, then the server closes: ``protocol`` at once, not
     held to the (30 s) total deadline; the good requests around it are untouched."""
     bad = {"kind": "raw", "then": "close", "writes": [[0, b64(STREAM_HEAD + chunk(text_event(" a")) + b"zz\r\n")]]}
@@ -192,6 +199,11 @@ def test_malformed_chunk_size_is_a_protocol_error_at_once(tmp_path: Path, client
     assert recs[1].error_kind == "protocol" and "chunk size" in (recs[1].error_detail or ""), recs[1]
     assert (recs[1].end_ns - recs[1].scheduled_ns) / 1e9 < 5.0
     assert recs[0].ok and recs[2].ok
+
+
+def test_malformed_chunk_size_is_a_protocol_error_at_once_lean(tmp_path: Path) -> None:
+    """``test_malformed_chunk_size_is_a_protocol_error_at_once`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_malformed_chunk_size_is_a_protocol_error_at_once(tmp_path, client="lean")
 
 
 def test_idle_timeout_ends_a_stalled_stream_cli(tmp_path: Path) -> None:

@@ -99,9 +99,8 @@ MIXED: dict[str, tuple[dict[str, Any], str, dict[str, Any], int | None]] = {
 }
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
 @pytest.mark.parametrize("name", list(MIXED))
-def test_mixed_fault(name: str, tmp_path: Path, client: str) -> None:
+def test_mixed_fault(name: str, tmp_path: Path, client: str = "aiohttp") -> None:
     beh, kind, ep_kw, events_before = MIXED[name]
     with FaultServer({"mode": "raw", "cycle": [OK, beh, OK]}) as srv:
         run = go(run_inprocess(srv.url, load(N_MIXED), tmp_path / "out", http_client=client, **ep_kw))
@@ -121,6 +120,12 @@ def test_mixed_fault(name: str, tmp_path: Path, client: str) -> None:
             assert 1000.0 <= e < 1000.0 + 500.0, e  # the 1 s deadline ended it, not the server
     check_success_untouched(run, [i for i in range(N_MIXED) if i % 3 != 1])
     assert run.result["counts"]["errors_by_kind"] == {kind: len(faulted)}
+
+
+@pytest.mark.parametrize("name", list(MIXED))
+def test_mixed_fault_lean(name: str, tmp_path: Path) -> None:
+    """``test_mixed_fault`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_mixed_fault(name, tmp_path, client="lean")
 
 
 # --------------------------------------------------------------------------- connection refused, DNS
@@ -265,8 +270,7 @@ def test_freeze_2s_open_loop_analytic(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- slow close
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_slow_close_after_done(tmp_path: Path, client: str) -> None:
+def test_slow_close_after_done(tmp_path: Path, client: str = "aiohttp") -> None:
     """[DONE] arrives, the body's end only 1.5 s later: the requests are ok and their
     E2E ends at [DONE], not at the close."""
     slow = {"kind": "slow_close", "close_after_s": 1.5}
@@ -279,6 +283,11 @@ def test_slow_close_after_done(tmp_path: Path, client: str) -> None:
         e2e = run.metrics_of(i).e2e_ns / 1e6
         assert e2e < 20 + 3 * 5 + 100.0, e2e  # ends at [DONE], not 1.5 s later
     check_success_untouched(run, list(range(6)))
+
+
+def test_slow_close_after_done_lean(tmp_path: Path) -> None:
+    """``test_slow_close_after_done`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_slow_close_after_done(tmp_path, client="lean")
 
 
 HOLD_AFTER_DONE = {
@@ -297,8 +306,7 @@ HOLD_AFTER_DONE = {
 }
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_server_never_closes_after_done(tmp_path: Path, client: str) -> None:
+def test_server_never_closes_after_done(tmp_path: Path, client: str = "aiohttp") -> None:
     with FaultServer({"mode": "raw", "cycle": [OK, HOLD_AFTER_DONE, OK]}) as srv:
         run = go(run_inprocess(srv.url, load(3), tmp_path / "out", timeout_s=2.0, http_client=client))
     check_run(run, max_wall_s=10.0)
@@ -306,6 +314,11 @@ def test_server_never_closes_after_done(tmp_path: Path, client: str) -> None:
     assert (r.status, r.error_kind) == ("ok", None), (r.error_kind, r.error_detail)
     assert run.metrics_of(1).e2e_ns / 1e6 < 20 + 3 * 5 + 100.0
     assert run.wall_s < 1.8  # it did not wait for the deadline
+
+
+def test_server_never_closes_after_done_lean(tmp_path: Path) -> None:
+    """``test_server_never_closes_after_done`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_server_never_closes_after_done(tmp_path, client="lean")
 
 
 # --------------------------------------------------------------------------- HTTP statuses
@@ -329,8 +342,7 @@ STATUSES: list[tuple[int, dict[str, str], str, float | None]] = [
 ]
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_http_4xx_5xx(tmp_path: Path, client: str) -> None:
+def test_http_4xx_5xx(tmp_path: Path, client: str = "aiohttp") -> None:
     by_index = {}
     for k, (status, headers, _, _) in enumerate(STATUSES):
         body = {"error": {"message": f"status {status} from the server", "type": "x"}}
@@ -346,3 +358,8 @@ def test_http_4xx_5xx(tmp_path: Path, client: str) -> None:
         assert (r.error_kind, r.http_status, r.retry_after_s) == (kind, status, retry), (status, r.error_detail)
         assert r.error_detail.startswith(f"HTTP {status}: ") and f"status {status} from the server" in r.error_detail
     check_success_untouched(run, list(range(0, n, 2)))
+
+
+def test_http_4xx_5xx_lean(tmp_path: Path) -> None:
+    """``test_http_4xx_5xx`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_http_4xx_5xx(tmp_path, client="lean")

@@ -41,8 +41,7 @@ def _vm_hwm() -> int:
     return 0
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_single_64mib_line_aborts_with_bounded_memory(tmp_path: Path, client: str) -> None:
+def test_single_64mib_line_aborts_with_bounded_memory(tmp_path: Path, client: str = "aiohttp") -> None:
     """One SSE line of 64 MiB (no newline until its end): the request is aborted as a
     ``protocol`` error once the line passes 16 Mi characters; the client's peak RSS grows
     by far less than the line."""
@@ -61,6 +60,11 @@ def test_single_64mib_line_aborts_with_bounded_memory(tmp_path: Path, client: st
     assert (r.end_ns - r.scheduled_ns) / 1e9 < 10.0
     assert peak - base < 64 * 1024 * 1024, f"peak RSS grew by {(peak - base) / 2**20:.0f} MiB"
     check_success_untouched(run, [0])
+
+
+def test_single_64mib_line_aborts_with_bounded_memory_lean(tmp_path: Path) -> None:
+    """``test_single_64mib_line_aborts_with_bounded_memory`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_single_64mib_line_aborts_with_bounded_memory(tmp_path, client="lean")
 
 
 def test_64mib_line_costs_linear_time() -> None:
@@ -87,8 +91,7 @@ def test_64mib_line_costs_linear_time() -> None:
 # --------------------------------------------------------------------------- client limits
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_descriptors_exhausted(tmp_path: Path, client: str) -> None:
+def test_descriptors_exhausted(tmp_path: Path, client: str = "aiohttp") -> None:
     """The open-file soft limit is lowered (in this process, after measure() raised it) to a
     few descriptors above what is open: the requests that find none fail as client_limit,
     the others succeed, and the run is INVALID, limited by the client."""
@@ -118,8 +121,12 @@ def test_descriptors_exhausted(tmp_path: Path, client: str) -> None:
     assert {c["name"]: c["ok"] for c in v["checks"]}["client_resources"] is False
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_connection_pool_exhausted(tmp_path: Path, client: str) -> None:
+def test_descriptors_exhausted_lean(tmp_path: Path) -> None:
+    """``test_descriptors_exhausted`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_descriptors_exhausted(tmp_path, client="lean")
+
+
+def test_connection_pool_exhausted(tmp_path: Path, client: str = "aiohttp") -> None:
     """A pool of 4 connections under a load needing ~30: requests wait for a slot (no error), and
     the run says so: every connection held a request in flight at the server, a saturated server
     (a warning, the wait in latency), not a slow client (issue 20 item 14: was INVALID, "limited by client")."""
@@ -154,6 +161,11 @@ def test_connection_pool_exhausted(tmp_path: Path, client: str) -> None:
     assert generator_failed in ([], ["schedule_lag_p99"]), generator_failed
     if not generator_failed:
         assert "remedy" not in v and v["valid"] is True
+
+
+def test_connection_pool_exhausted_lean(tmp_path: Path) -> None:
+    """``test_connection_pool_exhausted`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_connection_pool_exhausted(tmp_path, client="lean")
 
 
 def test_max_concurrency_full_is_not_the_generator_falling_behind(tmp_path: Path) -> None:
@@ -202,8 +214,9 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]
     return {"ip": make_self_signed(d, "127.0.0.1"), "other": make_self_signed(d, "example.test")}
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_tls_bad_certificate_in_process(certs: dict[str, tuple[str, str]], tmp_path: Path, client: str) -> None:
+def test_tls_bad_certificate_in_process(
+    certs: dict[str, tuple[str, str]], tmp_path: Path, client: str = "aiohttp"
+) -> None:
     cert, key = certs["ip"]
     with FaultServer({"mode": "raw", "default": OK, "tls": {"cert": cert, "key": key}}) as srv:
         bad = go(run_inprocess(srv.url, load(4), tmp_path / "verify", http_client=client))
@@ -217,6 +230,11 @@ def test_tls_bad_certificate_in_process(certs: dict[str, tuple[str, str]], tmp_p
     assert all(r.ok for r in good.records)
     assert good.result["conditions"]["endpoint"]["client"]["verify_tls"] is False
     assert bad.result["conditions"]["endpoint"]["client"]["verify_tls"] is True
+
+
+def test_tls_bad_certificate_in_process_lean(certs: dict[str, tuple[str, str]], tmp_path: Path) -> None:
+    """``test_tls_bad_certificate_in_process`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_tls_bad_certificate_in_process(certs, tmp_path, client="lean")
 
 
 def test_tls_cli_verification_on_by_default_off_only_when_asked(
@@ -260,8 +278,7 @@ def test_tls_hostname_mismatch_with_a_trusted_certificate(certs: dict[str, tuple
 REDIRECTS = [301, 302, 303, 307, 308]
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_redirect_to_another_origin_forwards_nothing(tmp_path: Path, client: str) -> None:
+def test_redirect_to_another_origin_forwards_nothing(tmp_path: Path, client: str = "aiohttp") -> None:
     """Each redirect status, pointing at another origin (another port) that records what it
     gets: loadgen does not follow (``http_error`` with the status kept), and the other
     origin sees no connection at all, so no credential can reach it."""
@@ -284,6 +301,11 @@ def test_redirect_to_another_origin_forwards_nothing(tmp_path: Path, client: str
     for k, st in enumerate(REDIRECTS):
         assert (recs[2 * k + 1].error_kind, recs[2 * k + 1].http_status) == ("http_error", st)
     check_success_untouched(run, list(range(0, n, 2)))
+
+
+def test_redirect_to_another_origin_forwards_nothing_lean(tmp_path: Path) -> None:
+    """``test_redirect_to_another_origin_forwards_nothing`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_redirect_to_another_origin_forwards_nothing(tmp_path, client="lean")
 
 
 def test_redirect_cli_discovery_and_requests(tmp_path: Path) -> None:

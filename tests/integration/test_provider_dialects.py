@@ -49,8 +49,7 @@ def check_stamps(rec: RequestRecord, flushes: list[int], token_write_idx: list[i
 
 
 @pytest.mark.timing
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_azure_deployment_stream_with_content_filter_chunks(client: str) -> None:
+def test_azure_deployment_stream_with_content_filter_chunks(client: str = "aiohttp") -> None:
     async def go() -> None:
         writes = azure_chat_writes(
             ["Hel", "lo", " wor", "ld"],
@@ -96,6 +95,12 @@ def test_azure_deployment_stream_with_content_filter_chunks(client: str) -> None
             assert m.tpot_ns == (rec.events[-1].t_ns - rec.events[0].t_ns) / 3
 
     asyncio.run(go())
+
+
+@pytest.mark.timing
+def test_azure_deployment_stream_with_content_filter_chunks_lean() -> None:
+    """``test_azure_deployment_stream_with_content_filter_chunks`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_azure_deployment_stream_with_content_filter_chunks(client="lean")
 
 
 @pytest.mark.timing
@@ -193,8 +198,7 @@ def test_anthropic_failures() -> None:
     asyncio.run(go())
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "lean"])
-def test_openai_quota_headers_retry_after_ms_and_opt_in_retry(client: str) -> None:
+def test_openai_quota_headers_retry_after_ms_and_opt_in_retry(client: str = "aiohttp") -> None:
     async def go() -> None:
         ok = openai_chat_writes(
             ["a", "b"], [0.01, 0.02], usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
@@ -233,6 +237,11 @@ def test_openai_quota_headers_retry_after_ms_and_opt_in_retry(client: str) -> No
             assert m.e2e_ns is not None and m.e2e_ns >= 80 * MS  # the advised wait is in the latency
 
     asyncio.run(go())
+
+
+def test_openai_quota_headers_retry_after_ms_and_opt_in_retry_lean() -> None:
+    """``test_openai_quota_headers_retry_after_ms_and_opt_in_retry`` with ``--http-client lean`` (loadgen.endpoints.lean_pool)."""
+    test_openai_quota_headers_retry_after_ms_and_opt_in_retry(client="lean")
 
 
 def test_redirect_never_carries_credentials_to_another_origin() -> None:
