@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.fixtures.cli_proc import cli_run
 
-SWEEP = ["sweep", "--slo", "ttft:p99<=60ms", "--sim-args", "--slots 4 --ttft-ms 5 --itl-ms 1 --tokens-per-chunk 4",
+SWEEP = ["sweep", "--slo", "ttft:p99<=200ms", "--sim-args", "--slots 4 --ttft-ms 5 --itl-ms 1 --tokens-per-chunk 4",
          "--probe-duration", "1s", "--max-probe-duration", "1s", "--calibration", "1s", "--precision", "50%",
          "--confidence", "50%", "--input-tokens", "16", "--output-tokens", "16", "--max-schedule-lag", "200ms",
          "--max-loop-lag", "200ms"]  # fmt: skip
