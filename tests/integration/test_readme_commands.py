@@ -18,7 +18,7 @@ in its output. A README command this test cannot run carries a mark in the READM
 test checks the mark. A command with neither a mark nor a rule here fails: a new README
 command needs a rule or a mark.
 
-Commands run concurrently (the sweeps two at a time at most, each against its own simulated
+Commands run concurrently (the sweeps one after another against their own simulated
 endpoint), once per module, in a temporary directory holding the files the README names
 (``./tok``, ``./model``, the trace files).
 """
@@ -95,7 +95,7 @@ class Plan:
     argv: list[str]
     rewrites: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
-    # parallel | sweeps (two chains, each one after another) | after (once the others are done) | early (started
+    # parallel | sweeps (one after another) | after (once the others are done) | early (started
     # first: a real server whose start outlasts the others)
     group: str = "parallel"
     server: bool = False  # a server: started, asked once, stopped with SIGINT
@@ -609,19 +609,16 @@ def ran(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
             sweeps = [k for k, p in runnable.items() if p.group == "sweeps"]
             after = [k for k, p in runnable.items() if p.group == "after"]
             early = [k for k, p in runnable.items() if p.group == "early"]
-            with ThreadPoolExecutor(max_workers=6) as pool:  # early, two sweep chains, three others
+            with ThreadPoolExecutor(max_workers=5) as pool:
                 started = [pool.submit(go, k) for k in early]
 
-                def one_by_one(keys: list[str]) -> None:
-                    for k in keys:
+                def one_by_one() -> None:
+                    for k in sweeps:
                         go(k)
 
-                # the sweeps in two chains (README order, alternating), each one after another: two sweeps at a
-                # time at most, beside the shorter commands (one chain: 85 s of the module's 90, issue 29)
-                chains = [pool.submit(one_by_one, sweeps[i::2]) for i in range(2)]
+                serial = pool.submit(one_by_one)
                 list(pool.map(go, first))
-                for c in chains:
-                    c.result()
+                serial.result()
                 list(pool.map(go, after))
                 for f in started:
                     f.result()
