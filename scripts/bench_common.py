@@ -15,9 +15,14 @@ from loadgen.measurement import MeasuredRun, measure
 from loadgen.sim.launch import SimProcess
 
 
-def run_against(url: str, load: LoadConfig, out: Path, *, api: str = "completions", prefix: str = "b") -> MeasuredRun:
+def run_against(
+    url: str, load: LoadConfig, out: Path, *, api: str = "completions", prefix: str = "b", http_client: str = "aiohttp"
+) -> MeasuredRun:
+    """One in-process run of ``load`` against ``url`` (``http_client``: ``--http-client``), on uvloop where installed."""
+
     async def go() -> MeasuredRun:
-        ep = OpenAIEndpoint(OpenAIConfig(base_url=url, api=api, request_id_prefix=prefix))  # type: ignore[arg-type]  # api: "completions" or "chat"
+        cfg = OpenAIConfig(base_url=url, api=api, request_id_prefix=prefix, http_client=http_client)  # type: ignore[arg-type]  # api: "completions" or "chat"
+        ep = OpenAIEndpoint(cfg)
         await ep.open()
         try:
             return await measure(ep, load, out, install_signal_handlers=False)

@@ -30,10 +30,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import LoadConfig, SimProcess, cpu_split, median, tmpdir
+from bench_common import LoadConfig, SimProcess, cpu_split, median, run_against, tmpdir
 
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
-from loadgen.measurement import MeasuredRun, measure
+from loadgen.measurement import MeasuredRun
 from loadgen.sim.truth import truth_errors
 
 TTFT_MS, ITL_MS = 10, 1
@@ -42,21 +42,7 @@ CLIENTS = ("aiohttp", "lean")
 
 def run_with(url: str, client: str, load: LoadConfig, out: Path, prefix: str) -> MeasuredRun:
     """One in-process run of ``load`` through ``client`` (``--http-client``)."""
-
-    async def go() -> MeasuredRun:
-        ep = OpenAIEndpoint(OpenAIConfig(base_url=url, request_id_prefix=prefix, http_client=client))
-        await ep.open()
-        try:
-            return await measure(ep, load, out, install_signal_handlers=False)
-        finally:
-            await ep.close()
-
-    try:
-        import uvloop
-
-        return uvloop.run(go())
-    except ImportError:
-        return asyncio.run(go())
+    return run_against(url, load, out, prefix=prefix, http_client=client)
 
 
 def transport_only(url: str, client: str, n: int, streams: int) -> float:

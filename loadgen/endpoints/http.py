@@ -42,7 +42,7 @@ from loadgen.endpoints.quota import (
     request_token_cost,
     retry_after_from_headers,
 )
-from loadgen.endpoints.reads import IdleTimeout, SelfReading
+from loadgen.endpoints.reads import IdleTimeout, SelfReading, say_not_streamed
 
 if TYPE_CHECKING:
     from aiohttp.abc import AbstractStreamWriter
@@ -325,13 +325,7 @@ async def http_attempt(
                 if resp.status != 200:
                     record.http_status = resp.status  # a 2xx other than 200 is kept (201, 202, 204...)
                 await read_ok(resp, record)
-                if record.error_kind == "incomplete_stream" and not record.events:
-                    ctype = resp.headers.get("Content-Type") or "none"
-                    if "event-stream" not in ctype:  # say why no event came: the server did not stream
-                        record.error_detail = (
-                            f"{record.error_detail}: HTTP {resp.status} with Content-Type {ctype[:60]}, not an event "
-                            "stream (the server or a proxy ignored streaming; --no-stream measures whole responses)"
-                        )
+                say_not_streamed(record, resp.status, resp.headers.get("Content-Type"))
     except asyncio.CancelledError:
         raise
     except ProtocolError as exc:

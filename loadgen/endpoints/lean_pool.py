@@ -38,9 +38,9 @@ from loadgen.endpoints.http import (
 from loadgen.endpoints.lean_http import LeanConnection, LeanResponse
 from loadgen.endpoints.pool import connect_error_text, peer_closed
 from loadgen.endpoints.quota import parse_ratelimit_headers
-from loadgen.endpoints.reads import IdleTimeout
+from loadgen.endpoints.reads import IdleTimeout, say_not_streamed
 
-__all__ = ["DNS_TTL_S", "LeanPool", "lean_attempt", "lean_send"]
+__all__ = ["DNS_TTL_S", "LeanPool", "lean_attempt"]
 
 DNS_TTL_S = 300.0
 """A resolved host's addresses are kept this long (aiohttp's ``ttl_dns_cache`` as loadgen sets it)."""
@@ -282,16 +282,31 @@ class LeanPool:
         header_timeout_s: float | None,
         gate: asyncio.Event | None,
     ) -> int:
-        """:func:`lean_send` of :meth:`request_bytes` over this pool (what
-        :class:`~loadgen.endpoints.http.HTTPSendMixin` calls); a header value HTTP cannot carry (a line
-        break) fails the request as ``protocol``, never raises."""
+        """One request of :meth:`request_bytes` over this pool (what
+        :class:`~loadgen.endpoints.http.HTTPSendMixin` calls), with its keep-alive rule: a request
+        whose kept-alive connection the server closed before any byte of it was written
+        (:func:`~loadgen.endpoints.http.closed_before_send`) goes again on a fresh connection, at most
+        :data:`~loadgen.endpoints.http.STALE_RESENDS_MAX` times (never a retry: nothing was sent), at
+        the gate or at once when it is open. Returns how many times it went again. A header value HTTP
+        cannot carry (a line break) fails the request as ``protocol``; never raises."""
         try:
             data = self.request_bytes(headers, extra, body)
         except ConfigError as exc:
             fail(record, "protocol", str(exc))
             return 0
-        return await lean_send(self, data, record, timeout_s=timeout_s, redact=redact, read_ok=read_ok,
-                               header_timeout_s=header_timeout_s, gate=gate)  # fmt: skip
+        n = 0
+        for n in range(STALE_RESENDS_MAX + 1):
+            ahead_s = max(record.scheduled_ns - now_ns(), 0) / 1e9 if gate is not None else 0.0
+            wrote = await lean_attempt(self, data, record, timeout_s=timeout_s + ahead_s, redact=redact,
+                                       read_ok=read_ok, header_timeout_s=header_timeout_s, ahead_s=ahead_s,
+                                       gate=gate, fresh=n > 0)  # fmt: skip
+            if wrote or not closed_before_send(record) or n == STALE_RESENDS_MAX:
+                break
+            for name, value in STALE_RESET:
+                setattr(record, name, value)
+        if n:
+            record.connect_late_ns = 0  # the pool's dead connection is the client's delay: schedule lag
+        return n
 
     async def close(self) -> None:
         """Close every idle connection (those in use are closed by their requests' end); waits
@@ -361,13 +376,7 @@ async def lean_attempt(
             if head.status != 200:
                 record.http_status = head.status  # a 2xx other than 200 is kept (201, 202, 204...)
             await read_ok(resp, record)
-            if record.error_kind == "incomplete_stream" and not record.events:
-                ctype = head.headers.get("content-type") or "none"
-                if "event-stream" not in ctype:
-                    record.error_detail = (
-                        f"{record.error_detail}: HTTP {head.status} with Content-Type {ctype[:60]}, not an event "
-                        "stream (the server or a proxy ignored streaming; --no-stream measures whole responses)"
-                    )
+            say_not_streamed(record, head.status, head.headers.get("content-type"))
     except asyncio.CancelledError:
         raise
     except ProtocolError as exc:
@@ -383,34 +392,3 @@ async def lean_attempt(
     if record.sent_ns is None and record.error_kind not in ("connect", "client_limit"):
         record.sent_ns = t_call
     return wrote
-
-
-async def lean_send(
-    pool: LeanPool,
-    data: bytes,
-    record: RequestRecord,
-    *,
-    timeout_s: float,
-    redact: Callable[[str], str],
-    read_ok: Callable[[LeanResponse, RequestRecord], Awaitable[None]],
-    header_timeout_s: float | None,
-    gate: asyncio.Event | None,
-) -> int:
-    """One request over the lean client with :meth:`HTTPSendMixin.send`'s keep-alive rule: a request
-    whose kept-alive connection the server closed before any byte of it was written
-    (:func:`~loadgen.endpoints.http.closed_before_send`) goes again on a fresh connection, at most
-    :data:`~loadgen.endpoints.http.STALE_RESENDS_MAX` times (never a retry: nothing was sent), at
-    the gate or at once when it is open. Returns how many times it went again."""
-    n = 0
-    for n in range(STALE_RESENDS_MAX + 1):
-        ahead_s = max(record.scheduled_ns - now_ns(), 0) / 1e9 if gate is not None else 0.0
-        wrote = await lean_attempt(pool, data, record, timeout_s=timeout_s + ahead_s, redact=redact, read_ok=read_ok,
-                                   header_timeout_s=header_timeout_s, ahead_s=ahead_s, gate=gate,
-                                   fresh=n > 0)  # fmt: skip
-        if wrote or not closed_before_send(record) or n == STALE_RESENDS_MAX:
-            break
-        for name, value in STALE_RESET:
-            setattr(record, name, value)
-    if n:
-        record.connect_late_ns = 0  # the pool's dead connection is the client's delay: schedule lag
-    return n

@@ -47,6 +47,7 @@ __all__ = [
     "read_bounded",
     "read_json_body",
     "read_pushed",
+    "say_not_streamed",
 ]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -191,6 +192,17 @@ async def read_json_body(
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise ProtocolError("response body is not JSON") from None
+
+
+def say_not_streamed(record: RequestRecord, status: int, content_type: str | None) -> None:
+    """An ``incomplete_stream`` with no event whose answer was not an event stream: its detail says why no
+    event came (the server or a proxy ignored streaming), for either HTTP client."""
+    ctype = content_type or "none"
+    if record.error_kind == "incomplete_stream" and not record.events and "event-stream" not in ctype:
+        record.error_detail = (
+            f"{record.error_detail}: HTTP {status} with Content-Type {ctype[:60]}, not an event "
+            "stream (the server or a proxy ignored streaming; --no-stream measures whole responses)"
+        )
 
 
 def error_body_line(body: bytes) -> str:
