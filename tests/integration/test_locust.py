@@ -257,6 +257,9 @@ def test_master_and_two_workers_merge_exactly(tmp_path: Path) -> None:
 SHIFT_NS = 100_000 * 10**9  # a worker whose monotonic clock reads 100,000 s ahead (another host, a time namespace)
 
 
+# alone: its offsets within 2 ms of the truth failed beside another test in two of session 24's
+# three CI runs and passed by itself each time (.ci/LEDGER.md)
+@pytest.mark.alone
 def test_a_worker_with_a_moved_clock_is_placed_by_its_measured_offset(tmp_path: Path) -> None:
     """Open loop over master + 2 workers, one with its monotonic clock moved +100,000 s (issue 34, item 1):
     each worker's offset to the master is measured over the master channel (not read from its host name),
