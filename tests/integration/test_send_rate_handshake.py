@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import select
 import socket
 import ssl
@@ -34,9 +35,13 @@ HANDSHAKE_S = 0.06
 
 
 class SlowHandshakeFront:
-    """127.0.0.1 TLS front: accepted connections are handshaken one at a time, each ``delay_s``
-    before its TLS handshake, then the plain bytes are relayed to ``upstream`` (host, port).
-    Threads with blocking sockets and timeouts; :meth:`close` closes every socket it opened."""
+    """127.0.0.1 TLS front: accepted connections are handshaken one at a time in the order they
+    were accepted (one handshake thread, a FIFO queue), each ``delay_s`` before its TLS handshake,
+    then the plain bytes are relayed to ``upstream`` (host, port). Threads with blocking sockets
+    and timeouts; :meth:`close` closes every socket it opened.
+
+    In accept order, not a lock's: a lock is not fair, so a connection accepted late could take
+    it before those waiting (CI saw the 40th request handshaken in 68 ms after others waited 600)."""
 
     def __init__(self, upstream: tuple[str, int], cert: Path, key: Path, delay_s: float) -> None:
         self.upstream, self.delay_s = upstream, delay_s
@@ -48,9 +53,13 @@ class SlowHandshakeFront:
         self.connections = 0
         self.socks: list[socket.socket] = []
         self.closed = threading.Event()
-        self.one_at_a_time = threading.Lock()
-        self.threads = [threading.Thread(target=self._accept, daemon=True)]
-        self.threads[0].start()
+        self.accepted: queue.Queue[socket.socket] = queue.Queue()
+        self.threads = [
+            threading.Thread(target=self._accept, daemon=True),
+            threading.Thread(target=self._handshake, daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
 
     def _accept(self) -> None:
         while not self.closed.is_set():
@@ -62,23 +71,28 @@ class SlowHandshakeFront:
                 return
             self.connections += 1
             self.socks.append(conn)
-            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self.threads.append(t)
-            t.start()
+            self.accepted.put(conn)
 
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            with self.one_at_a_time:  # the slow accept: each ClientHello waits for those before it
-                if self.closed.wait(self.delay_s):
-                    return
+    def _handshake(self) -> None:
+        """The slow accept: each ClientHello waits for those accepted before it."""
+        while not self.closed.is_set():
+            try:
+                conn = self.accepted.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if self.closed.wait(self.delay_s):
+                return
+            try:
                 conn.settimeout(10)
                 tls = self.ctx.wrap_socket(conn, server_side=True)
-            up = socket.create_connection(self.upstream, timeout=10)
-        except OSError:
-            conn.close()
-            return
-        self.socks += [tls, up]
-        self._relay(tls, up)
+                up = socket.create_connection(self.upstream, timeout=10)
+            except OSError:
+                conn.close()
+                continue
+            self.socks += [tls, up]
+            t = threading.Thread(target=self._relay, args=(tls, up), daemon=True)
+            self.threads.append(t)
+            t.start()
 
     def _relay(self, tls: socket.socket, up: socket.socket) -> None:
         """Both directions in this one thread (an SSL socket must not be read and written from

@@ -189,6 +189,10 @@ def probe_length_reference(
 
 
 @pytest.mark.timeout(240)
+# alone: its reference is the simulated endpoint's own model, which holds while the endpoint has its core; beside
+# another sweep (CI, session 24's stop) or a same-priority hog the endpoint itself falls behind, and the probe at
+# 75 % of the reference was rightly "unstable: backlog growing" for the endpoint that ran (passes by itself)
+@pytest.mark.alone
 def test_fast_profile_bracket_contains_reference_and_files(tmp_path: Path) -> None:
     probe_s, cost = 2.5, 3.6
     p, out = sweep_cli_retry(
