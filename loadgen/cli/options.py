@@ -312,11 +312,12 @@ def common_endpoint_options(f: F) -> F:
         ),
         click.option(
             "--http-client",
-            type=click.Choice(["aiohttp", "lean"]),
-            default="aiohttp",
+            type=click.Choice(["auto", "aiohttp", "lean"]),
+            default="auto",
             show_default=True,
             help="The load's HTTP client: lean is loadgen's own HTTP/1.1 on asyncio (less CPU a request; "
-            "OpenAI-compatible endpoints only; recorded as conditions.endpoint.client.library).",
+            "OpenAI-compatible endpoints only); auto: lean where it can, aiohttp for Anthropic and Triton. "
+            "Recorded as conditions.endpoint.client.library.",
         ),
         click.option(
             "--network-baseline",

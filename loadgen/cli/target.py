@@ -206,7 +206,7 @@ def endpoint_from_options(opts: EndpointOptions, endpoint_url: str, embedded: bo
 
     mix = model_mix_names(opts.model)
     if opts.triton:
-        if opts.http_client != "aiohttp":
+        if opts.http_client == "lean":
             raise click.UsageError(f"--http-client lean: OpenAI-compatible endpoints only (not --api {opts.api})")
         if mix:
             raise click.UsageError("--model with several models: not with Triton (a model is its URL)")
@@ -274,10 +274,10 @@ def endpoint_from_options(opts: EndpointOptions, endpoint_url: str, embedded: bo
         options["probe_image"] = True  # --images: the pre-flight carries one (a text-only model refuses before load)
     if mix and provider != "anthropic":  # --model a=0.7,b=0.3: each names its own; the pre-flight uses the first
         options["mix_models"] = mix
-    if opts.http_client != "aiohttp":  # --http-client lean: the OpenAI-compatible endpoint's load only
-        if provider == "anthropic":
-            raise click.UsageError("--http-client lean: OpenAI-compatible endpoints only (not --provider anthropic)")
+    if provider != "anthropic":  # --http-client: the OpenAI-compatible endpoint's load (auto: lean)
         options["http_client"] = opts.http_client
+    elif opts.http_client == "lean":
+        raise click.UsageError("--http-client lean: OpenAI-compatible endpoints only (not --provider anthropic)")
     if opts.session_header:  # issue 17: session affinity for routers, on each session turn
         if provider == "anthropic":
             raise click.UsageError("--session-header is for OpenAI-compatible endpoints (routers in front of them)")

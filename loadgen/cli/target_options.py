@@ -58,8 +58,9 @@ class EndpointOptions:
     no_preflight: bool = False
     ca_file: str | None = None
     connection_reuse: str = "keep-alive"
-    http_client: str = "aiohttp"
-    """``--http-client aiohttp|lean``: the library the load's requests go through (OpenAI-compatible only)."""
+    http_client: str = "auto"
+    """``--http-client auto|aiohttp|lean``: the library the load's requests go through (auto: lean for
+    OpenAI-compatible endpoints, aiohttp for Anthropic and Triton)."""
     network_baseline: str = "auto"
     retry_429: int = 0
     max_rpm: float | None = None

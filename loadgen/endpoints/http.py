@@ -42,7 +42,7 @@ from loadgen.endpoints.quota import (
     request_token_cost,
     retry_after_from_headers,
 )
-from loadgen.endpoints.reads import IdleTimeout, SelfReading, say_not_streamed
+from loadgen.endpoints.reads import IdleTimeout, SelfReading, read_2xx
 
 if TYPE_CHECKING:
     from aiohttp.abc import AbstractStreamWriter
@@ -278,6 +278,21 @@ async def record_http_error(
     fill_http_error(record, resp.status, resp.headers, body, redact, error_field=error_field)
 
 
+def fail_attempt(
+    record: RequestRecord, exc: Exception, *, response_started: bool, redact: Callable[[str], str]
+) -> None:
+    """An attempt's exception as the record's named error, for both HTTP clients: a
+    :class:`~loadgen.core.errors.ProtocolError` is ``protocol``; any other is classified
+    (:func:`classify_exception`), unless the answer is already complete and ok (the deadline hit
+    its slow close)."""
+    if isinstance(exc, ProtocolError):
+        fail(record, "protocol", redact(str(exc)))
+    elif record.status != "ok":
+        kind = classify_exception(exc, response_started=response_started)
+        text = str(exc) if isinstance(exc, IdleTimeout | HeaderTimeout) else connect_error_text(exc, kind=False)
+        fail(record, kind, redact(text))
+
+
 async def http_attempt(
     session: aiohttp.ClientSession,
     url: str,
@@ -322,19 +337,9 @@ async def http_attempt(
                 if not 200 <= resp.status < 300:
                     await record_http_error(resp, record, redact)
                     return
-                if resp.status != 200:
-                    record.http_status = resp.status  # a 2xx other than 200 is kept (201, 202, 204...)
-                await read_ok(resp, record)
-                say_not_streamed(record, resp.status, resp.headers.get("Content-Type"))
-    except asyncio.CancelledError:
-        raise
-    except ProtocolError as exc:
-        fail(record, "protocol", redact(str(exc)))
-    except Exception as exc:  # transport errors become data, never escape
-        if record.status != "ok":  # a complete response stays ok (e.g. the deadline hit its slow close)
-            kind = classify_exception(exc, response_started=response_started)
-            text = str(exc) if isinstance(exc, IdleTimeout | HeaderTimeout) else connect_error_text(exc, kind=False)
-            fail(record, kind, redact(text))
+                await read_2xx(read_ok, resp, record, resp.status, resp.headers.get("Content-Type"))
+    except Exception as exc:  # transport errors become data, never escape (a cancel is not an Exception)
+        fail_attempt(record, exc, response_started=response_started, redact=redact)
     finally:
         current_record.reset(token)
     if record.sent_ns is None and record.error_kind not in ("connect", "client_limit"):
@@ -525,7 +530,7 @@ class HTTPSendMixin(EndpointBase):
         """The HTTP client's settings as recorded in ``conditions.endpoint.client``."""
         self_: Any = self
         cfg = self_.config
-        lean = getattr(cfg, "http_client", "aiohttp") == "lean"  # --http-client (OpenAI-compatible endpoints)
+        lean = getattr(cfg, "http_client", "aiohttp") in ("lean", "auto")  # --http-client (OpenAI-compatible only)
         return {
             "library": LEAN_LIBRARY if lean else f"aiohttp {aiohttp.__version__}",
             "pool_limit": cfg.pool_limit,
@@ -559,13 +564,11 @@ class HTTPSendMixin(EndpointBase):
         if session_header and spec.session_id is not None:  # session affinity for routers (--session-header)
             extra[session_header] = spec.session_id
         body = orjson.dumps(self_.build_body(spec))
+        if self._lean is not None:  # --http-client lean (loadgen.endpoints.lean_pool)
+            self_.stale_resends = getattr(self_, "stale_resends", 0) + await self._lean.send(record, body, extra, gate)
+            return
         read_ok = self_._read_stream if cfg.stream else self_._read_body
         header_s = self._header_timeout_s()
-        if self._lean is not None:  # --http-client lean (loadgen.endpoints.lean_pool)
-            n = await self._lean.send(headers, extra, body, record, timeout_s=cfg.timeout_s, redact=self_.redactor,
-                                      read_ok=read_ok, header_timeout_s=header_s, gate=gate)  # fmt: skip
-            self_.stale_resends = getattr(self_, "stale_resends", 0) + n
-            return
         if extra:
             headers = {**headers, **extra}
         if gate is None:

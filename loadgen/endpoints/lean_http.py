@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol, cast
 
 from loadgen.core.clock import now_ns
@@ -36,31 +37,33 @@ from loadgen.core.types import RequestRecord
 from loadgen.endpoints.lean_parse import LeanHeaders, ResponseHead, ResponseParser
 from loadgen.endpoints.reads import BodyTooLarge, IdleGuard, idle_guard
 
-__all__ = ["LIBRARY", "LeanConnection", "LeanResponse", "LeanSender"]
+__all__ = ["LIBRARY", "LeanConnection", "LeanResponse", "LeanSender", "LeanShared"]
 
 LIBRARY = "loadgen lean 1 (HTTP/1.1 on asyncio.Protocol, stdlib ssl)"
 """``conditions.endpoint.client.library`` with ``--http-client lean``."""
 
 OnRead = Callable[[bytes, int], bool]
+Gate = asyncio.Event | None
+
+
+@dataclass(frozen=True)
+class LeanShared:
+    """What every request of one endpoint shares over its :class:`LeanPool` (set when the endpoint
+    opens): its ``headers``, its total deadline ``timeout_s``, the wait for a streamed answer's head
+    ``header_timeout_s``, the reader of a 2xx answer ``read_ok`` and the ``redact`` of error texts."""
+
+    headers: Mapping[str, str]
+    timeout_s: float
+    header_timeout_s: float | None
+    read_ok: Callable[[LeanResponse, RequestRecord], Awaitable[None]]
+    redact: Callable[[str], str]
 
 
 class LeanSender(Protocol):
     """What :class:`~loadgen.endpoints.http.HTTPSendMixin` sends the load through with ``--http-client lean``
     (:class:`~loadgen.endpoints.lean_pool.LeanPool`)."""
 
-    async def send(
-        self,
-        headers: Mapping[str, str],
-        extra: Mapping[str, str] | None,
-        body: bytes,
-        record: RequestRecord,
-        *,
-        timeout_s: float,
-        redact: Callable[[str], str],
-        read_ok: Callable[[LeanResponse, RequestRecord], Awaitable[None]],
-        header_timeout_s: float | None,
-        gate: asyncio.Event | None,
-    ) -> int: ...
+    async def send(self, record: RequestRecord, body: bytes, extra: Mapping[str, str] | None, gate: Gate) -> int: ...
 
     async def close(self) -> None: ...
 

@@ -18,10 +18,13 @@ import re
 
 from loadgen.core.errors import ProtocolError
 
-__all__ = ["MAX_HEAD_BYTES", "LeanHeaders", "ResponseHead", "ResponseParser"]
+__all__ = ["MAX_HEAD_BYTES", "MAX_LINE_BYTES", "LeanHeaders", "ResponseHead", "ResponseParser"]
 
 MAX_HEAD_BYTES = 64 * 1024
-"""A status line and headers longer than this is a ``protocol`` error (aiohttp's limit is 8190 a line)."""
+"""A status line and headers longer than this is a ``protocol`` error."""
+
+MAX_LINE_BYTES = 8190
+"""A status or header line longer than this is a ``protocol`` error (aiohttp's default limit, the same answer)."""
 
 _MAX_CHUNK_LINE = 4096
 """A chunk-size line (with its extensions) longer than this is a ``protocol`` error."""
@@ -62,6 +65,8 @@ class ResponseHead:
             raise ProtocolError(f"Transfer-Encoding {coding[:30]}: the lean client reads chunked only")
         self.chunked = coding == "chunked"
         length = headers.get("content-length")
+        if length is not None and self.chunked:  # RFC 9112 6.3: read two ways, "ought to be handled as an error"
+            raise ProtocolError("Content-Length with Transfer-Encoding: chunked")
         self.content_length: int | None = None
         if length is not None and not self.chunked:
             values = {v.strip() for v in length.split(",")}
@@ -74,6 +79,8 @@ def parse_head(raw: bytes) -> ResponseHead:
     """The :class:`ResponseHead` of ``raw`` (status line and header lines, without the blank line).
     Raises :class:`ProtocolError` on a malformed status line or header line."""
     lines = raw.split(b"\r\n")
+    if max(map(len, lines)) > MAX_LINE_BYTES:
+        raise ProtocolError(f"an HTTP head line longer than {MAX_LINE_BYTES} bytes")
     m = _STATUS.fullmatch(lines[0])
     if m is None:
         raise ProtocolError(f"malformed HTTP status line: {lines[0][:60]!r}")

@@ -19,26 +19,26 @@ import asyncio
 import socket
 import ssl
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from loadgen.core.clock import deadline_after, now_ns
-from loadgen.core.errors import ConfigError, HeaderTimeout, ProtocolError
+from loadgen.core.errors import ConfigError
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints.header_wait import HeaderDeadline
 from loadgen.endpoints.http import (
     ERROR_BODY_LIMIT,
     STALE_RESENDS_MAX,
     STALE_RESET,
-    classify_exception,
     closed_before_send,
     fail,
+    fail_attempt,
     fill_http_error,
 )
-from loadgen.endpoints.lean_http import LeanConnection, LeanResponse
-from loadgen.endpoints.pool import connect_error_text, peer_closed
+from loadgen.endpoints.lean_http import Gate, LeanConnection, LeanResponse, LeanShared
+from loadgen.endpoints.pool import peer_closed
 from loadgen.endpoints.quota import parse_ratelimit_headers
-from loadgen.endpoints.reads import IdleTimeout, say_not_streamed
+from loadgen.endpoints.reads import read_2xx
 
 __all__ = ["DNS_TTL_S", "LeanPool", "lean_attempt"]
 
@@ -75,6 +75,7 @@ class LeanPool:
         self,
         url: str,
         *,
+        shared: LeanShared,
         limit: int,
         connect_timeout_s: float,
         verify_tls: bool = True,
@@ -93,6 +94,7 @@ class LeanPool:
         self.authority = host if default_port else f"{host}:{self.port}"
         self.limit = limit
         self.connect_timeout_s = connect_timeout_s
+        self.shared = shared
         self.keep_alive = connection_reuse == "keep-alive"
         self.idle: list[LeanConnection] = []
         self.open = 0  # connections open or opening, idle or in use
@@ -269,19 +271,7 @@ class LeanPool:
                 fut.set_result(None)
                 return
 
-    async def send(
-        self,
-        headers: Mapping[str, str],
-        extra: Mapping[str, str] | None,
-        body: bytes,
-        record: RequestRecord,
-        *,
-        timeout_s: float,
-        redact: Callable[[str], str],
-        read_ok: Callable[[LeanResponse, RequestRecord], Awaitable[None]],
-        header_timeout_s: float | None,
-        gate: asyncio.Event | None,
-    ) -> int:
+    async def send(self, record: RequestRecord, body: bytes, extra: Mapping[str, str] | None, gate: Gate) -> int:
         """One request of :meth:`request_bytes` over this pool (what
         :class:`~loadgen.endpoints.http.HTTPSendMixin` calls), with its keep-alive rule: a request
         whose kept-alive connection the server closed before any byte of it was written
@@ -290,16 +280,14 @@ class LeanPool:
         the gate or at once when it is open. Returns how many times it went again. A header value HTTP
         cannot carry (a line break) fails the request as ``protocol``; never raises."""
         try:
-            data = self.request_bytes(headers, extra, body)
+            data = self.request_bytes(self.shared.headers, extra, body)
         except ConfigError as exc:
             fail(record, "protocol", str(exc))
             return 0
         n = 0
         for n in range(STALE_RESENDS_MAX + 1):
             ahead_s = max(record.scheduled_ns - now_ns(), 0) / 1e9 if gate is not None else 0.0
-            wrote = await lean_attempt(self, data, record, timeout_s=timeout_s + ahead_s, redact=redact,
-                                       read_ok=read_ok, header_timeout_s=header_timeout_s, ahead_s=ahead_s,
-                                       gate=gate, fresh=n > 0)  # fmt: skip
+            wrote = await lean_attempt(self, data, record, ahead_s=ahead_s, gate=gate, fresh=n > 0)
             if wrote or not closed_before_send(record) or n == STALE_RESENDS_MAX:
                 break
             for name, value in STALE_RESET:
@@ -322,26 +310,23 @@ class LeanPool:
 
 
 async def lean_attempt(
-    pool: LeanPool,
-    data: bytes,
-    record: RequestRecord,
-    *,
-    timeout_s: float,
-    redact: Callable[[str], str],
-    read_ok: Callable[[LeanResponse, RequestRecord], Awaitable[None]],
-    header_timeout_s: float | None = None,
-    ahead_s: float = 0.0,
-    gate: asyncio.Event | None = None,
-    fresh: bool = False,
+    pool: LeanPool, data: bytes, record: RequestRecord, *, ahead_s: float = 0.0, gate: Gate = None, fresh: bool = False
 ) -> bool:
     """Send the request ``data`` (:meth:`LeanPool.request_bytes`) and fill ``record``; never raises
     but ``asyncio.CancelledError``. Returns whether a byte of it was written (False: the
     kept-alive connection was found closed at the gate, the request can go again on a fresh one).
 
-    As :func:`~loadgen.endpoints.http.http_attempt`: ``timeout_s`` the total deadline (a prepared
-    request's ``ahead_s`` included), ``header_timeout_s`` the wait for the head, ``read_ok`` reads a
-    2xx answer, other statuses are :func:`~loadgen.endpoints.http.fill_http_error`'s; ``sent_ns``
-    is when the bytes were handed to the socket."""
+    As :func:`~loadgen.endpoints.http.http_attempt`, with the pool's :class:`~loadgen.endpoints.lean_http.LeanShared`:
+    its ``timeout_s`` the total deadline (plus a prepared request's ``ahead_s``), ``header_timeout_s``
+    the wait for the head, ``read_ok`` reads a 2xx answer, other statuses are
+    :func:`~loadgen.endpoints.http.fill_http_error`'s; ``sent_ns`` is when the bytes were handed to the socket."""
+    shared = pool.shared
+    timeout_s, header_timeout_s, read_ok, redact = (
+        shared.timeout_s + ahead_s,
+        shared.header_timeout_s,
+        shared.read_ok,
+        shared.redact,
+    )
     response_started = False
     wrote = False
     t_call = now_ns()
@@ -373,19 +358,9 @@ async def lean_attempt(
                 body = await resp.read_some(ERROR_BODY_LIMIT)
                 fill_http_error(record, head.status, head.headers, body, redact)
                 return wrote
-            if head.status != 200:
-                record.http_status = head.status  # a 2xx other than 200 is kept (201, 202, 204...)
-            await read_ok(resp, record)
-            say_not_streamed(record, head.status, head.headers.get("content-type"))
-    except asyncio.CancelledError:
-        raise
-    except ProtocolError as exc:
-        fail(record, "protocol", redact(str(exc)))
-    except Exception as exc:  # transport errors become data, never escape
-        if record.status != "ok":
-            kind = classify_exception(exc, response_started=response_started)
-            text = str(exc) if isinstance(exc, IdleTimeout | HeaderTimeout) else connect_error_text(exc, kind=False)
-            fail(record, kind, redact(text))
+            await read_2xx(read_ok, resp, record, head.status, head.headers.get("content-type"))
+    except Exception as exc:  # transport errors become data, never escape (a cancel is not an Exception)
+        fail_attempt(record, exc, response_started=response_started, redact=redact)
     finally:
         if conn is not None:
             pool.release(conn)

@@ -35,7 +35,7 @@ from loadgen.core.redact import Redactor, redact_headers, split_url_secrets
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.header_wait import DEFAULT_HEADER_TIMEOUT_S
 from loadgen.endpoints.http import ERROR_BODY_LIMIT, HTTPSendMixin, drain_after_end
-from loadgen.endpoints.lean_http import LeanResponse
+from loadgen.endpoints.lean_http import LeanResponse, LeanShared
 from loadgen.endpoints.lean_pool import LeanPool
 from loadgen.endpoints.openai_stream import OpenAIStreamParser, _error_text, apply_body, apply_stream_event
 from loadgen.endpoints.pool import network_baseline
@@ -102,7 +102,7 @@ class OpenAIConfig:
     max_tpm: float | None = None  # ... and on tokens (prompt + max_tokens) per minute
     mix_models: tuple[str, ...] = ()  # --model a=0.7,b=0.3: every model of the mix, checked against /v1/models
     probe_image: bool = False  # --images: the pre-flight carries an image (a text-only model refuses before load)
-    http_client: str = "aiohttp"  # --http-client: "lean" sends the load's requests over loadgen.endpoints.lean_pool
+    http_client: str = "auto"  # --http-client: lean (auto) sends the load's requests over loadgen.endpoints.lean_pool
 
 
 def _split_base(url: str) -> tuple[str, str]:
@@ -183,13 +183,15 @@ class OpenAIEndpoint(HTTPSendMixin):
     async def open(self) -> None:
         cfg = self.config
         self._session = self._open_session()  # discovery, the pre-flight and (by default) the load
-        if cfg.http_client == "lean":
-            self._lean = LeanPool(self._url, limit=cfg.pool_limit, connect_timeout_s=cfg.connect_timeout_s,
+        if cfg.http_client in ("lean", "auto"):
+            read_ok = self._read_stream if cfg.stream else self._read_body
+            shared = LeanShared(self._headers, cfg.timeout_s, self._header_timeout_s(), read_ok, self.redactor)
+            self._lean = LeanPool(self._url, shared=shared, limit=cfg.pool_limit, connect_timeout_s=cfg.connect_timeout_s,
                                   verify_tls=cfg.verify_tls, ca_file=cfg.ca_file,
                                   connection_reuse=cfg.connection_reuse)  # fmt: skip
             self._lean.request_bytes(self._headers, None, b"")  # a header HTTP cannot carry: ConfigError now
         elif cfg.http_client != "aiohttp":
-            raise ConfigError(f"--http-client {cfg.http_client!r}: expected aiohttp or lean")
+            raise ConfigError(f"--http-client {cfg.http_client!r}: expected auto, aiohttp or lean")
         if cfg.network_baseline:
             self.network = await network_baseline(self._url)
             self.network["cheap_request_ms"] = await self._timed_gets(self._root + "/models")

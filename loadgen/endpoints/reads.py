@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import aiohttp
 import orjson
@@ -47,8 +47,10 @@ __all__ = [
     "read_bounded",
     "read_json_body",
     "read_pushed",
-    "say_not_streamed",
+    "read_2xx",
 ]
+
+R = TypeVar("R")  # a response of either HTTP client (aiohttp's ClientResponse, the lean LeanResponse)
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 """A whole (non-streamed) answer above this many bytes is a ``protocol`` error: the same 16 MiB
@@ -194,10 +196,21 @@ async def read_json_body(
         raise ProtocolError("response body is not JSON") from None
 
 
-def say_not_streamed(record: RequestRecord, status: int, content_type: str | None) -> None:
-    """An ``incomplete_stream`` with no event whose answer was not an event stream: its detail says why no
-    event came (the server or a proxy ignored streaming), for either HTTP client."""
-    ctype = content_type or "none"
+async def read_2xx(
+    read_ok: Callable[[R, RequestRecord], Awaitable[None]],
+    resp: R,
+    record: RequestRecord,
+    status: int,
+    ctype: str | None,
+) -> None:
+    """A 2xx answer ``resp`` read by ``read_ok``, for either HTTP client: a 2xx other than 200 is kept
+    in ``http_status`` (201, 202, 204...); an ``incomplete_stream`` with no event whose answer was not
+    an event stream (``ctype``, its Content-Type) says in its detail why no event came (the server or
+    a proxy ignored streaming)."""
+    if status != 200:
+        record.http_status = status
+    await read_ok(resp, record)
+    ctype = ctype or "none"
     if record.error_kind == "incomplete_stream" and not record.events and "event-stream" not in ctype:
         record.error_detail = (
             f"{record.error_detail}: HTTP {status} with Content-Type {ctype[:60]}, not an event "

@@ -100,6 +100,9 @@ def test_connection_close_and_http10_are_not_kept() -> None:
         b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc",
         b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        # as aiohttp answers them: a message that reads two ways (RFC 9112 6.3), a header line over 8190 bytes
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 8190 + b"\r\nContent-Length: 0\r\n\r\n",
     ],
 )
 def test_malformed_is_a_protocol_error(raw: bytes) -> None:
