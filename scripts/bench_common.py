@@ -16,7 +16,7 @@ from loadgen.sim.launch import SimProcess
 
 
 def run_against(
-    url: str, load: LoadConfig, out: Path, *, api: str = "completions", prefix: str = "b", http_client: str = "aiohttp"
+    url: str, load: LoadConfig, out: Path, *, api: str = "completions", prefix: str = "b", http_client: str = "auto"
 ) -> MeasuredRun:
     """One in-process run of ``load`` against ``url`` (``http_client``: ``--http-client``), on uvloop where installed."""
 

@@ -55,6 +55,12 @@ class OutputError(LoadgenError):
     failure and every whole line written before it is kept."""
 
 
+class ConnectTimeout(TimeoutError):
+    """No connection within the connect timeout (``--connect-timeout``), its message the whole line:
+    ``TLS handshake with HOST:PORT did not finish within N s`` (the TCP connect was made) or
+    ``connection to HOST:PORT timed out (N s)``. Raised by the lean client; a ``timeout``."""
+
+
 class HeaderTimeout(LoadgenError):
     """A sent request got no response headers within the header timeout (``--header-timeout``;
     gRPC: no first response): the server accepted it and never began to answer. The request's

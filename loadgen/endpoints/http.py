@@ -27,7 +27,7 @@ import aiohttp
 import orjson
 
 from loadgen.core.clock import deadline_after, now_ns, sleep_until
-from loadgen.core.errors import HeaderTimeout, ProtocolError
+from loadgen.core.errors import ConnectTimeout, HeaderTimeout, ProtocolError
 from loadgen.core.metrics import stream_buffered
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import EndpointBase
@@ -289,7 +289,8 @@ def fail_attempt(
         fail(record, "protocol", redact(str(exc)))
     elif record.status != "ok":
         kind = classify_exception(exc, response_started=response_started)
-        text = str(exc) if isinstance(exc, IdleTimeout | HeaderTimeout) else connect_error_text(exc, kind=False)
+        whole = isinstance(exc, IdleTimeout | HeaderTimeout | ConnectTimeout)  # their message is the whole line
+        text = str(exc) if whole else connect_error_text(exc, kind=False)
         fail(record, kind, redact(text))
 
 

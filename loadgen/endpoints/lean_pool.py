@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from loadgen.core.clock import deadline_after, now_ns
-from loadgen.core.errors import ConfigError
+from loadgen.core.errors import ConfigError, ConnectTimeout
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints.header_wait import HeaderDeadline
 from loadgen.endpoints.http import (
@@ -228,10 +228,10 @@ class LeanPool:
         except TimeoutError:
             where = f"{self.host}:{self.port}"
             if mark and self.ssl is not None:
-                raise TimeoutError(
+                raise ConnectTimeout(
                     f"TLS handshake with {where} did not finish within {self.connect_timeout_s:g} s"
                 ) from None
-            raise TimeoutError(f"connection to {where} timed out ({self.connect_timeout_s:g} s)") from None
+            raise ConnectTimeout(f"connection to {where} timed out ({self.connect_timeout_s:g} s)") from None
         end = now_ns()
         if not record.attempts:
             t1 = mark[-1] if mark else end
