@@ -185,7 +185,10 @@ class LeanPool:
             return self._addrs
         loop = asyncio.get_running_loop()
         t0 = now_ns()
-        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        try:
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:  # the name in the error line, as aiohttp's says it
+            raise socket.gaierror(exc.errno, f"cannot resolve {self.host}:{self.port} ({exc.strerror})") from None
         if not record.attempts:
             record.dns_ns = now_ns() - t0
         addrs: list[tuple[int, tuple[str, int]]] = []

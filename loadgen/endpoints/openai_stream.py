@@ -116,10 +116,15 @@ def apply_stream_event(
         text = _text_field(c, "text")
         if text:
             record.events.append(TokenEvent(t_ns, text, True, cont))
+    _finish(record, c)
+    return None
+
+
+def _finish(record: RequestRecord, c: dict[str, Any]) -> None:
+    """A chunk's ``finish_reason``, when it gives one, is the record's (the last one given wins)."""
     fr = c.get("finish_reason")
     if fr:
         record.finish_reason = fr
-    return None
 
 
 class OpenAIStreamParser(StreamReader):
@@ -297,9 +302,7 @@ def _apply_completion_chunk(rec: RequestRecord, data: bytes, t_ns: int) -> bool:
         rec.prompt_tokens = pt
     if text:
         rec.events.append(TokenEvent(t_ns, text, True, ct))
-    fr = c.get("finish_reason")
-    if fr:
-        rec.finish_reason = fr
+    _finish(rec, c)
     return True
 
 

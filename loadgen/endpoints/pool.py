@@ -190,16 +190,41 @@ async def _on_chunk_sent(
 _on_conn_start = _stamp_start("conn_start_ns")
 
 
-async def _on_conn_end(
-    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceConnectionCreateEndParams
-) -> None:
-    rec = ctx.trace_request_ctx
-    start = getattr(ctx, "conn_start_ns", None)
-    if _first_attempt(rec) and start is not None:
-        end = now_ns()
-        rec.connect_ns = end - start
-        rec.connect_late_ns = max(0, end - max(start, rec.scheduled_ns))
-        rec.connection_reused = False
+def _stamp_end(
+    attr: str, fill: Callable[[RequestRecord, int, int], None], *, first_only: bool = True
+) -> Callable[[aiohttp.ClientSession, SimpleNamespace, Any], Awaitable[None]]:
+    """A trace callback for a phase's end: ``fill(record, start_ns, end_ns)`` once the phase's start
+    is stamped (``attr``, :func:`_stamp_start`) and the context is a request's record (its first
+    attempt only, unless not ``first_only``)."""
+
+    async def stamp(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
+        rec = ctx.trace_request_ctx
+        start = getattr(ctx, attr, None)
+        if start is not None and (_first_attempt(rec) if first_only else isinstance(rec, RequestRecord)):
+            fill(rec, start, now_ns())
+
+    return stamp
+
+
+def _connected(rec: RequestRecord, start: int, end: int) -> None:
+    rec.connect_ns = end - start
+    rec.connect_late_ns = max(0, end - max(start, rec.scheduled_ns))
+    rec.connection_reused = False
+
+
+def _dequeued(rec: RequestRecord, start: int, end: int) -> None:
+    """The wait for a pooled connection (all ``pool_limit`` held by requests in flight at the server)
+    is the client's own cap, like ``--max-concurrency``: added to ``throttle_ns``, not to its lag."""
+    rec.throttle_ns += max(0, end - max(start, rec.scheduled_ns))
+
+
+def _resolved(rec: RequestRecord, start: int, end: int) -> None:
+    rec.dns_ns = end - start
+
+
+_on_conn_end = _stamp_end("conn_start_ns", _connected)
+_on_queued_end = _stamp_end("queued_start_ns", _dequeued, first_only=False)
+_on_dns_end = _stamp_end("dns_start_ns", _resolved)
 
 
 async def _on_reuse(
@@ -219,28 +244,7 @@ async def _on_queued(
         ctx.queued_start_ns = now_ns()
 
 
-async def _on_queued_end(
-    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceConnectionQueuedEndParams
-) -> None:
-    """The wait for a pooled connection (all ``pool_limit`` held by requests in flight at the server)
-    is the client's own cap, like ``--max-concurrency``: added to ``throttle_ns``, not to its lag."""
-    rec = ctx.trace_request_ctx
-    start = getattr(ctx, "queued_start_ns", None)
-    if isinstance(rec, RequestRecord) and start is not None:
-        end = now_ns()
-        rec.throttle_ns += max(0, end - max(start, rec.scheduled_ns))
-
-
 _on_dns_start = _stamp_start("dns_start_ns")
-
-
-async def _on_dns_end(
-    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceDnsResolveHostEndParams
-) -> None:
-    rec = ctx.trace_request_ctx
-    start = getattr(ctx, "dns_start_ns", None)
-    if _first_attempt(rec) and start is not None:
-        rec.dns_ns = now_ns() - start
 
 
 async def _on_dns_hit(
