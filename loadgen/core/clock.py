@@ -96,6 +96,24 @@ async def sleep_until(deadline_ns: int) -> None:
         await asyncio.sleep((delay + slack_ns) / 1e9)
 
 
+class SendGate(asyncio.Event):
+    """The gate of a prepared request, opened at its scheduled send (open loop, session turns).
+
+    A client that can write without awaiting (``--http-client lean``) sets :attr:`on_open` while it
+    waits at the gate; :meth:`set` calls it at once, in the step of whoever opens the gate, so the
+    request's bytes go out then, not when the request's own task next gets its turn on the loop (a
+    pass of the loop later: at 1,000 sends a second a pass holds many reads). ``on_open`` must not
+    raise; it is called once, and cleared."""
+
+    on_open: Callable[[], None] | None = None
+
+    def set(self) -> None:
+        fire, self.on_open = self.on_open, None
+        if fire is not None and not self.is_set():
+            fire()
+        super().set()
+
+
 class VirtualClock:
     """A clock that only moves when told to; for deterministic tests and simulations."""
 

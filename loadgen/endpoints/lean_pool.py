@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from loadgen.core.clock import deadline_after, now_ns
+from loadgen.core.clock import SendGate, deadline_after, now_ns
 from loadgen.core.errors import ConfigError, ConnectTimeout
 from loadgen.core.types import RequestRecord
 from loadgen.endpoints.header_wait import HeaderDeadline
@@ -312,6 +312,27 @@ class LeanPool:
             await asyncio.sleep(0)  # the transports' connection_lost (uvloop, asyncio) run now
 
 
+def _write(conn: LeanConnection, data: bytes, record: RequestRecord) -> bool:
+    """Write the request ``data`` on ``conn`` now and stamp ``sent_ns``, unless the connection is gone
+    (the server closed a kept-alive one before the send: False, the request can go again on a fresh one)."""
+    transport = conn.transport
+    if conn.dead or transport is None or transport.is_closing() or (conn.reused and peer_closed(transport)):
+        return False
+    conn.begin()
+    transport.write(data)  # no await since the check: nothing can close it between
+    record.sent_ns = now_ns()
+    return True
+
+
+def _write_at_gate(conn: LeanConnection, data: bytes, record: RequestRecord, out: list[bool]) -> None:
+    """:func:`_write` from the gate's opener (:class:`~loadgen.core.clock.SendGate`), its answer in ``out``;
+    never raises into the opener (a failed write: False, as a connection found closed)."""
+    try:
+        out.append(_write(conn, data, record))
+    except Exception:  # the opener is the dispatcher: nothing of one request may stop it
+        out.append(False)
+
+
 async def lean_attempt(
     pool: LeanPool, data: bytes, record: RequestRecord, *, ahead_s: float = 0.0, gate: Gate = None, fresh: bool = False
 ) -> bool:
@@ -340,15 +361,18 @@ async def lean_attempt(
             HeaderDeadline(header_timeout_s, total_s=timeout_s - ahead_s, ahead_s=ahead_s) as header_wait,
         ):
             conn = await pool.acquire(record, fresh=fresh)
+            at_gate: list[bool] = []  # whether the write at the gate opening found the connection alive
             if gate is not None and not gate.is_set():
-                await gate.wait()
-            transport = conn.transport
-            if conn.dead or transport is None or transport.is_closing() or (conn.reused and peer_closed(transport)):
+                if isinstance(gate, SendGate):  # written the moment the gate opens (SendGate.on_open)
+                    gate.on_open = lambda c=conn: _write_at_gate(c, data, record, at_gate)
+                try:
+                    await gate.wait()
+                finally:
+                    if isinstance(gate, SendGate):
+                        gate.on_open = None
+            if not (at_gate[0] if at_gate else _write(conn, data, record)):
                 raise ConnectionResetError("the server closed this kept-alive connection before the send")
-            conn.begin()
-            transport.write(data)  # no await since the check: nothing can close it between
             wrote = True
-            record.sent_ns = now_ns()
             head = await conn.await_head()
             header_wait.arrived()
             response_started = True

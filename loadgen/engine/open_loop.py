@@ -19,7 +19,7 @@ import asyncio
 import time
 from collections import deque
 
-from loadgen.core.clock import now_ns
+from loadgen.core.clock import SendGate, now_ns
 from loadgen.core.schedule import Schedule, as_schedule
 from loadgen.core.types import RequestSpec
 from loadgen.engine.run_core import RunnerCore
@@ -100,7 +100,7 @@ class OpenLoopDispatch(RunnerCore):
 
         def prepare(p: int) -> None:
             nonlocal nxt, nxt_due
-            gate = asyncio.Event()
+            gate = SendGate()
             task = self._start(tg, take(p), schedule.phase(p), t0 + int(offsets[p]), None, gate)
             prepared[p] = (gate, task)
             nxt = p + 1

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from loadgen.core.clock import now_ns, sleep_until
+from loadgen.core.clock import SendGate, now_ns, sleep_until
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.base import Endpoint
 from loadgen.engine import prepare
@@ -361,7 +361,7 @@ class SessionRunner(RunEngine):
 
     async def _gated_send(self, spec: RequestSpec, rec: RequestRecord, due_ns: int, i: int) -> None:
         """Prepare the request now; its bytes go out at ``due_ns`` (never early); wait for its end."""
-        gate = asyncio.Event()
+        gate = SendGate()
         task = asyncio.create_task(self.endpoint.send(spec, rec, gate))
         try:
             await self._spin_to(due_ns)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from loadgen.core.clock import now_ns
+from loadgen.core.clock import SendGate, now_ns
 from loadgen.core.types import RequestRecord, RequestSpec
 from loadgen.endpoints.openai import OpenAIConfig, OpenAIEndpoint
 from loadgen.endpoints.providers import make_endpoint
@@ -171,7 +171,9 @@ def test_refused_connection_is_connect() -> None:
     assert asyncio.run(go()).error_kind == "connect"
 
 
-def test_gate_on_a_connection_the_server_closed_goes_again_fresh() -> None:
+def test_gate_on_a_connection_the_server_closed_goes_again_fresh(
+    gate_type: type[asyncio.Event] = asyncio.Event,
+) -> None:
     """The keep-alive close race: the server closes the idle connection while the next request waits
     for its gate; no byte of it is written there, it goes on a fresh connection (never a connect failure)."""
 
@@ -188,7 +190,7 @@ def test_gate_on_a_connection_the_server_closed_goes_again_fresh() -> None:
             try:
                 first = RequestRecord(index=0, scheduled_ns=0, phase="measure")
                 await ep.send(RequestSpec(index=0, prompt="hi", requested_output_tokens=2), first)
-                gate = asyncio.Event()
+                gate = gate_type()
                 second = RequestRecord(index=1, scheduled_ns=0, phase="measure")
                 task = asyncio.create_task(
                     ep.send(RequestSpec(index=1, prompt="hi", requested_output_tokens=2), second, gate=gate)
@@ -205,6 +207,49 @@ def test_gate_on_a_connection_the_server_closed_goes_again_fresh() -> None:
     assert first.status == "ok" and second.status == "ok", second.error_detail
     assert srv.requests == 2 and srv.connections == 2 and second.connection_reused is False
     assert resends in (0, 1)  # 0: the loop saw the close before the gate; 1: the peek at the gate did
+
+
+def test_gate_on_a_connection_the_server_closed_goes_again_fresh_send_gate() -> None:
+    """The same with the dispatcher's :class:`SendGate`: the write at the gate's opening finds the
+    connection closed, writes nothing there, and the request goes on a fresh one."""
+    test_gate_on_a_connection_the_server_closed_goes_again_fresh(SendGate)
+
+
+def test_a_prepared_request_is_written_in_the_step_that_opens_its_send_gate() -> None:
+    """With a :class:`SendGate`, the lean client writes a prepared request's bytes inside
+    ``gate.set()`` (the dispatcher's own step): ``sent_ns`` is stamped before ``set`` returns,
+    not when the request's task next runs; the answer is read as usual."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        writer.write(STREAM)
+        await writer.drain()
+
+    async def go() -> tuple[RequestRecord, int, int | None, Scripted]:
+        async with Scripted(answer) as srv:
+            ep = endpoint(srv.url)
+            await ep.open()
+            try:
+                rec = RequestRecord(index=0, scheduled_ns=0, phase="measure")
+                gate = SendGate()
+                task = asyncio.create_task(
+                    ep.send(RequestSpec(index=0, prompt="hi", requested_output_tokens=2), rec, gate=gate)
+                )
+                for _ in range(200):  # bounded: until the request waits at its gate with a connection
+                    await asyncio.sleep(0.01)
+                    if gate.on_open is not None:
+                        break
+                assert gate.on_open is not None and rec.sent_ns is None
+                t = now_ns()
+                gate.set()
+                sent_at_set = rec.sent_ns  # no await between: written by set() itself
+                await task
+            finally:
+                await ep.close()
+        return rec, t, sent_at_set, srv
+
+    rec, t, sent_at_set, srv = asyncio.run(go())
+    assert sent_at_set is not None and sent_at_set >= t
+    assert rec.status == "ok" and rec.sent_ns == sent_at_set and srv.requests == 1, rec.error_detail
 
 
 def test_cli_run_lean_counts_equal_aiohttp(tmp_path: Path) -> None:
