@@ -56,12 +56,30 @@ _FAULT_HELP: dict[str, str] = {
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _model_options(f: _F) -> _F:
-    """Decorate ``f`` with the options of :data:`_MODEL_OPTIONS`, in their order."""
-    for name, kind, text in reversed(_MODEL_OPTIONS):
-        default = getattr(_DEFAULTS, name[2:].replace("-", "_"))
-        f = click.option(name, type=kind, default=default, show_default=True, help=text)(f)
-    return f
+# the prefix cache's options: (option, type, default, help)
+_CACHE_OPTIONS: tuple[tuple[str, click.ParamType, int, str], ...] = (
+    ("--prefix-cache-blocks", click.IntRange(min=0), 0, "Model a prefix cache of this many KV blocks (LRU; cached "
+     "prefill is free; usage reports prompt_tokens_details.cached_tokens). 0: off."),
+    ("--prefix-block-tokens", click.IntRange(min=1), 16, "Tokens per KV block of the prefix cache (vLLM's default "
+     "block size)."),
+)  # fmt: skip
+
+
+def _table_options(rows: tuple[tuple[str, click.ParamType, Any, str], ...]) -> Callable[[_F], _F]:
+    """A decorator adding an option (name, type, default, help; its default shown) for each of ``rows``, in order."""
+
+    def decorate(f: _F) -> _F:
+        for name, kind, default, text in reversed(rows):
+            f = click.option(name, type=kind, default=default, show_default=True, help=text)(f)
+        return f
+
+    return decorate
+
+
+# the batching model's, each with SimParams' own default
+_model_options = _table_options(
+    tuple((name, kind, getattr(_DEFAULTS, name[2:].replace("-", "_")), text) for name, kind, text in _MODEL_OPTIONS)
+)
 
 
 def _fault_options(f: _F) -> _F:
@@ -191,21 +209,7 @@ async def _serve(
     help="A lean SSE server for client benchmarks (loadgen.sim.fast): TTFT and ITL as given, "
     "unlimited slots, the same truth log; no batching model, no faults, no prefix cache.",
 )
-@click.option(
-    "--prefix-cache-blocks",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Model a prefix cache of this many KV blocks (LRU; cached prefill is free; usage reports "
-    "prompt_tokens_details.cached_tokens). 0: off.",
-)
-@click.option(
-    "--prefix-block-tokens",
-    type=click.IntRange(min=1),
-    default=16,
-    show_default=True,
-    help="Tokens per KV block of the prefix cache (vLLM's default block size).",
-)
+@_table_options(_CACHE_OPTIONS)
 @click.option("--cpus", help="Serve on these CPUs only (e.g. 1 or 2-3): keeps the simulator off the client's cores.")
 @click.option(
     "--parent-pid",
